@@ -1,0 +1,1 @@
+//! Placeholder crate: filled by a later issue (see the issue tracker).

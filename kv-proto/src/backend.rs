@@ -1,0 +1,75 @@
+//! The one trait every storage engine implements.
+//!
+//! A backend is a storage adapter: it stores entries ordered by their encoded keys, serves
+//! consistent snapshots, and commits atomic writes in a total order with increasing
+//! versionstamps. It does not re-decide Deno's semantics: it calls [`crate::Limits`] to validate
+//! requests and [`crate::apply_atomic_write`] to apply them, so every engine behaves alike.
+//!
+//! The trait is object-safe, so a program can choose its engine at run time:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use kv_proto::Backend;
+//! fn takes_any_backend(_backend: Arc<dyn Backend>) {}
+//! ```
+//!
+//! Engines that block (SQLite, redb) must do their blocking work off the async executor (for
+//! example with `tokio::task::spawn_blocking` or a dedicated thread).
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+
+use crate::queue::QueueMessageHandle;
+use crate::{AtomicWrite, CommitResult, KvError, ReadRangeOutput, SnapshotRead, WatchKeyOutput};
+
+/// What a backend offers beyond reads and writes, so a conformance suite (or a program) knows
+/// what it may rely on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Capabilities {
+    /// Acknowledged commits survive the process (and can be reopened).
+    pub durable: bool,
+    /// [`Backend::dequeue_next_message`] works.
+    pub queues: bool,
+    /// [`Backend::watch`] works.
+    pub watch: bool,
+}
+
+/// Emissions of a watch: one `Vec` per change, with one [`WatchKeyOutput`] per watched key in the
+/// order the keys were given. The stream ends when the backend closes.
+pub type WatchStream = BoxStream<'static, Result<Vec<WatchKeyOutput>, KvError>>;
+
+/// A Deno KV storage engine.
+///
+/// All methods fail with [`KvError::Closed`] after [`Backend::close`].
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// What this backend supports.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Reads every range of `read` from one consistent snapshot. Expired entries are never
+    /// returned. The output has one [`ReadRangeOutput`] per range, in order.
+    async fn snapshot_read(&self, read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError>;
+
+    /// Commits `write` atomically. Returns `Ok(None)` if a check failed (nothing was applied):
+    /// that is an answer, not an error. Errors mean the write was invalid or the store failed;
+    /// nothing was applied either.
+    async fn atomic_write(&self, write: AtomicWrite) -> Result<Option<CommitResult>, KvError>;
+
+    /// Waits for the next due queue message and hands it out; `Ok(None)` once the backend is
+    /// closed. The default refuses: backends without queues need not implement it.
+    async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
+        Err(KvError::Unsupported { feature: "queues" })
+    }
+
+    /// Watches up to 10 encoded keys: the stream yields their current state at once, then again
+    /// after commits that change any of them (intermediate states may be coalesced). The default
+    /// refuses: backends without watch need not implement it.
+    fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {
+        let _ = keys;
+        Err(KvError::Unsupported { feature: "watch" })
+    }
+
+    /// Closes the backend: pending dequeues return `None`, watch streams end, and every later
+    /// call fails with [`KvError::Closed`]. Durable backends flush what they acknowledged.
+    async fn close(&self) -> Result<(), KvError>;
+}

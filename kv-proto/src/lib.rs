@@ -1,0 +1,56 @@
+//! # kv-proto — the data model and rules of Deno KV
+//!
+//! Everything a Deno KV storage engine needs to agree with Deno 2.9, byte for byte, and with every
+//! other engine in this workspace:
+//!
+//! - [`Key`] / [`KeyPart`] and their ordered byte encoding ([`encode_key`], [`decode_key`]);
+//! - [`KvValue`] and its stored encodings ([`ValueEncoding`]);
+//! - [`Versionstamp`]s;
+//! - read requests ([`SnapshotRead`], [`ReadRange`]) and atomic writes ([`AtomicWrite`]);
+//! - Deno's [`Limits`] with their exact error texts, behind one validation entry point;
+//! - the rules: sum/min/max and versionstamped keys ([`rules`]), the queue retry decision
+//!   ([`queue`]), expiry, and the whole write path ([`apply_atomic_write`]);
+//! - an injected [`Clock`];
+//! - the [`Backend`] trait itself, and the one error type [`KvError`].
+//!
+//! ```
+//! use kv_proto::{decode_key, encode_key, key};
+//! // ["users", 42n] in JavaScript:
+//! let bytes = encode_key(&key!["users", 42]).unwrap();
+//! assert_eq!(hex::encode(&bytes), "02757365727300152a");
+//! assert_eq!(decode_key(&bytes).unwrap(), key!["users", 42]);
+//! ```
+
+mod backend;
+mod clock;
+mod commit;
+mod error;
+mod key;
+mod key_codec;
+mod limits;
+pub mod queue;
+mod read;
+pub mod rules;
+mod value;
+mod versionstamp;
+mod write;
+
+pub use backend::{Backend, Capabilities, WatchStream};
+pub use clock::{Clock, ManualClock, SystemClock, ms_to_datetime};
+pub use commit::{StoredEntry, WriteOutcome, WriteTransaction, apply_atomic_write, is_expired};
+pub use error::KvError;
+pub use key::{Key, KeyPart};
+pub use key_codec::{KeyError, MAX_INT_MAGNITUDE_BYTES, decode_key, encode_key, encode_part};
+pub use limits::{LimitError, LimitKind, Limits};
+pub use queue::{QueueMessageHandle, QueuedMessage};
+pub use read::{Consistency, KvEntry, ReadRange, ReadRangeOutput, SnapshotRead, WatchKeyOutput};
+pub use rules::MutationError;
+pub use value::{KvValue, ValueEncoding, ValueError};
+pub use versionstamp::{Versionstamp, VersionstampParseError};
+pub use write::{
+    AtomicWrite, Check, CommitResult, DEFAULT_BACKOFF_SCHEDULE, Enqueue, Mutation, MutationKind,
+};
+
+// Re-exported so users name the same types kv-proto uses.
+pub use chrono;
+pub use num_bigint;
