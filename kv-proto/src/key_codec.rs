@@ -390,3 +390,6 @@ mod tests {
         assert_eq!(decoded, k);
     }
 }
+
+#[cfg(test)]
+mod proptests;

@@ -328,3 +328,6 @@ fn at_most(kind: LimitKind, actual: usize, max: usize, key: Option<&[u8]>) -> Re
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;
