@@ -6,7 +6,8 @@
 //! - [`Key`] / [`KeyPart`] and their ordered byte encoding ([`encode_key`], [`decode_key`]);
 //! - [`KvValue`] and its stored encodings ([`ValueEncoding`]);
 //! - [`Versionstamp`]s;
-//! - read requests ([`SnapshotRead`], [`ReadRange`]) and atomic writes ([`AtomicWrite`]);
+//! - read requests ([`SnapshotRead`], [`ReadRange`]), list selectors and cursors
+//!   ([`ListSelector`]), and atomic writes ([`AtomicWrite`]);
 //! - Deno's [`Limits`] with their exact error texts, behind one validation entry point;
 //! - the rules: sum/min/max and versionstamped keys ([`rules`]), the queue retry decision
 //!   ([`queue`]), expiry, and the whole write path ([`apply_atomic_write`]);
@@ -31,6 +32,7 @@ mod limits;
 pub mod queue;
 mod read;
 pub mod rules;
+mod selector;
 mod value;
 mod versionstamp;
 mod write;
@@ -45,6 +47,7 @@ pub use limits::{LimitError, LimitKind, Limits};
 pub use queue::{QueueMessageHandle, QueuedMessage};
 pub use read::{Consistency, KvEntry, ReadRange, ReadRangeOutput, SnapshotRead, WatchKeyOutput};
 pub use rules::MutationError;
+pub use selector::ListSelector;
 pub use value::{KvValue, ValueEncoding, ValueError};
 pub use versionstamp::{Versionstamp, VersionstampParseError};
 pub use write::{

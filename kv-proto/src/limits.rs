@@ -192,6 +192,10 @@ impl Limits {
         write: &AtomicWrite,
         now: DateTime<Utc>,
     ) -> Result<(), KvError> {
+        // Deno checks delays and backoff schedules in JavaScript, before anything else.
+        for enqueue in &write.enqueues {
+            self.check_enqueue_timing(enqueue, now)?;
+        }
         at_most(LimitKind::Checks, write.checks.len(), self.max_checks, None)?;
         let operations = write.mutations.len() + write.enqueues.len();
         at_most(LimitKind::Mutations, operations, self.max_mutations, None)?;
@@ -219,7 +223,7 @@ impl Limits {
             }
         }
         for enqueue in &write.enqueues {
-            total_size += self.check_enqueue(enqueue, now)?;
+            total_size += self.check_enqueue_size(enqueue)?;
         }
         at_most(
             LimitKind::TotalMutationSize,
@@ -262,15 +266,8 @@ impl Limits {
         )
     }
 
-    /// Checks one enqueue; returns what it adds to the total mutation size.
-    fn check_enqueue(&self, enqueue: &Enqueue, now: DateTime<Utc>) -> Result<usize, KvError> {
-        let payload = enqueue.payload.len();
-        at_most(
-            LimitKind::EnqueuePayloadSize,
-            payload,
-            self.max_enqueue_payload_size_bytes,
-            None,
-        )?;
+    /// Checks an enqueue's delay and backoff schedule.
+    fn check_enqueue_timing(&self, enqueue: &Enqueue, now: DateTime<Utc>) -> Result<(), KvError> {
         let delay = enqueue.ready_at - now;
         if delay > self.max_queue_delay {
             return Err(KvError::invalid_argument(format!(
@@ -293,12 +290,26 @@ impl Limits {
                 "Invalid backoffSchedule, interval at index {index} is invalid"
             )));
         }
+        Ok(())
+    }
+
+    /// Checks an enqueue's payload and undelivered keys; returns what it adds to the total
+    /// mutation size (the payload, and 4 bytes per backoff interval).
+    fn check_enqueue_size(&self, enqueue: &Enqueue) -> Result<usize, KvError> {
+        let payload = enqueue.payload.len();
+        at_most(
+            LimitKind::EnqueuePayloadSize,
+            payload,
+            self.max_enqueue_payload_size_bytes,
+            None,
+        )?;
         // Deno neither limits nor counts these keys; refusing a key that could never be written
         // here beats failing when the message is dead-lettered days later.
         for key in &enqueue.keys_if_undelivered {
             self.check_write_key(key)?;
         }
-        Ok(payload + 4 * schedule.len())
+        let intervals = enqueue.backoff_schedule.as_ref().map_or(0, Vec::len);
+        Ok(payload + 4 * intervals)
     }
 }
 

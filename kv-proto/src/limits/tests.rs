@@ -267,6 +267,10 @@ fn errors_follow_denos_order() {
         })
         .collect();
     assert_eq!(write_err(&write), "Too many checks (max 100)");
+    // Enqueue timing is checked (in JavaScript) before everything else.
+    let mut late = write.clone();
+    late.enqueues = enqueue(1, TimeDelta::days(31), None).enqueues;
+    assert!(write_err(&late).starts_with("Delay cannot be greater than 30 days"));
     // A bad key is reported before a bad value.
     write.checks.clear();
     assert_eq!(
