@@ -1,1 +1,85 @@
-//! Placeholder crate: filled by a later issue (see the issue tracker).
+//! # kv-conformance — the suite every Deno KV backend runs
+//!
+//! One suite, written once, that proves a storage engine is a correct Deno KV backend: scenario
+//! cases for every rule of `deno-kv-semantics.md`, model-based property tests against an
+//! independent reference model, and concurrency cases. Each case is its own named test in
+//! `cargo test` output; cases that need a capability the backend does not report (queues, watch,
+//! reopen) show as ignored.
+//!
+//! Plugging a backend in takes one line in a test file whose `[[test]]` entry says
+//! `harness = false`:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use kv_proto::Backend;
+//!
+//! kv_conformance::conformance_main!(|ctx: &kv_conformance::TestContext| {
+//!     let clock = Arc::new(ctx.clock().clone());
+//!     async move { Ok(Arc::new(kv_memory::MemoryBackend::open(&Default::default(), clock)) as Arc<dyn Backend>) }
+//! });
+//! ```
+//!
+//! See `README.md` in this crate for the step-by-step guide.
+
+mod cases;
+pub mod faults;
+mod harness;
+pub mod model;
+pub mod support;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+pub use harness::{
+    BackendFactory, CASE_TIMEOUT, Case, Env, Features, FnFactory, Needs, TestContext,
+    probe_features, run_case,
+};
+
+/// Every case of the suite, scenario and model-based.
+pub fn all_cases() -> Vec<Case> {
+    let mut cases = cases::all();
+    cases.extend(model::cases());
+    cases
+}
+
+/// Runs the whole suite against `factory` with libtest's command line (filters, `--list`,
+/// `--ignored`, `--test-threads`...). Used by [`conformance_main!`].
+pub fn run_main(factory: Arc<dyn BackendFactory>) -> ExitCode {
+    let args = libtest_mimic::Arguments::from_args();
+    let features = match probe_features(&factory) {
+        Ok(features) => features,
+        Err(message) => {
+            eprintln!("kv-conformance: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let trials = all_cases()
+        .into_iter()
+        .map(|case| {
+            let supported = case.needs.met_by(features);
+            let name = case.name.clone();
+            let factory = factory.clone();
+            libtest_mimic::Trial::test(name, move || run_case(&case, &factory).map_err(Into::into))
+                .with_ignored_flag(!supported)
+        })
+        .collect();
+    libtest_mimic::run(&args, trials).exit_code()
+}
+
+/// Defines `fn main` for a conformance test target: pass a closure
+/// `|ctx: &TestContext| async { Ok(Arc<dyn Backend>) }` or any [`BackendFactory`] expression.
+///
+/// The closure form reopens data only if the backend reports `durable`; to run reopen cases on a
+/// non-durable engine that keeps its store in a [`TestContext::slot`], use
+/// `conformance_main!(factory = FnFactory::new(...).reopens(true))`.
+#[macro_export]
+macro_rules! conformance_main {
+    (factory = $factory:expr) => {
+        fn main() -> ::std::process::ExitCode {
+            $crate::run_main(::std::sync::Arc::new($factory))
+        }
+    };
+    ($open:expr) => {
+        $crate::conformance_main!(factory = $crate::FnFactory::new($open));
+    };
+}

@@ -11,6 +11,7 @@
 //! - Deno's [`Limits`] with their exact error texts, behind one validation entry point;
 //! - the rules: sum/min/max and versionstamped keys ([`rules`]), the queue retry decision
 //!   ([`queue`]), expiry, and the whole write path ([`apply_atomic_write`]);
+//! - watch streams built on a commit signal ([`watch_stream`]);
 //! - an injected [`Clock`];
 //! - the [`Backend`] trait itself, and the one error type [`KvError`].
 //!
@@ -35,6 +36,7 @@ pub mod rules;
 mod selector;
 mod value;
 mod versionstamp;
+pub mod watch;
 mod write;
 
 pub use backend::{Backend, Capabilities, WatchStream};
@@ -50,6 +52,7 @@ pub use rules::MutationError;
 pub use selector::ListSelector;
 pub use value::{KvValue, ValueEncoding, ValueError};
 pub use versionstamp::{Versionstamp, VersionstampParseError};
+pub use watch::{ChangeSignal, WatchReader, WatchedEntry, watch_stream};
 pub use write::{
     AtomicWrite, Check, CommitResult, DEFAULT_BACKOFF_SCHEDULE, Enqueue, Mutation, MutationKind,
 };

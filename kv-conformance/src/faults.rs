@@ -1,0 +1,1 @@
+//! A fault-injecting backend wrapper (filled in below).

@@ -1,0 +1,8 @@
+//! Model-based property tests (filled in below).
+
+use crate::Case;
+
+/// The model-based cases.
+pub fn cases() -> Vec<Case> {
+    Vec::new()
+}

@@ -1,0 +1,342 @@
+//! The shared state of a [`MemoryStore`]: entries, the expiry index, the commit version and the
+//! queue, behind one mutex. Every operation is short and never waits while holding it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::ops::Bound;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+use chrono::{DateTime, Utc};
+use kv_proto::queue::{DeliveryFailure, QueuedMessage, after_failed_delivery};
+use kv_proto::{
+    AtomicWrite, ChangeSignal, CommitResult, KvEntry, KvError, ReadRange, ReadRangeOutput,
+    StoredEntry, Versionstamp, WatchedEntry, WriteOutcome, WriteTransaction, apply_atomic_write,
+    is_expired,
+};
+use tokio::sync::watch;
+use uuid::Uuid;
+
+/// The data behind one or more [`crate::MemoryBackend`] handles. Clones share the same data.
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    shared: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    /// One signal per open handle; notified after every commit.
+    watchers: Mutex<Vec<Weak<ChangeSignal>>>,
+    /// Bumped whenever a message becomes available (enqueue or requeue).
+    queue_changes: QueueChanges,
+}
+
+struct QueueChanges(watch::Sender<u64>);
+
+impl Default for QueueChanges {
+    fn default() -> Self {
+        QueueChanges(watch::channel(0).0)
+    }
+}
+
+#[derive(Default)]
+struct State {
+    entries: BTreeMap<Vec<u8>, StoredEntry>,
+    /// (expiry time, key) for every entry that has one, to purge expired entries in order.
+    expiries: BTreeSet<(DateTime<Utc>, Vec<u8>)>,
+    /// The last commit's version; the next commit gets `version + 1`.
+    version: u64,
+    /// Messages waiting for delivery, by (ready time, id).
+    ready: BTreeMap<(DateTime<Utc>, Uuid), QueuedMessage>,
+    /// Messages handed to a consumer and not finished yet.
+    running: HashMap<Uuid, QueuedMessage>,
+}
+
+impl fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.lock();
+        f.debug_struct("MemoryStore")
+            .field("entries", &state.entries.len())
+            .field("version", &state.version)
+            .field("queued", &state.ready.len())
+            .field("running", &state.running.len())
+            .finish()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Nothing panics while the lock is held (commits are staged first and applied with plain
+        // map inserts), so a poisoned lock still guards consistent data.
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn register_watchers(&self, signal: &Arc<ChangeSignal>) {
+        let mut watchers = self
+            .shared
+            .watchers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        watchers.retain(|w| w.strong_count() > 0);
+        watchers.push(Arc::downgrade(signal));
+    }
+
+    fn notify_watchers(&self) {
+        let watchers = self
+            .shared
+            .watchers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for signal in watchers.iter().filter_map(Weak::upgrade) {
+            signal.notify();
+        }
+    }
+
+    pub(crate) fn subscribe_queue(&self) -> watch::Receiver<u64> {
+        self.shared.queue_changes.0.subscribe()
+    }
+
+    fn notify_queue(&self) {
+        self.shared.queue_changes.0.send_modify(|n| *n += 1);
+    }
+
+    /// Answers every range from one snapshot (the lock is held throughout).
+    pub(crate) fn read(&self, ranges: &[ReadRange], now: DateTime<Utc>) -> Vec<ReadRangeOutput> {
+        let state = self.lock();
+        ranges
+            .iter()
+            .map(|range| ReadRangeOutput {
+                entries: state.read_range(range, now),
+            })
+            .collect()
+    }
+
+    pub(crate) fn read_watched(&self, keys: &[Vec<u8>], now: DateTime<Utc>) -> Vec<WatchedEntry> {
+        let state = self.lock();
+        keys.iter()
+            .map(
+                |key| match state.entries.get(key).filter(|e| !e.is_expired(now)) {
+                    Some(stored) => WatchedEntry {
+                        entry: Some(to_entry(key, stored)),
+                        expires_at: stored.expires_at,
+                    },
+                    None => WatchedEntry {
+                        entry: None,
+                        expires_at: None,
+                    },
+                },
+            )
+            .collect()
+    }
+
+    /// Validated write → committed (with its versionstamp), `None` for a failed check, or an error
+    /// with nothing applied.
+    pub(crate) fn commit(
+        &self,
+        write: &AtomicWrite,
+        now: DateTime<Utc>,
+    ) -> Result<Option<CommitResult>, KvError> {
+        let outcome = {
+            let mut state = self.lock();
+            state.commit(write, now)?
+        };
+        let Some((result, enqueued)) = outcome else {
+            return Ok(None);
+        };
+        self.notify_watchers();
+        if enqueued {
+            self.notify_queue();
+        }
+        Ok(Some(result))
+    }
+
+    /// The first due message, moved to running; or else the time the next one is due.
+    pub(crate) fn take_due_message(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<QueuedMessage, Option<DateTime<Utc>>> {
+        let mut state = self.lock();
+        let Some((&(ready_at, id), _)) = state.ready.first_key_value() else {
+            return Err(None);
+        };
+        if ready_at > now {
+            return Err(Some(ready_at));
+        }
+        let message = state.ready.remove(&(ready_at, id)).ok_or(None)?;
+        state.running.insert(id, message.clone());
+        Ok(message)
+    }
+
+    /// Ends a delivery: success forgets the message; failure requeues it after the next back-off
+    /// interval or, with none left, writes it to its dead-letter keys.
+    pub(crate) fn finish_message(
+        &self,
+        id: Uuid,
+        success: bool,
+        now: DateTime<Utc>,
+    ) -> Result<(), KvError> {
+        let mut state = self.lock();
+        let Some(message) = state.running.remove(&id) else {
+            return Ok(());
+        };
+        if success {
+            return Ok(());
+        }
+        match after_failed_delivery(&message, now) {
+            DeliveryFailure::Retry(next) => {
+                state.ready.insert((next.ready_at, next.id), next);
+                drop(state);
+                self.notify_queue();
+            }
+            DeliveryFailure::DeadLetter { mutations } if mutations.is_empty() => {}
+            DeliveryFailure::DeadLetter { mutations } => {
+                let write = AtomicWrite {
+                    mutations,
+                    ..Default::default()
+                };
+                state.commit(&write, now)?;
+                drop(state);
+                self.notify_watchers();
+            }
+        }
+        Ok(())
+    }
+}
+
+fn to_entry(key: &[u8], stored: &StoredEntry) -> KvEntry {
+    KvEntry {
+        key: key.to_vec(),
+        value: stored.value.clone(),
+        versionstamp: stored.versionstamp,
+    }
+}
+
+impl State {
+    fn read_range(&self, range: &ReadRange, now: DateTime<Utc>) -> Vec<KvEntry> {
+        if range.start >= range.end {
+            return Vec::new();
+        }
+        let bounds = (
+            Bound::Included(range.start.as_slice()),
+            Bound::Excluded(range.end.as_slice()),
+        );
+        let visible = |(key, stored): (&Vec<u8>, &StoredEntry)| {
+            (!stored.is_expired(now)).then(|| to_entry(key, stored))
+        };
+        let limit = range.limit as usize;
+        let found = self.entries.range::<[u8], _>(bounds);
+        if range.reverse {
+            found.rev().filter_map(visible).take(limit).collect()
+        } else {
+            found.filter_map(visible).take(limit).collect()
+        }
+    }
+
+    /// Applies a write through kv-proto's write path on a staging overlay; only a successful
+    /// write touches the state. Returns the result and whether messages were enqueued.
+    fn commit(
+        &mut self,
+        write: &AtomicWrite,
+        now: DateTime<Utc>,
+    ) -> Result<Option<(CommitResult, bool)>, KvError> {
+        self.purge_expired(now);
+        let versionstamp = Versionstamp::from_version(self.version + 1, 0);
+        let mut staged = Staged {
+            state: self,
+            writes: BTreeMap::new(),
+            enqueued: Vec::new(),
+        };
+        match apply_atomic_write(&mut staged, write, versionstamp, now)? {
+            WriteOutcome::CheckFailed => Ok(None),
+            WriteOutcome::Committed { enqueued, .. } => {
+                let Staged {
+                    writes,
+                    enqueued: messages,
+                    ..
+                } = staged;
+                for (key, entry) in writes {
+                    self.store(key, entry);
+                }
+                for message in messages {
+                    self.ready.insert((message.ready_at, message.id), message);
+                }
+                self.version += 1;
+                Ok(Some((CommitResult { versionstamp }, enqueued)))
+            }
+        }
+    }
+
+    fn store(&mut self, key: Vec<u8>, entry: Option<StoredEntry>) {
+        let old = match entry {
+            Some(entry) => {
+                if let Some(at) = entry.expires_at {
+                    self.expiries.insert((at, key.clone()));
+                }
+                self.entries.insert(key.clone(), entry)
+            }
+            None => self.entries.remove(&key),
+        };
+        if let Some(at) = old.and_then(|old| old.expires_at) {
+            // Re-inserting the same (time, key) above must survive: only drop a stale index entry.
+            let still_indexed = self
+                .entries
+                .get(&key)
+                .is_some_and(|e| e.expires_at == Some(at));
+            if !still_indexed {
+                self.expiries.remove(&(at, key));
+            }
+        }
+    }
+
+    /// Drops entries whose time has come (they are already invisible; this frees the memory).
+    fn purge_expired(&mut self, now: DateTime<Utc>) {
+        while let Some((at, _)) = self.expiries.first() {
+            if !is_expired(Some(*at), now) {
+                break;
+            }
+            if let Some((_, key)) = self.expiries.pop_first() {
+                self.entries.remove(&key);
+            }
+        }
+    }
+}
+
+/// The write transaction kv-proto applies a write to: reads see the staged writes first.
+struct Staged<'a> {
+    state: &'a State,
+    /// `None` marks a delete.
+    writes: BTreeMap<Vec<u8>, Option<StoredEntry>>,
+    enqueued: Vec<QueuedMessage>,
+}
+
+impl WriteTransaction for Staged<'_> {
+    fn get(&mut self, key: &[u8]) -> Result<Option<StoredEntry>, KvError> {
+        Ok(match self.writes.get(key) {
+            Some(staged) => staged.clone(),
+            None => self.state.entries.get(key).cloned(),
+        })
+    }
+
+    fn put(&mut self, key: &[u8], entry: StoredEntry) -> Result<(), KvError> {
+        self.writes.insert(key.to_vec(), Some(entry));
+        Ok(())
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<(), KvError> {
+        self.writes.insert(key.to_vec(), None);
+        Ok(())
+    }
+
+    fn enqueue(&mut self, message: QueuedMessage) -> Result<(), KvError> {
+        self.enqueued.push(message);
+        Ok(())
+    }
+}
