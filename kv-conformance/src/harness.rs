@@ -178,6 +178,8 @@ pub struct Env {
     pub kv: Arc<dyn Backend>,
     /// The test's context (clock, directory).
     pub ctx: Arc<TestContext>,
+    /// What the backend offers.
+    pub features: Features,
     factory: Arc<dyn BackendFactory>,
 }
 
@@ -199,6 +201,18 @@ impl Env {
         Ok(())
     }
 
+    /// A new, empty backend on a new context (for tests that need many fresh stores).
+    pub async fn fresh(&self) -> Result<Env, KvError> {
+        let ctx = Arc::new(TestContext::new()?);
+        let kv = self.factory.open(&ctx).await?;
+        Ok(Env {
+            kv,
+            ctx,
+            features: self.features,
+            factory: self.factory.clone(),
+        })
+    }
+
     /// Opens a second handle on the same data without closing the first.
     pub async fn open_another(&self) -> Result<Arc<dyn Backend>, KvError> {
         self.factory.open(&self.ctx).await
@@ -214,6 +228,8 @@ pub struct Case {
     pub name: String,
     /// What the backend must support.
     pub needs: Needs,
+    /// How long the case may run; [`CASE_TIMEOUT`] unless set.
+    pub timeout: Duration,
     run: CaseFn,
 }
 
@@ -227,8 +243,15 @@ impl Case {
         Case {
             name: name.into(),
             needs,
+            timeout: CASE_TIMEOUT,
             run: Arc::new(move |env| body(env).boxed()),
         }
+    }
+
+    /// Allows the case to run longer than [`CASE_TIMEOUT`].
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
     }
 }
 
@@ -237,7 +260,11 @@ impl Case {
 pub const CASE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs one case on a fresh context and runtime. `Err` carries the failure message.
-pub fn run_case(case: &Case, factory: &Arc<dyn BackendFactory>) -> Result<(), String> {
+pub fn run_case(
+    case: &Case,
+    factory: &Arc<dyn BackendFactory>,
+    features: Features,
+) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -252,11 +279,12 @@ pub fn run_case(case: &Case, factory: &Arc<dyn BackendFactory>) -> Result<(), St
         let env = Env {
             kv: kv.clone(),
             ctx,
+            features,
             factory: factory.clone(),
         };
         let body = AssertUnwindSafe((case.run)(env)).catch_unwind();
-        let result = match tokio::time::timeout(CASE_TIMEOUT, body).await {
-            Err(_) => Err(format!("timed out after {CASE_TIMEOUT:?}")),
+        let result = match tokio::time::timeout(case.timeout, body).await {
+            Err(_) => Err(format!("timed out after {:?}", case.timeout)),
             Ok(Err(panic)) => Err(panic_message(&*panic)),
             Ok(Ok(())) => Ok(()),
         };

@@ -59,8 +59,10 @@ pub fn run_main(factory: Arc<dyn BackendFactory>) -> ExitCode {
             let supported = case.needs.met_by(features);
             let name = case.name.clone();
             let factory = factory.clone();
-            libtest_mimic::Trial::test(name, move || run_case(&case, &factory).map_err(Into::into))
-                .with_ignored_flag(!supported)
+            libtest_mimic::Trial::test(name, move || {
+                run_case(&case, &factory, features).map_err(Into::into)
+            })
+            .with_ignored_flag(!supported)
         })
         .collect();
     libtest_mimic::run(&args, trials).exit_code()
