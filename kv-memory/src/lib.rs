@@ -122,7 +122,6 @@ impl Backend for MemoryBackend {
     }
 
     async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
-        self.ensure_open()?;
         let closed = self.signal.clone();
         queue::next_message(&self.store, self.clock.clone(), closed).await
     }

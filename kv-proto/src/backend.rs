@@ -40,7 +40,8 @@ pub type WatchStream = BoxStream<'static, Result<Vec<WatchKeyOutput>, KvError>>;
 
 /// A Deno KV storage engine.
 ///
-/// All methods fail with [`KvError::Closed`] after [`Backend::close`].
+/// After [`Backend::close`], reads, writes and new watches fail with [`KvError::Closed`], and
+/// [`Backend::dequeue_next_message`] returns `Ok(None)` (a consumer loop simply ends).
 #[async_trait]
 pub trait Backend: Send + Sync {
     /// What this backend supports.
@@ -56,7 +57,8 @@ pub trait Backend: Send + Sync {
     async fn atomic_write(&self, write: AtomicWrite) -> Result<Option<CommitResult>, KvError>;
 
     /// Waits for the next due queue message and hands it out; `Ok(None)` once the backend is
-    /// closed. The default refuses: backends without queues need not implement it.
+    /// closed (including a dequeue already waiting when it closes). The default refuses: backends
+    /// without queues need not implement it.
     async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
         Err(KvError::Unsupported { feature: "queues" })
     }
