@@ -52,6 +52,8 @@ pub struct MemoryBackend {
     /// This handle's watchers: notified on every commit to the store, closed with the handle.
     signal: Arc<ChangeSignal>,
     closed: AtomicBool,
+    /// This handle's number in the store: messages it hands out die with it.
+    id: u64,
 }
 
 impl Default for MemoryBackend {
@@ -81,6 +83,7 @@ impl MemoryBackend {
             limits,
             signal,
             closed: AtomicBool::new(false),
+            id: store.new_handle_id(),
         }
     }
 
@@ -123,7 +126,7 @@ impl Backend for MemoryBackend {
 
     async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
         let closed = self.signal.clone();
-        queue::next_message(&self.store, self.clock.clone(), closed).await
+        queue::next_message(&self.store, self.clock.clone(), closed, self.id).await
     }
 
     fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {
@@ -138,9 +141,13 @@ impl Backend for MemoryBackend {
         Ok(watch_stream(keys, reader, &self.signal, self.clock.clone()))
     }
 
+    /// Closes this handle. Messages it handed out and that are not finished count as failed
+    /// deliveries and are retried (their consumers are gone with the handle).
     async fn close(&self) -> Result<(), KvError> {
-        self.closed.store(true, Ordering::Release);
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
         self.signal.close();
-        Ok(())
+        self.store.abandon_deliveries(self.id, self.clock.now())
     }
 }

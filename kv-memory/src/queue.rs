@@ -14,6 +14,7 @@ pub(crate) async fn next_message(
     store: &MemoryStore,
     clock: Arc<dyn Clock>,
     handle_signal: Arc<ChangeSignal>,
+    owner: u64,
 ) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
     let mut queue_changes = store.subscribe_queue();
     loop {
@@ -22,12 +23,13 @@ pub(crate) async fn next_message(
         }
         // Subscribed before looking, so an enqueue between the look and the wait still wakes us.
         queue_changes.borrow_and_update();
-        let next_due = match store.take_due_message(clock.now()) {
-            Ok(message) => {
+        let next_due = match store.take_due_message(clock.now(), owner) {
+            Ok((message, token)) => {
                 let handle = MemoryMessage {
                     store: store.clone(),
                     clock: clock.clone(),
                     id: message.id,
+                    token,
                     payload: message.payload,
                     settled: false,
                 };
@@ -54,6 +56,7 @@ struct MemoryMessage {
     store: MemoryStore,
     clock: Arc<dyn Clock>,
     id: Uuid,
+    token: u64,
     payload: Vec<u8>,
     settled: bool,
 }
@@ -67,7 +70,7 @@ impl QueueMessageHandle for MemoryMessage {
     async fn finish(mut self: Box<Self>, success: bool) -> Result<(), KvError> {
         self.settled = true;
         self.store
-            .finish_message(self.id, success, self.clock.now())
+            .finish_message(self.id, self.token, success, self.clock.now())
     }
 }
 
@@ -76,7 +79,9 @@ impl Drop for MemoryMessage {
     fn drop(&mut self) {
         if !self.settled {
             // Nothing to report to: a dead-letter write can only fail for a corrupt store.
-            let _ = self.store.finish_message(self.id, false, self.clock.now());
+            let _ = self
+                .store
+                .finish_message(self.id, self.token, false, self.clock.now());
         }
     }
 }

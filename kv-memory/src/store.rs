@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use chrono::{DateTime, Utc};
@@ -29,6 +30,8 @@ struct Shared {
     watchers: Mutex<Vec<Weak<ChangeSignal>>>,
     /// Bumped whenever a message becomes available (enqueue or requeue).
     queue_changes: QueueChanges,
+    /// Hands out backend handle ids.
+    handles: AtomicU64,
 }
 
 struct QueueChanges(watch::Sender<u64>);
@@ -49,7 +52,17 @@ struct State {
     /// Messages waiting for delivery, by (ready time, id).
     ready: BTreeMap<(DateTime<Utc>, Uuid), QueuedMessage>,
     /// Messages handed to a consumer and not finished yet.
-    running: HashMap<Uuid, QueuedMessage>,
+    running: HashMap<Uuid, Delivery>,
+    /// Numbers deliveries, so a stale handle cannot settle a later delivery of its message.
+    deliveries: u64,
+}
+
+/// One hand-out of a message to a consumer.
+struct Delivery {
+    message: QueuedMessage,
+    /// The backend handle that handed it out; closing that handle abandons the delivery.
+    owner: u64,
+    token: u64,
 }
 
 impl fmt::Debug for MemoryStore {
@@ -158,11 +171,18 @@ impl MemoryStore {
         Ok(Some(result))
     }
 
-    /// The first due message, moved to running; or else the time the next one is due.
+    /// A number for a new backend handle, unique within this store.
+    pub(crate) fn new_handle_id(&self) -> u64 {
+        self.shared.handles.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The first due message, moved to running for handle `owner` with a fresh delivery token; or
+    /// else the time the next one is due.
     pub(crate) fn take_due_message(
         &self,
         now: DateTime<Utc>,
-    ) -> Result<QueuedMessage, Option<DateTime<Utc>>> {
+        owner: u64,
+    ) -> Result<(QueuedMessage, u64), Option<DateTime<Utc>>> {
         let mut state = self.lock();
         let Some((&(ready_at, id), _)) = state.ready.first_key_value() else {
             return Err(None);
@@ -171,43 +191,87 @@ impl MemoryStore {
             return Err(Some(ready_at));
         }
         let message = state.ready.remove(&(ready_at, id)).ok_or(None)?;
-        state.running.insert(id, message.clone());
-        Ok(message)
+        state.deliveries += 1;
+        let token = state.deliveries;
+        let delivery = Delivery {
+            message: message.clone(),
+            owner,
+            token,
+        };
+        state.running.insert(id, delivery);
+        Ok((message, token))
     }
 
-    /// Ends a delivery: success forgets the message; failure requeues it after the next back-off
-    /// interval or, with none left, writes it to its dead-letter keys.
+    /// Ends delivery `token` of message `id`: success forgets the message; failure requeues it
+    /// after the next back-off interval or, with none left, writes it to its dead-letter keys. A
+    /// delivery that was already settled (or abandoned and handed out again) is left alone.
     pub(crate) fn finish_message(
         &self,
         id: Uuid,
+        token: u64,
         success: bool,
         now: DateTime<Utc>,
     ) -> Result<(), KvError> {
         let mut state = self.lock();
-        let Some(message) = state.running.remove(&id) else {
+        if state.running.get(&id).is_none_or(|d| d.token != token) {
+            return Ok(());
+        }
+        let Some(delivery) = state.running.remove(&id) else {
             return Ok(());
         };
         if success {
             return Ok(());
         }
-        match after_failed_delivery(&message, now) {
-            DeliveryFailure::Retry(next) => {
-                state.ready.insert((next.ready_at, next.id), next);
-                drop(state);
-                self.notify_queue();
-            }
-            DeliveryFailure::DeadLetter { mutations } if mutations.is_empty() => {}
-            DeliveryFailure::DeadLetter { mutations } => {
-                let write = AtomicWrite {
-                    mutations,
-                    ..Default::default()
-                };
-                state.commit(&write, now)?;
-                drop(state);
-                self.notify_watchers();
+        let effects = state.fail_delivery(delivery.message, now)?;
+        drop(state);
+        self.announce(effects);
+        Ok(())
+    }
+
+    /// Treats every message handed out by handle `owner` and not finished as a failed delivery:
+    /// a closed handle's consumers are gone, as a crashed process's are.
+    pub(crate) fn abandon_deliveries(&self, owner: u64, now: DateTime<Utc>) -> Result<(), KvError> {
+        let mut state = self.lock();
+        let abandoned: Vec<Uuid> = state
+            .running
+            .iter()
+            .filter(|(_, d)| d.owner == owner)
+            .map(|(id, _)| *id)
+            .collect();
+        let mut effects = Effects::default();
+        for id in abandoned {
+            if let Some(delivery) = state.running.remove(&id) {
+                effects = effects.and(state.fail_delivery(delivery.message, now)?);
             }
         }
+        drop(state);
+        self.announce(effects);
         Ok(())
+    }
+
+    fn announce(&self, effects: Effects) {
+        if effects.queue {
+            self.notify_queue();
+        }
+        if effects.watchers {
+            self.notify_watchers();
+        }
+    }
+}
+
+/// Which waiters a change must wake.
+#[derive(Debug, Default, Clone, Copy)]
+struct Effects {
+    queue: bool,
+    watchers: bool,
+}
+
+impl Effects {
+    fn and(self, other: Effects) -> Effects {
+        Effects {
+            queue: self.queue || other.queue,
+            watchers: self.watchers || other.watchers,
+        }
     }
 }
 
@@ -294,6 +358,37 @@ impl State {
                 self.expiries.remove(&(at, key));
             }
         }
+    }
+
+    /// Requeues a message whose delivery failed, or dead-letters it when its retries are used up.
+    fn fail_delivery(
+        &mut self,
+        message: QueuedMessage,
+        now: DateTime<Utc>,
+    ) -> Result<Effects, KvError> {
+        Ok(match after_failed_delivery(&message, now) {
+            DeliveryFailure::Retry(next) => {
+                self.ready.insert((next.ready_at, next.id), next);
+                Effects {
+                    queue: true,
+                    watchers: false,
+                }
+            }
+            DeliveryFailure::DeadLetter { mutations } if mutations.is_empty() => Effects::default(),
+            DeliveryFailure::DeadLetter { mutations } => {
+                self.commit(
+                    &AtomicWrite {
+                        mutations,
+                        ..Default::default()
+                    },
+                    now,
+                )?;
+                Effects {
+                    queue: false,
+                    watchers: true,
+                }
+            }
+        })
     }
 
     /// Drops entries whose time has come (they are already invisible; this frees the memory).
