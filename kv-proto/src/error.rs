@@ -55,6 +55,10 @@ pub enum KvError {
     #[error("the database is closed")]
     Closed,
 
+    /// A write to a database opened read-only.
+    #[error("the database was opened read-only")]
+    ReadOnly,
+
     /// The backend does not offer this feature (see [`crate::Capabilities`]).
     #[error("{feature} is not supported by this backend")]
     Unsupported {

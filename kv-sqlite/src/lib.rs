@@ -1,1 +1,312 @@
-//! Placeholder crate: filled by a later issue (see the issue tracker).
+//! # kv-sqlite — the reference Deno KV backend, file-compatible with Deno
+//!
+//! Stores data in a SQLite file with exactly the layout Deno 2.9 writes (`Deno.openKv(path)`), so
+//! Deno and this crate open each other's files: same tables, migrations, encodings, versionstamps,
+//! expiry and queue rows, WAL journal.
+//!
+//! How it works:
+//! - **Writes** go to one writer thread per handle, which groups whatever writes are waiting into
+//!   one SQLite transaction and one fsync (group commit, no fixed wait). Each write runs in its
+//!   own savepoint, so a failed check or a bad mutation rolls back only that write. Deno's rules
+//!   come from kv-proto's write path.
+//! - **Reads** use a pool of read connections on the blocking thread pool; in WAL mode they never
+//!   block the writer and see a consistent snapshot.
+//! - **Queues** use Deno's `queue` / `queue_running` tables: a delivered message holds a deadline
+//!   renewed while its consumer lives; messages of a crashed consumer are requeued when the
+//!   deadline passes and at open.
+//! - **Across processes**: the writer notices other processes' commits (SQLite's data version) and
+//!   wakes this handle's watches and queue consumers, which Deno's own backend does not do.
+//! - **Busy**: another process holding the write lock is waited for with retries and back-off;
+//!   "database is locked" never reaches the caller.
+//!
+//! Durability is explicit: [`Durability::Full`] (the default) syncs every commit group, so an
+//! acknowledged commit survives a crash of the process and of the machine;
+//! [`Durability::Process`] survives a process crash only, and is faster.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kv_proto::KvError> {
+//! use kv_proto::{encode_key, key, AtomicWrite, Backend, KvValue, Mutation};
+//! let kv = kv_sqlite::SqliteBackend::open("kv.sqlite3")?;
+//! let write = AtomicWrite {
+//!     mutations: vec![Mutation::set(encode_key(&key!["hello"])?, KvValue::Bytes(b"world".to_vec()))],
+//!     ..Default::default()
+//! };
+//! kv.atomic_write(write).await?;
+//! kv.close().await?;
+//! # Ok(()) }
+//! ```
+
+mod queue;
+mod reader;
+mod schema;
+mod store;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+use kv_proto::{
+    AtomicWrite, Backend, Capabilities, ChangeSignal, Clock, CommitResult, KvError, Limits,
+    QueueMessageHandle, ReadRangeOutput, SnapshotRead, SystemClock, WatchReader, WatchStream,
+    watch_stream,
+};
+use thiserror::Error;
+
+use crate::reader::ReaderPool;
+use crate::writer::Writer;
+
+/// Why a database could not be opened or used.
+#[derive(Debug, Error)]
+pub enum SqliteError {
+    /// SQLite itself failed (I/O, corruption, locking after every retry).
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The file was written by a newer version of the layout; it is left untouched.
+    #[error(
+        "the database schema version {found} is newer than this build supports ({supported}); refusing to modify it"
+    )]
+    SchemaTooNew {
+        /// The file's migration version.
+        found: i64,
+        /// The newest this crate knows.
+        supported: i64,
+    },
+    /// A read-only open of a file that has not been migrated to the current layout.
+    #[error(
+        "the database is at schema version {found} and needs migrating to {supported}; open it writable once"
+    )]
+    NeedsMigration {
+        /// The file's migration version.
+        found: i64,
+        /// The version required.
+        supported: i64,
+    },
+    /// The file is a SQLite database, but not a Deno KV one.
+    #[error("not a Deno KV database: {reason}")]
+    NotDenoKv {
+        /// What gave it away.
+        reason: String,
+    },
+    /// A background thread could not be started.
+    #[error("cannot start the writer thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+impl From<SqliteError> for KvError {
+    fn from(err: SqliteError) -> Self {
+        match err {
+            SqliteError::Sqlite(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::NotADatabase
+                    || e.code == rusqlite::ErrorCode::DatabaseCorrupt =>
+            {
+                KvError::Corrupt {
+                    message: err.to_string(),
+                }
+            }
+            SqliteError::NotDenoKv { .. } => KvError::Corrupt {
+                message: err.to_string(),
+            },
+            other => KvError::storage(other),
+        }
+    }
+}
+
+/// How hard a commit is pushed to disk before it is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `synchronous = FULL`: every commit group is synced; survives a machine crash.
+    #[default]
+    Full,
+    /// `synchronous = NORMAL` in WAL mode: survives a process crash; a machine crash may lose the
+    /// last commits (never corrupts).
+    Process,
+}
+
+/// How to open a database.
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    /// The clock expiry and queue times are read from.
+    pub clock: Arc<dyn Clock>,
+    /// Limits to enforce (Deno's by default).
+    pub limits: Limits,
+    /// Open without writing (no migration, no writer thread; writes fail with
+    /// [`KvError::ReadOnly`]).
+    pub read_only: bool,
+    /// See [`Durability`].
+    pub durability: Durability,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            clock: Arc::new(SystemClock),
+            limits: Limits::deno(),
+            read_only: false,
+            durability: Durability::Full,
+        }
+    }
+}
+
+/// A handle on a Deno KV SQLite file. Several handles, in one process or several, may share a
+/// file.
+pub struct SqliteBackend {
+    path: PathBuf,
+    options: SqliteOptions,
+    readers: Arc<ReaderPool>,
+    writer: Option<Arc<Writer>>,
+    signal: Arc<ChangeSignal>,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for SqliteBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteBackend")
+            .field("path", &self.path)
+            .field("read_only", &self.options.read_only)
+            .finish()
+    }
+}
+
+impl SqliteBackend {
+    /// Opens (creating if needed) the database at `path` with default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, KvError> {
+        Self::open_with(path, SqliteOptions::default())
+    }
+
+    /// Opens the database at `path`. A writable open creates the file and migrates it to Deno's
+    /// current layout; a file with a newer layout is refused untouched.
+    pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self, KvError> {
+        let path = path.as_ref().to_path_buf();
+        let signal = Arc::new(ChangeSignal::new());
+        let writer = if options.read_only {
+            let conn = store::open_connection(&path, true, options.durability)?;
+            schema::check_readable(&conn)?;
+            None
+        } else {
+            Some(Arc::new(Writer::start(
+                &path,
+                options.durability,
+                options.clock.clone(),
+                signal.clone(),
+            )?))
+        };
+        let readers = Arc::new(ReaderPool::new(
+            path.clone(),
+            options.read_only,
+            options.durability,
+        ));
+        Ok(SqliteBackend {
+            path,
+            options,
+            readers,
+            writer,
+            signal,
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// The file this handle works on.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn ensure_open(&self) -> Result<(), KvError> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(KvError::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn writer(&self) -> Result<&Arc<Writer>, KvError> {
+        self.ensure_open()?;
+        self.writer.as_ref().ok_or(KvError::ReadOnly)
+    }
+}
+
+#[async_trait]
+impl Backend for SqliteBackend {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            durable: true,
+            queues: !self.options.read_only,
+            watch: true,
+        }
+    }
+
+    async fn snapshot_read(&self, read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError> {
+        self.ensure_open()?;
+        self.options.limits.validate_snapshot_read(&read)?;
+        let now_ms = self.options.clock.now_ms();
+        let readers = self.readers.clone();
+        run_blocking(move || readers.read(&read.ranges, now_ms)).await
+    }
+
+    async fn atomic_write(&self, write: AtomicWrite) -> Result<Option<CommitResult>, KvError> {
+        let writer = self.writer()?;
+        self.options
+            .limits
+            .validate_atomic_write(&write, self.options.clock.now())?;
+        writer.write(write).await
+    }
+
+    async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
+        let Ok(writer) = self.writer() else {
+            return if self.options.read_only && !self.closed.load(Ordering::Acquire) {
+                Err(KvError::ReadOnly)
+            } else {
+                Ok(None)
+            };
+        };
+        queue::next_message(writer, &self.options.clock, &self.signal).await
+    }
+
+    fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {
+        self.ensure_open()?;
+        self.options.limits.validate_watch(&keys)?;
+        let readers = self.readers.clone();
+        let clock = self.options.clock.clone();
+        let reader: WatchReader = Arc::new(move |keys| {
+            let readers = readers.clone();
+            let now_ms = clock.now_ms();
+            Box::pin(run_blocking(move || readers.read_watched(&keys, now_ms)))
+        });
+        Ok(watch_stream(
+            keys,
+            reader,
+            &self.signal,
+            self.options.clock.clone(),
+        ))
+    }
+
+    async fn close(&self) -> Result<(), KvError> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.signal.close();
+        match &self.writer {
+            Some(writer) => writer.shut_down().await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for SqliteBackend {
+    fn drop(&mut self) {
+        self.signal.close();
+        if let Some(writer) = &self.writer {
+            writer.shut_down_in_background();
+        }
+    }
+}
+
+/// Runs blocking SQLite work on tokio's blocking pool.
+async fn run_blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, KvError> + Send + 'static,
+) -> Result<T, KvError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| KvError::storage(std::io::Error::other(e.to_string())))?
+}

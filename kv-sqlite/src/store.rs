@@ -1,0 +1,259 @@
+//! Rows in Deno's tables, and kv-proto's write transaction over a SQLite connection.
+
+use std::path::Path;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use kv_proto::queue::QueuedMessage;
+use kv_proto::{
+    KvEntry, KvError, KvValue, StoredEntry, Versionstamp, WriteTransaction, ms_to_datetime,
+};
+use rusqlite::{Connection, OpenFlags, Row, params};
+use uuid::Uuid;
+
+use crate::{Durability, SqliteError};
+
+/// How long SQLite itself waits for another connection's lock before reporting busy; callers
+/// retry beyond that with back-off.
+pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Opens a connection with the settings every connection of this crate uses.
+pub(crate) fn open_connection(
+    path: &Path,
+    read_only: bool,
+    durability: Durability,
+) -> Result<Connection, SqliteError> {
+    let flags = if read_only {
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI
+    };
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    if !read_only {
+        // Deno's files are in WAL mode; readers then never block the writer.
+        let _mode: String = conn.query_row("pragma journal_mode = wal", [], |row| row.get(0))?;
+        let synchronous = match durability {
+            Durability::Full => "full",
+            Durability::Process => "normal",
+        };
+        conn.execute_batch(&format!("pragma synchronous = {synchronous}"))?;
+    }
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(conn)
+}
+
+/// Decodes one `kv` row selected as `k, v, v_encoding, version, seq, expiration_ms`.
+pub(crate) fn entry_from_row(row: &Row<'_>) -> Result<(KvEntry, StoredEntry), KvError> {
+    let key: Vec<u8> = row.get(0).map_err(corrupt)?;
+    let stored = stored_from_columns(row, 1)?;
+    let entry = KvEntry {
+        key,
+        value: stored.value.clone(),
+        versionstamp: stored.versionstamp,
+    };
+    Ok((entry, stored))
+}
+
+/// Decodes `v, v_encoding, version, seq, expiration_ms` starting at column `first`.
+fn stored_from_columns(row: &Row<'_>, first: usize) -> Result<StoredEntry, KvError> {
+    let bytes: Vec<u8> = row.get(first).map_err(corrupt)?;
+    let encoding: i64 = row.get(first + 1).map_err(corrupt)?;
+    let version: i64 = row.get(first + 2).map_err(corrupt)?;
+    let seq: i64 = row.get(first + 3).map_err(corrupt)?;
+    let expiration_ms: i64 = row.get(first + 4).map_err(corrupt)?;
+    let value = KvValue::decode(bytes, encoding)?;
+    let version = u64::try_from(version).map_err(|_| bad(format!("negative version {version}")))?;
+    let seq = u16::try_from(seq).map_err(|_| bad(format!("sequence {seq} out of range")))?;
+    let expires_at = expiry_from_ms(expiration_ms)?;
+    Ok(StoredEntry {
+        value,
+        versionstamp: Versionstamp::from_version(version, seq),
+        expires_at,
+    })
+}
+
+/// `expiration_ms` (-1 or any negative: never) as a time.
+pub(crate) fn expiry_from_ms(ms: i64) -> Result<Option<DateTime<Utc>>, KvError> {
+    if ms < 0 {
+        return Ok(None);
+    }
+    ms_to_datetime(ms)
+        .map(Some)
+        .ok_or_else(|| bad(format!("expiration_ms {ms} out of range")))
+}
+
+fn expiry_to_ms(at: Option<DateTime<Utc>>) -> i64 {
+    at.map_or(-1, |at| at.timestamp_millis())
+}
+
+/// A SQLite error while reading a row: the file holds something this layout does not allow.
+pub(crate) fn corrupt(err: rusqlite::Error) -> KvError {
+    match err {
+        rusqlite::Error::SqliteFailure(..) => KvError::storage(err),
+        other => bad(other.to_string()),
+    }
+}
+
+fn bad(message: String) -> KvError {
+    KvError::Corrupt { message }
+}
+
+/// A SQLite error from a statement.
+pub(crate) fn storage(err: rusqlite::Error) -> KvError {
+    KvError::from(SqliteError::from(err))
+}
+
+/// kv-proto's view of a write transaction, over an open SQLite transaction (or savepoint).
+pub(crate) struct SqlTransaction<'a> {
+    pub(crate) conn: &'a Connection,
+}
+
+impl WriteTransaction for SqlTransaction<'_> {
+    fn get(&mut self, key: &[u8]) -> Result<Option<StoredEntry>, KvError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "select v, v_encoding, version, seq, expiration_ms from kv where k = ?1",
+            )
+            .map_err(storage)?;
+        let mut rows = stmt.query([key]).map_err(storage)?;
+        match rows.next().map_err(storage)? {
+            Some(row) => stored_from_columns(row, 0).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn put(&mut self, key: &[u8], entry: StoredEntry) -> Result<(), KvError> {
+        let (bytes, encoding) = entry.value.encode();
+        let version = i64::try_from(entry.versionstamp.version())
+            .map_err(|_| bad("version beyond i64".into()))?;
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "insert into kv (k, v, v_encoding, version, seq, expiration_ms) values (?1, ?2, ?3, ?4, ?5, ?6)
+                 on conflict(k) do update set v = excluded.v, v_encoding = excluded.v_encoding,
+                   version = excluded.version, seq = excluded.seq, expiration_ms = excluded.expiration_ms",
+            )
+            .map_err(storage)?;
+        stmt.execute(params![
+            key,
+            bytes,
+            encoding.id(),
+            version,
+            i64::from(entry.versionstamp.seq()),
+            expiry_to_ms(entry.expires_at)
+        ])
+        .map_err(storage)?;
+        Ok(())
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<(), KvError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("delete from kv where k = ?1")
+            .map_err(storage)?;
+        stmt.execute([key]).map_err(storage)?;
+        Ok(())
+    }
+
+    fn enqueue(&mut self, message: QueuedMessage) -> Result<(), KvError> {
+        insert_queued(self.conn, &message)
+    }
+}
+
+/// A `queue` / `queue_running` row.
+#[derive(Debug, Clone)]
+pub(crate) struct QueueRow {
+    /// `ts` for `queue`, `deadline` for `queue_running`.
+    pub(crate) time_ms: i64,
+    pub(crate) id: String,
+    pub(crate) data: Vec<u8>,
+    pub(crate) backoff_schedule: Vec<u32>,
+    pub(crate) keys_if_undelivered: Vec<Vec<u8>>,
+}
+
+impl QueueRow {
+    /// Decodes a row selected as `<time>, id, data, backoff_schedule, keys_if_undelivered`.
+    pub(crate) fn from_row(row: &Row<'_>) -> Result<Self, KvError> {
+        let schedule: String = row.get(3).map_err(corrupt)?;
+        // Deno writes the keys as JSON text in a blob column; accept either storage class.
+        let keys: rusqlite::types::Value = row.get(4).map_err(corrupt)?;
+        let keys_text = match keys {
+            rusqlite::types::Value::Text(t) => t,
+            rusqlite::types::Value::Blob(b) => {
+                String::from_utf8(b).map_err(|_| bad("keys_if_undelivered is not UTF-8".into()))?
+            }
+            other => return Err(bad(format!("keys_if_undelivered holds {other:?}"))),
+        };
+        let backoff: Option<Vec<u64>> = serde_json::from_str(&schedule)
+            .map_err(|e| bad(format!("backoff_schedule {schedule:?}: {e}")))?;
+        let keys: Vec<Vec<u8>> = serde_json::from_str(&keys_text)
+            .map_err(|e| bad(format!("keys_if_undelivered {keys_text:?}: {e}")))?;
+        Ok(QueueRow {
+            time_ms: row.get(0).map_err(corrupt)?,
+            id: row.get(1).map_err(corrupt)?,
+            data: row.get(2).map_err(corrupt)?,
+            backoff_schedule: backoff
+                .unwrap_or_default()
+                .into_iter()
+                .map(|ms| u32::try_from(ms).unwrap_or(u32::MAX))
+                .collect(),
+            keys_if_undelivered: keys,
+        })
+    }
+
+    /// As kv-proto's message (a non-UUID id, which Deno never writes, gets a fresh one).
+    pub(crate) fn to_message(&self) -> Result<QueuedMessage, KvError> {
+        Ok(QueuedMessage {
+            id: Uuid::parse_str(&self.id).unwrap_or_else(|_| Uuid::new_v4()),
+            payload: self.data.clone(),
+            ready_at: ms_to_datetime(self.time_ms)
+                .ok_or_else(|| bad(format!("queue time {} out of range", self.time_ms)))?,
+            keys_if_undelivered: self.keys_if_undelivered.clone(),
+            backoff_schedule: self.backoff_schedule.clone(),
+        })
+    }
+}
+
+fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    // Serializing numbers and lists of numbers cannot fail.
+    serde_json::to_string(value).unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// Inserts a message into `queue`, ready at its `ready_at`.
+pub(crate) fn insert_queued(conn: &Connection, message: &QueuedMessage) -> Result<(), KvError> {
+    insert_queue_row(
+        conn,
+        "queue",
+        message.ready_at.timestamp_millis(),
+        &message.id.to_string(),
+        message,
+    )
+}
+
+/// Inserts a row into `queue` or `queue_running` with the given time and id.
+pub(crate) fn insert_queue_row(
+    conn: &Connection,
+    table: &str,
+    time_ms: i64,
+    id: &str,
+    message: &QueuedMessage,
+) -> Result<(), KvError> {
+    let sql = format!("insert into {table} values (?1, ?2, ?3, ?4, ?5)");
+    let mut stmt = conn.prepare_cached(&sql).map_err(storage)?;
+    stmt.execute(params![
+        time_ms,
+        id,
+        message.payload,
+        json(&message.backoff_schedule),
+        json(&message.keys_if_undelivered)
+    ])
+    .map_err(storage)?;
+    Ok(())
+}
