@@ -57,6 +57,12 @@ impl ReaderPool {
         now_ms: i64,
     ) -> Result<Vec<ReadRangeOutput>, KvError> {
         self.with_connection(|conn| {
+            // One statement is one snapshot already; several need a read transaction.
+            if let [range] = ranges {
+                return Ok(vec![ReadRangeOutput {
+                    entries: read_range(conn, range, now_ms)?,
+                }]);
+            }
             let tx = conn.transaction().map_err(storage)?;
             let mut outputs = Vec::with_capacity(ranges.len());
             for range in ranges {
