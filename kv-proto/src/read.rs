@@ -46,6 +46,22 @@ impl ReadRange {
         }
     }
 
+    /// The one key this range can hold, if it is a point read: `[k, k+00)` holds exactly `k`,
+    /// because no byte string sorts strictly between `k` and `k` followed by a zero byte.
+    ///
+    /// Engines use it to answer a `get` with an equality lookup instead of a range scan.
+    ///
+    /// ```
+    /// use kv_proto::{encode_key, key, ReadRange};
+    /// let get = ReadRange::single_key(&key!["a"]).unwrap();
+    /// assert_eq!(get.point_key(), Some(encode_key(&key!["a"]).unwrap().as_slice()));
+    /// assert_eq!(ReadRange::prefix(&key!["a"], 1).unwrap().point_key(), None);
+    /// ```
+    pub fn point_key(&self) -> Option<&[u8]> {
+        let (last, head) = self.end.split_last()?;
+        (*last == 0 && head == self.start.as_slice()).then_some(self.start.as_slice())
+    }
+
     /// Every key strictly under `prefix` (the prefix itself excluded): `[enc(p)+00, enc(p)+FF)`.
     pub fn prefix(prefix: &Key, limit: u32) -> Result<Self, KeyError> {
         let encoded = encode_key(prefix)?;
@@ -108,4 +124,25 @@ pub enum WatchKeyOutput {
     Changed(Option<KvEntry>),
     /// The key did not change since the previous emission.
     Unchanged,
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::ReadRange;
+
+    proptest! {
+        /// `point_key` names a key exactly when the range can hold no other: `[s, s+00)`.
+        #[test]
+        fn point_key_only_for_single_key_ranges(start: Vec<u8>, end: Vec<u8>) {
+            let point = ReadRange::single_encoded_key(start.clone());
+            prop_assert_eq!(point.point_key(), Some(start.as_slice()));
+
+            let range = ReadRange { start: start.clone(), end: end.clone(), limit: 1, reverse: false };
+            let mut successor = start.clone();
+            successor.push(0);
+            prop_assert_eq!(range.point_key().is_some(), end == successor);
+        }
+    }
 }

@@ -9,8 +9,10 @@
 //!   one SQLite transaction and one fsync (group commit, no fixed wait). Each write runs in its
 //!   own savepoint, so a failed check or a bad mutation rolls back only that write. Deno's rules
 //!   come from kv-proto's write path.
-//! - **Reads** use a pool of read connections on the blocking thread pool; in WAL mode they never
-//!   block the writer and see a consistent snapshot.
+//! - **Reads** use a pool of read connections and run on the calling worker thread (tokio's
+//!   `block_in_place`, so other tasks move away) rather than hopping to another thread; a get is
+//!   an equality lookup. In WAL mode readers never block the writer and see a consistent
+//!   snapshot.
 //! - **Queues** use Deno's `queue` / `queue_running` tables: a delivered message holds a deadline
 //!   renewed while its consumer lives; messages of a crashed consumer are requeued when the
 //!   deadline passes and at open.
@@ -18,6 +20,9 @@
 //!   wakes this handle's watches and queue consumers, which Deno's own backend does not do.
 //! - **Busy**: another process holding the write lock is waited for with retries and back-off;
 //!   "database is locked" never reaches the caller.
+//!
+//! Reads and writes work from any executor (or none); queue consumers and watches wait on tokio
+//! timers and need a tokio runtime.
 //!
 //! Durability is explicit: [`Durability::Full`] (the default) syncs every commit group, so an
 //! acknowledged commit survives a crash of the process and of the machine;
@@ -36,6 +41,7 @@
 //! # Ok(()) }
 //! ```
 
+mod blocking;
 mod queue;
 mod reader;
 mod schema;
@@ -54,6 +60,7 @@ use kv_proto::{
 };
 use thiserror::Error;
 
+use crate::blocking::run_blocking;
 use crate::reader::ReaderPool;
 use crate::writer::Writer;
 
@@ -302,11 +309,47 @@ impl Drop for SqliteBackend {
     }
 }
 
-/// Runs blocking SQLite work on tokio's blocking pool.
-async fn run_blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, KvError> + Send + 'static,
-) -> Result<T, KvError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| KvError::storage(std::io::Error::other(e.to_string())))?
+#[cfg(test)]
+mod tests {
+    //! Reads choose how to leave the executor by the runtime they run on (see `run_blocking`);
+    //! the conformance suite covers the multi-thread runtime, these cover the other two.
+
+    use kv_proto::{KvValue, Mutation, ReadRange, encode_key, key};
+
+    use super::*;
+
+    /// Writes one key, reads it back with a get and a list, and closes.
+    async fn write_then_read(path: &Path) -> Result<(), KvError> {
+        let kv = SqliteBackend::open(path)?;
+        let k = encode_key(&key!["runtime", 1])?;
+        let write = AtomicWrite {
+            mutations: vec![Mutation::set(k.clone(), KvValue::U64(7))],
+            ..Default::default()
+        };
+        assert!(kv.atomic_write(write).await?.is_some());
+        let list = ReadRange::prefix(&key!["runtime"], 10)?;
+        let read = SnapshotRead {
+            ranges: vec![ReadRange::single_encoded_key(k.clone()), list],
+            ..Default::default()
+        };
+        let out = kv.snapshot_read(read).await?;
+        for range in &out {
+            assert_eq!(range.entries.len(), 1);
+            assert_eq!(range.entries[0].key, k);
+            assert_eq!(range.entries[0].value, KvValue::U64(7));
+        }
+        kv.close().await
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn reads_work_on_a_current_thread_runtime() -> Result<(), KvError> {
+        let dir = tempfile::tempdir().map_err(KvError::storage)?;
+        write_then_read(&dir.path().join("kv.sqlite3")).await
+    }
+
+    #[test]
+    fn reads_work_outside_any_tokio_runtime() -> Result<(), KvError> {
+        let dir = tempfile::tempdir().map_err(KvError::storage)?;
+        futures::executor::block_on(write_then_read(&dir.path().join("kv.sqlite3")))
+    }
 }

@@ -3,11 +3,11 @@
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 
-use kv_proto::{KvError, ReadRange, ReadRangeOutput, WatchedEntry};
+use kv_proto::{KvEntry, KvError, ReadRange, ReadRangeOutput, StoredEntry, WatchedEntry};
 use rusqlite::Connection;
 
 use crate::Durability;
-use crate::store::{entry_from_row, open_connection, storage};
+use crate::store::{entry_from_row, open_connection, storage, stored_from_row};
 
 /// Idle connections kept for reuse; more are opened under load and closed when returned.
 const MAX_IDLE: usize = 16;
@@ -85,45 +85,64 @@ impl ReaderPool {
             let tx = conn.transaction().map_err(storage)?;
             let mut out = Vec::with_capacity(keys.len());
             for key in keys {
-                let range = ReadRange::single_encoded_key(key.clone());
-                let mut stmt = tx.prepare_cached(POINT_SQL).map_err(storage)?;
-                let mut rows = stmt
-                    .query(rusqlite::params![range.start, now_ms])
-                    .map_err(storage)?;
-                out.push(match rows.next().map_err(storage)? {
-                    Some(row) => {
-                        let (entry, stored) = entry_from_row(row)?;
-                        WatchedEntry {
-                            entry: Some(entry),
-                            expires_at: stored.expires_at,
-                        }
-                    }
+                out.push(match read_point(&tx, key, now_ms)? {
+                    Some(StoredEntry {
+                        value,
+                        versionstamp,
+                        expires_at,
+                    }) => WatchedEntry {
+                        entry: Some(KvEntry {
+                            key: key.clone(),
+                            value,
+                            versionstamp,
+                        }),
+                        expires_at,
+                    },
                     None => WatchedEntry {
                         entry: None,
                         expires_at: None,
                     },
                 });
             }
-            drop(tx);
+            tx.finish().map_err(storage)?;
             Ok(out)
         })
     }
 }
 
-const POINT_SQL: &str = "select k, v, v_encoding, version, seq, expiration_ms from kv
+const POINT_SQL: &str = "select v, v_encoding, version, seq, expiration_ms from kv
     where k = ?1 and (expiration_ms < 0 or expiration_ms > ?2)";
 const RANGE_ASC_SQL: &str = "select k, v, v_encoding, version, seq, expiration_ms from kv
     where k >= ?1 and k < ?2 and (expiration_ms < 0 or expiration_ms > ?3) order by k asc limit ?4";
 const RANGE_DESC_SQL: &str = "select k, v, v_encoding, version, seq, expiration_ms from kv
     where k >= ?1 and k < ?2 and (expiration_ms < 0 or expiration_ms > ?3) order by k desc limit ?4";
 
-fn read_range(
-    conn: &Connection,
-    range: &ReadRange,
-    now_ms: i64,
-) -> Result<Vec<kv_proto::KvEntry>, KvError> {
+/// The live (unexpired at `now_ms`) entry at exactly `key`.
+fn read_point(conn: &Connection, key: &[u8], now_ms: i64) -> Result<Option<StoredEntry>, KvError> {
+    let mut stmt = conn.prepare_cached(POINT_SQL).map_err(storage)?;
+    let mut rows = stmt
+        .query(rusqlite::params![key, now_ms])
+        .map_err(storage)?;
+    match rows.next().map_err(storage)? {
+        Some(row) => stored_from_row(row).map(Some),
+        None => Ok(None),
+    }
+}
+
+fn read_range(conn: &Connection, range: &ReadRange, now_ms: i64) -> Result<Vec<KvEntry>, KvError> {
     if range.start >= range.end {
         return Ok(Vec::new());
+    }
+    // A get (`[k, k+00)`) is an equality lookup; the range scan below would find the same row.
+    if let Some(key) = range.point_key() {
+        return Ok(read_point(conn, key, now_ms)?
+            .map(|stored| KvEntry {
+                key: key.to_vec(),
+                value: stored.value,
+                versionstamp: stored.versionstamp,
+            })
+            .into_iter()
+            .collect());
     }
     let mut stmt = conn
         .prepare_cached(if range.reverse {
@@ -142,7 +161,7 @@ fn read_range(
         .map_err(storage)?;
     let mut entries = Vec::new();
     while let Some(row) = rows.next().map_err(storage)? {
-        entries.push(entry_from_row(row)?.0);
+        entries.push(entry_from_row(row)?);
     }
     Ok(entries)
 }

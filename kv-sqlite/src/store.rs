@@ -44,20 +44,32 @@ pub(crate) fn open_connection(
         };
         conn.execute_batch(&format!("pragma synchronous = {synchronous}"))?;
     }
+    // This SQLite is built with STAT4, which re-plans a statement whenever a bound value used by
+    // its range constraints changes: every `get` would pay a fresh prepare. The query planner
+    // stability guarantee keeps one plan per statement (our queries have one good plan: the
+    // primary key).
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
 }
 
 /// Decodes one `kv` row selected as `k, v, v_encoding, version, seq, expiration_ms`.
-pub(crate) fn entry_from_row(row: &Row<'_>) -> Result<(KvEntry, StoredEntry), KvError> {
+pub(crate) fn entry_from_row(row: &Row<'_>) -> Result<KvEntry, KvError> {
     let key: Vec<u8> = row.get(0).map_err(corrupt)?;
     let stored = stored_from_columns(row, 1)?;
-    let entry = KvEntry {
+    Ok(KvEntry {
         key,
-        value: stored.value.clone(),
+        value: stored.value,
         versionstamp: stored.versionstamp,
-    };
-    Ok((entry, stored))
+    })
+}
+
+/// Decodes one `kv` row selected as `v, v_encoding, version, seq, expiration_ms`.
+pub(crate) fn stored_from_row(row: &Row<'_>) -> Result<StoredEntry, KvError> {
+    stored_from_columns(row, 0)
 }
 
 /// Decodes `v, v_encoding, version, seq, expiration_ms` starting at column `first`.
@@ -124,7 +136,7 @@ impl WriteTransaction for SqlTransaction<'_> {
             .map_err(storage)?;
         let mut rows = stmt.query([key]).map_err(storage)?;
         match rows.next().map_err(storage)? {
-            Some(row) => stored_from_columns(row, 0).map(Some),
+            Some(row) => stored_from_row(row).map(Some),
             None => Ok(None),
         }
     }

@@ -27,6 +27,7 @@ use kv_proto::{
 use rusqlite::{Connection, ErrorCode, params};
 use tokio::sync::{oneshot, watch};
 
+use crate::blocking::run_blocking;
 use crate::store::{QueueRow, SqlTransaction, insert_queue_row, open_connection, storage};
 use crate::{Durability, SqliteError, schema};
 
@@ -184,7 +185,15 @@ impl Writer {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(thread) = thread {
-            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+            // The thread has answered the shutdown and is only closing its connection.
+            let _ = run_blocking(move || {
+                thread.join().map_err(|_| {
+                    KvError::storage(std::io::Error::other(
+                        "the kv-sqlite writer thread panicked",
+                    ))
+                })
+            })
+            .await;
         }
         match result {
             Err(KvError::Closed) => Ok(()),

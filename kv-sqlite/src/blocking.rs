@@ -1,0 +1,25 @@
+//! Leaving the async executor for blocking SQLite work.
+
+use kv_proto::KvError;
+
+/// Runs blocking SQLite work (a read, joining the writer thread) without stalling the async executor.
+///
+/// - On tokio's multi-thread runtime: [`tokio::task::block_in_place`]. The current worker hands
+///   its other tasks to another worker and runs the read itself, so a point get costs no thread
+///   hop and no wake-up (a hop through `spawn_blocking` costs several times the read: see
+///   `examples/sqlite_bench.rs --diagnose`).
+/// - On a current-thread runtime, where that is not allowed: tokio's blocking pool.
+/// - Outside any tokio runtime (for example under `futures::executor::block_on`): inline, since
+///   the caller is not on an async executor whose other tasks it could stall.
+pub(crate) async fn run_blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, KvError> + Send + 'static,
+) -> Result<T, KvError> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|handle| handle.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        Ok(_) => tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|e| KvError::storage(std::io::Error::other(e.to_string())))?,
+        Err(_) => work(),
+    }
+}
