@@ -298,6 +298,13 @@ impl From<Vec<KeyPart>> for Key {
     }
 }
 
+/// Lets APIs that take `impl Into<Key>` accept a borrowed key too (it is cloned).
+impl From<&Key> for Key {
+    fn from(key: &Key) -> Self {
+        key.clone()
+    }
+}
+
 impl FromIterator<KeyPart> for Key {
     fn from_iter<I: IntoIterator<Item = KeyPart>>(iter: I) -> Self {
         Key(iter.into_iter().collect())

@@ -60,8 +60,3 @@ pub use write::{
 // Re-exported so users name the same types kv-proto uses.
 pub use chrono;
 pub use num_bigint;
-
-/// The README's Rust snippets are compiled and run as doc tests, so they stay true.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct ReadmeDoctests;

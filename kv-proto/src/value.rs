@@ -85,6 +85,27 @@ pub enum KvValue {
     U64(u64),
 }
 
+/// A Rust `u64` is a `Deno.KvU64` (the u64 encoding), the type `sum`, `min` and `max` work on.
+impl From<u64> for KvValue {
+    fn from(value: u64) -> Self {
+        KvValue::U64(value)
+    }
+}
+
+/// Rust bytes are a JavaScript `Uint8Array` (the bytes encoding).
+impl From<Vec<u8>> for KvValue {
+    fn from(bytes: Vec<u8>) -> Self {
+        KvValue::Bytes(bytes)
+    }
+}
+
+/// Rust bytes are a JavaScript `Uint8Array` (the bytes encoding).
+impl From<&[u8]> for KvValue {
+    fn from(bytes: &[u8]) -> Self {
+        KvValue::Bytes(bytes.to_vec())
+    }
+}
+
 impl KvValue {
     /// The encoding this value is stored with.
     pub fn encoding(&self) -> ValueEncoding {
