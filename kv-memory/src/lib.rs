@@ -37,8 +37,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use async_trait::async_trait;
 use kv_proto::{
     AtomicWrite, Backend, Capabilities, ChangeSignal, Clock, CommitResult, KvError, Limits,
-    QueueMessageHandle, ReadRangeOutput, SnapshotRead, SystemClock, WatchReader, WatchStream,
-    watch_stream,
+    QueueMessageHandle, QueuedMessage, ReadRangeOutput, SnapshotRead, SystemClock, WatchReader,
+    WatchStream, watch_stream,
 };
 
 pub use store::MemoryStore;
@@ -127,6 +127,11 @@ impl Backend for MemoryBackend {
     async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
         let closed = self.signal.clone();
         queue::next_message(&self.store, self.clock.clone(), closed, self.id).await
+    }
+
+    async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
+        self.ensure_open()?;
+        Ok(self.store.queued_messages(self.clock.now()))
     }
 
     fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {

@@ -176,6 +176,18 @@ impl MemoryStore {
         self.shared.handles.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Every message, waiting or running, by ready time (running ones as ready at `now`).
+    pub(crate) fn queued_messages(&self, now: DateTime<Utc>) -> Vec<QueuedMessage> {
+        let state = self.lock();
+        let mut messages: Vec<QueuedMessage> = state.ready.values().cloned().collect();
+        messages.extend(state.running.values().map(|delivery| QueuedMessage {
+            ready_at: now,
+            ..delivery.message.clone()
+        }));
+        messages.sort_by_key(|message| (message.ready_at, message.id));
+        messages
+    }
+
     /// The first due message, moved to running for handle `owner` with a fresh delivery token; or
     /// else the time the next one is due.
     pub(crate) fn take_due_message(

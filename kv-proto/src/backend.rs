@@ -19,7 +19,7 @@
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
-use crate::queue::QueueMessageHandle;
+use crate::queue::{QueueMessageHandle, QueuedMessage};
 use crate::{AtomicWrite, CommitResult, KvError, ReadRangeOutput, SnapshotRead, WatchKeyOutput};
 
 /// What a backend offers beyond reads and writes, so a conformance suite (or a program) knows
@@ -61,6 +61,15 @@ pub trait Backend: Send + Sync {
     /// without queues need not implement it.
     async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
         Err(KvError::Unsupported { feature: "queues" })
+    }
+
+    /// Every message in the queue, waiting or being delivered, ordered by ready time (messages
+    /// being delivered count as ready now). For tools that inspect or copy a store (`kv stats`,
+    /// `kv migrate`); it hands nothing out and changes nothing. The default refuses.
+    async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
+        Err(KvError::Unsupported {
+            feature: "queue inspection",
+        })
     }
 
     /// Watches up to 10 encoded keys: the stream yields their current state at once, then again

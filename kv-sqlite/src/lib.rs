@@ -55,8 +55,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use async_trait::async_trait;
 use kv_proto::{
     AtomicWrite, Backend, Capabilities, ChangeSignal, Clock, CommitResult, KvError, Limits,
-    QueueMessageHandle, ReadRangeOutput, SnapshotRead, SystemClock, WatchReader, WatchStream,
-    watch_stream,
+    QueueMessageHandle, QueuedMessage, ReadRangeOutput, SnapshotRead, SystemClock, WatchReader,
+    WatchStream, watch_stream,
 };
 use thiserror::Error;
 
@@ -268,6 +268,13 @@ impl Backend for SqliteBackend {
             };
         };
         queue::next_message(writer, &self.options.clock, &self.signal).await
+    }
+
+    async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
+        self.ensure_open()?;
+        let now_ms = self.options.clock.now_ms();
+        let readers = self.readers.clone();
+        run_blocking(move || readers.queued_messages(now_ms)).await
     }
 
     fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {

@@ -3,11 +3,12 @@
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 
+use kv_proto::queue::QueuedMessage;
 use kv_proto::{KvEntry, KvError, ReadRange, ReadRangeOutput, StoredEntry, WatchedEntry};
 use rusqlite::Connection;
 
 use crate::Durability;
-use crate::store::{entry_from_row, open_connection, storage, stored_from_row};
+use crate::store::{QueueRow, entry_from_row, open_connection, storage, stored_from_row};
 
 /// Idle connections kept for reuse; more are opened under load and closed when returned.
 const MAX_IDLE: usize = 16;
@@ -75,6 +76,27 @@ impl ReaderPool {
         })
     }
 
+    /// Every queued message from one snapshot: `queue` by ready time, then `queue_running`
+    /// (whose messages are being delivered) as ready at `now_ms`.
+    pub(crate) fn queued_messages(&self, now_ms: i64) -> Result<Vec<QueuedMessage>, KvError> {
+        self.with_connection(|conn| {
+            let tx = conn.transaction().map_err(storage)?;
+            let mut messages = Vec::new();
+            for (sql, params) in [(QUEUE_SQL, vec![]), (RUNNING_SQL, vec![now_ms])] {
+                let mut stmt = tx.prepare_cached(sql).map_err(storage)?;
+                let mut rows = stmt
+                    .query(rusqlite::params_from_iter(params))
+                    .map_err(storage)?;
+                while let Some(row) = rows.next().map_err(storage)? {
+                    messages.push(QueueRow::from_row(row)?.to_message()?);
+                }
+            }
+            tx.finish().map_err(storage)?;
+            messages.sort_by_key(|message| message.ready_at);
+            Ok(messages)
+        })
+    }
+
     /// The current entries of watched keys, from one snapshot.
     pub(crate) fn read_watched(
         &self,
@@ -110,6 +132,10 @@ impl ReaderPool {
     }
 }
 
+const QUEUE_SQL: &str =
+    "select ts, id, data, backoff_schedule, keys_if_undelivered from queue order by ts";
+const RUNNING_SQL: &str =
+    "select ?1, id, data, backoff_schedule, keys_if_undelivered from queue_running";
 const POINT_SQL: &str = "select v, v_encoding, version, seq, expiration_ms from kv
     where k = ?1 and (expiration_ms < 0 or expiration_ms > ?2)";
 const RANGE_ASC_SQL: &str = "select k, v, v_encoding, version, seq, expiration_ms from kv

@@ -42,7 +42,8 @@ pub(crate) fn cases() -> Vec<Case> {
             message_waiting_for_retry_does_not_block_others,
             fifty_messages_all_arrive_exactly_once,
             waiting_dequeue_wakes_when_a_message_is_enqueued,
-            waiting_dequeue_wakes_when_a_delayed_message_becomes_due;
+            waiting_dequeue_wakes_when_a_delayed_message_becomes_due,
+            queued_messages_lists_waiting_and_delivered_messages_without_taking_them;
         QUEUES_REOPEN =>
             consumers_on_two_handles_together_get_each_message_once,
             message_held_by_a_crashed_consumer_is_redelivered_after_reopen,
@@ -653,4 +654,63 @@ async fn message_held_by_a_crashed_consumer_is_redelivered_after_reopen(mut env:
     finish(handle, true).await;
     env.advance(A_YEAR);
     assert_no_message(&*env.kv, "after the redelivery succeeded").await;
+}
+
+/// `queued_messages` (optional: a backend may refuse it as unsupported) shows every message —
+/// waiting, delayed, and handed out but unfinished — with its payload, dead-letter keys and
+/// remaining schedule, and takes nothing: the messages are still delivered afterwards.
+async fn queued_messages_lists_waiting_and_delivered_messages_without_taking_them(env: Env) {
+    let kv = env.kv.as_ref();
+    let now = env.clock().now();
+    enqueue(
+        kv,
+        with_retries(&env, "held", &[10, 20], &[key!["dead", "held"]]),
+    )
+    .await;
+    enqueue(kv, delayed(&env, "later", Duration::from_secs(60))).await;
+    let held = receive(kv, &payload("held")).await;
+
+    let listed = match kv.queued_messages().await {
+        Err(kv_proto::KvError::Unsupported { .. }) => {
+            finish(held, true).await;
+            return;
+        }
+        Err(e) => panic!("queued_messages failed: {e}"),
+        Ok(listed) => listed,
+    };
+    let payloads: Vec<String> = listed.iter().map(|m| shown(&m.payload)).collect();
+    assert_eq!(
+        payloads,
+        vec![shown(&payload("held")), shown(&payload("later"))],
+        "every message, the one being delivered first (it counts as ready now)"
+    );
+    assert!(
+        listed[0].ready_at <= env.clock().now(),
+        "a delivered message is ready now"
+    );
+    assert_eq!(
+        listed[0].keys_if_undelivered,
+        vec![enc(&key!["dead", "held"])]
+    );
+    assert_eq!(listed[0].backoff_schedule, vec![10, 20]);
+    assert_eq!(
+        listed[1].ready_at,
+        now + TimeDelta::seconds(60),
+        "the delayed message keeps its ready time"
+    );
+    assert_eq!(
+        listed[1].backoff_schedule,
+        DEFAULT_BACKOFF_SCHEDULE.to_vec()
+    );
+
+    finish(held, true).await;
+    let after = kv.queued_messages().await.unwrap_or_default();
+    assert_eq!(
+        after.len(),
+        1,
+        "a finished message is gone; the other is untouched"
+    );
+    env.advance(Duration::from_secs(60));
+    let later = receive(kv, &payload("later")).await;
+    finish(later, true).await;
 }
