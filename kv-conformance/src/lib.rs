@@ -19,9 +19,14 @@
 //! });
 //! ```
 //!
+//! Durable engines can also run the crash harness ([`crash`]): child processes committing writes
+//! are killed with `SIGKILL` at random moments, and every acknowledged commit must survive,
+//! whole, with its queue message delivered exactly once ([`crash_main!`]).
+//!
 //! See `README.md` in this crate for the step-by-step guide.
 
 mod cases;
+pub mod crash;
 pub mod faults;
 mod harness;
 pub mod model;
