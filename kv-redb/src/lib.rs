@@ -1,1 +1,313 @@
-//! Placeholder crate: filled by a later issue (see the issue tracker).
+//! # kv-redb — a pure-Rust, durable Deno KV backend on redb
+//!
+//! Stores Deno KV data in one [redb](https://www.redb.org) file: no C code, no SQLite. Every rule
+//! of Deno KV comes from kv-proto ([`Limits`] validation, [`kv_proto::apply_atomic_write`], the
+//! queue retry rule); this crate only stores, orders and commits.
+//!
+//! How it works:
+//! - **Tables** (see the `schema` module): entries by encoded key (value, encoding, versionstamp,
+//!   expiry); an expiry index by (expiry time, key) that sweeps walk in time order; the queue as
+//!   ready messages by (ready time, id) and running messages by id, with their deadline; and a
+//!   metadata table with the schema version and the last versionstamp. A file with a newer schema
+//!   version, or one that is not a kv-redb file, is refused untouched.
+//! - **Writes** go to one writer thread per file, which takes every write waiting and commits
+//!   them in one redb write transaction — one commit and, with [`Durability::Immediate`], one
+//!   fsync for the group, with no timer to wait for (group commit). Each write is staged in an
+//!   overlay and applied only if its checks pass and its mutations are valid, so a failed or
+//!   refused write in a group leaves no trace and does not affect the others. Versionstamps are
+//!   handed out in commit order and strictly increase, across reopens too.
+//! - **Reads** are redb read transactions (MVCC snapshots): they never block the writer, and all
+//!   ranges of one read come from one snapshot. On a multi-thread tokio runtime a read runs in
+//!   place with [`tokio::task::block_in_place`] (no thread hop for a point read); on a
+//!   current-thread runtime it goes to the blocking pool.
+//! - **Expiry** is never visible after its time: reads filter with the injected [`Clock`], and
+//!   the writer also deletes due entries through the expiry index.
+//! - **Queues** deliver at least once, in ready-time order, with kv-proto's back-off and
+//!   dead-letter rule. A message handed out and not finished is retried when its handle is
+//!   dropped or closed, and a message a crashed process held is requeued when the file is next
+//!   opened.
+//! - **Watch** uses kv-proto's [`ChangeSignal`] and [`watch_stream`].
+//! - **One process, many handles.** redb lets one process at a time open a file. Handles opened
+//!   in this process on the same path share one open file, one writer and one queue (they see
+//!   each other's commits, watches and messages); the file is closed when the last handle closes.
+//!   Another process opening the file gets an "already open in another process" error.
+//!
+//! Durability is explicit, see [`Durability`]: [`Durability::Immediate`] (the default) syncs
+//! every commit group before acknowledging it; [`Durability::Deferred`] acknowledges commits
+//! before they are synced and syncs at least once a second.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kv_proto::KvError> {
+//! use kv_proto::{encode_key, key, AtomicWrite, Backend, KvValue, Mutation, ReadRange, SnapshotRead};
+//! let kv = kv_redb::RedbBackend::open("kv.redb")?;
+//! let k = encode_key(&key!["hello"])?;
+//! let write = AtomicWrite {
+//!     mutations: vec![Mutation::set(k.clone(), KvValue::Bytes(b"world".to_vec()))],
+//!     ..Default::default()
+//! };
+//! let committed = kv.atomic_write(write).await?.expect("no checks, so it commits");
+//! let read = SnapshotRead { ranges: vec![ReadRange::single_encoded_key(k)], ..Default::default() };
+//! let entry = &kv.snapshot_read(read).await?[0].entries[0];
+//! assert_eq!(entry.versionstamp, committed.versionstamp);
+//! kv.close().await?;
+//! # Ok(()) }
+//! ```
+
+mod codec;
+mod consumer;
+mod error;
+mod queue;
+mod reader;
+mod schema;
+mod store;
+mod txn;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+use kv_proto::{
+    AtomicWrite, Backend, Capabilities, ChangeSignal, Clock, CommitResult, KvError, Limits,
+    QueueMessageHandle, ReadRangeOutput, SnapshotRead, SystemClock, WatchReader, WatchStream,
+    watch_stream,
+};
+
+pub use error::RedbError;
+pub use schema::SCHEMA_VERSION;
+pub use writer::{DEFERRED_SYNC_INTERVAL, MAX_GROUP};
+
+use crate::reader::ReadTime;
+use crate::store::Shared;
+
+/// How hard a commit is pushed to disk before it is acknowledged.
+///
+/// Whatever the mode, a crash never corrupts the file: redb keeps two commit slots with
+/// checksums and reopens at the last commit that was made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Every commit group is committed with redb's `Durability::Immediate`: written and fsynced
+    /// before any write in it is acknowledged. An acknowledged commit survives a crash of the
+    /// process and of the machine (to the extent the disk honours fsync).
+    #[default]
+    Immediate,
+    /// Commit groups use redb's `Durability::None`: committed in memory, visible to every reader
+    /// at once, and acknowledged without waiting for the disk; the writer makes them durable with
+    /// an `Immediate` commit at least every [`DEFERRED_SYNC_INTERVAL`] (1 s), when it is idle,
+    /// and when the last handle closes (or is dropped).
+    ///
+    /// - A clean close keeps every acknowledged commit.
+    /// - A crash of the process or of the machine loses the commits acknowledged since the last
+    ///   sync (at most about [`DEFERRED_SYNC_INTERVAL`] of them); the file reopens at the last
+    ///   synced commit, and versionstamps of the lost commits may be handed out again.
+    Deferred,
+}
+
+/// How to open a database.
+#[derive(Debug, Clone)]
+pub struct RedbOptions {
+    /// The clock expiry and queue times are read from (the system clock by default; tests use a
+    /// [`kv_proto::ManualClock`]).
+    pub clock: Arc<dyn Clock>,
+    /// Limits to enforce (Deno's by default).
+    pub limits: Limits,
+    /// See [`Durability`]. Handles on a file already open in this process share its writer, so
+    /// the durability of the first open applies to all of them (as does its clock for the
+    /// writer's own housekeeping: recovery at open and idle sweeps; each handle's reads, writes
+    /// and queue operations use its own clock).
+    pub durability: Durability,
+    /// Verify every page's checksum when the file is opened (reads the whole file). Without it a
+    /// file that was closed cleanly is trusted; a file left by a crash is always checked and
+    /// repaired by redb.
+    pub check_integrity_on_open: bool,
+}
+
+impl Default for RedbOptions {
+    fn default() -> Self {
+        RedbOptions {
+            clock: Arc::new(SystemClock),
+            limits: Limits::deno(),
+            durability: Durability::Immediate,
+            check_integrity_on_open: false,
+        }
+    }
+}
+
+/// A handle on a Deno KV redb file. Share it as `Arc<dyn Backend>`; open more handles on the same
+/// path freely (they share the open file).
+pub struct RedbBackend {
+    path: PathBuf,
+    options: RedbOptions,
+    shared: Arc<Shared>,
+    /// This handle's number: messages it hands out are failed when it closes.
+    owner: u64,
+    /// This handle's watchers and waiting dequeues; closed with the handle.
+    signal: Arc<ChangeSignal>,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for RedbBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedbBackend")
+            .field("path", &self.path)
+            .field("durability", &self.options.durability)
+            .field("closed", &self.closed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl RedbBackend {
+    /// Opens (creating if needed) the database at `path` with default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, KvError> {
+        Self::open_with(path, RedbOptions::default())
+    }
+
+    /// Opens (creating if needed) the database at `path`.
+    ///
+    /// A new file is initialized; an existing kv-redb file is reopened with everything in it, and
+    /// messages a previous process left in flight are requeued. A redb file written by something
+    /// else ([`KvError::Corrupt`]), a file that is not a redb file at all ([`KvError::Corrupt`]),
+    /// or one from a newer version of this crate ([`KvError::Storage`] with
+    /// [`RedbError::SchemaTooNew`]) is refused without being modified. Blocks while the file is
+    /// opened.
+    pub fn open_with(path: impl AsRef<Path>, options: RedbOptions) -> Result<Self, KvError> {
+        let path = path.as_ref().to_path_buf();
+        let (shared, owner) = store::acquire(&path, &options)?;
+        let signal = Arc::new(ChangeSignal::new());
+        shared.notifier.register(&signal);
+        Ok(RedbBackend {
+            path,
+            options,
+            shared,
+            owner,
+            signal,
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// The file this handle works on.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn ensure_open(&self) -> Result<(), KvError> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(KvError::Closed)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for RedbBackend {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            durable: true,
+            queues: true,
+            watch: true,
+        }
+    }
+
+    async fn snapshot_read(&self, read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError> {
+        self.ensure_open()?;
+        self.options.limits.validate_snapshot_read(&read)?;
+        let mut time = ReadTime::new(self.options.clock.clone());
+        let shared = self.shared.clone();
+        run_blocking(move || shared.with_db(|db| reader::read_ranges(db, read.ranges, &mut time)))
+            .await
+    }
+
+    async fn atomic_write(&self, write: AtomicWrite) -> Result<Option<CommitResult>, KvError> {
+        self.ensure_open()?;
+        let now = self.options.clock.now();
+        self.options.limits.validate_atomic_write(&write, now)?;
+        self.shared.writer.write(write, now).await
+    }
+
+    async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        consumer::next_message(&self.shared, self.owner, &self.options.clock, &self.signal).await
+    }
+
+    fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {
+        self.ensure_open()?;
+        self.options.limits.validate_watch(&keys)?;
+        let shared = self.shared.clone();
+        let clock = self.options.clock.clone();
+        let reader: WatchReader = Arc::new(move |keys| {
+            let shared = shared.clone();
+            let mut time = ReadTime::new(clock.clone());
+            Box::pin(run_blocking(move || {
+                shared.with_db(|db| reader::read_watched(db, &keys, &mut time))
+            }))
+        });
+        Ok(watch_stream(
+            keys,
+            reader,
+            &self.signal,
+            self.options.clock.clone(),
+        ))
+    }
+
+    /// Closes this handle: its watch streams end, its waiting dequeues return `None`, and the
+    /// messages it handed out and that are not finished count as failed deliveries (they are
+    /// retried). The last handle on a file also syncs everything and closes the file.
+    async fn close(&self) -> Result<(), KvError> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.signal.close();
+        let released = match self
+            .shared
+            .writer
+            .release(self.owner, self.options.clock.now())
+            .await
+        {
+            Err(KvError::Closed) => Ok(()),
+            other => other,
+        };
+        let shared = self.shared.clone();
+        let closed = run_blocking(move || store::release(&shared)).await;
+        released.and(closed)
+    }
+}
+
+impl Drop for RedbBackend {
+    /// A handle dropped without [`Backend::close`] is closed here (without waiting for the
+    /// release of its messages; the last handle still waits for the file to close, so a reopen
+    /// right after the drop finds it free).
+    fn drop(&mut self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.signal.close();
+        self.shared
+            .writer
+            .release_in_background(self.owner, self.options.clock.now());
+        let _ = store::release(&self.shared);
+    }
+}
+
+/// Runs blocking redb work without stalling the async executor: in place with
+/// [`tokio::task::block_in_place`] on a multi-thread runtime (the task's worker hands its other
+/// tasks to another thread; the work itself pays no thread hop), on the blocking pool on a
+/// current-thread runtime (where `block_in_place` is not allowed), and directly outside tokio.
+async fn run_blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, KvError> + Send + 'static,
+) -> Result<T, KvError> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        Ok(handle) => handle
+            .spawn_blocking(work)
+            .await
+            .map_err(|e| KvError::storage(std::io::Error::other(e.to_string())))?,
+        Err(_) => work(),
+    }
+}

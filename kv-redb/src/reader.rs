@@ -1,0 +1,157 @@
+//! Reads: each request is one redb read transaction, an MVCC snapshot that never blocks the
+//! writer (nor is blocked by it).
+//!
+//! Expired entries are filtered here, by the injected clock, so an entry is never visible after
+//! its expiry time even if the sweep has not deleted it yet.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use kv_proto::{Clock, KvEntry, KvError, ReadRange, ReadRangeOutput, WatchedEntry, is_expired};
+use redb::{Database, ReadOnlyTable, ReadableDatabase};
+
+use crate::codec::EntryRecord;
+use crate::error::storage;
+use crate::schema::ENTRIES;
+
+type EntriesTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
+
+/// The time one read request compares expiries with: read from the clock once, and only when
+/// the request meets an entry that expires (most entries never do, and a clock read is a
+/// measurable part of a point read).
+pub(crate) struct ReadTime {
+    clock: Arc<dyn Clock>,
+    at: Option<DateTime<Utc>>,
+}
+
+impl ReadTime {
+    pub(crate) fn new(clock: Arc<dyn Clock>) -> Self {
+        ReadTime { clock, at: None }
+    }
+
+    /// Whether an entry with this expiry is gone (the clock is read on first need).
+    fn expired(&mut self, expires_at: Option<DateTime<Utc>>) -> bool {
+        if expires_at.is_none() {
+            return false;
+        }
+        let clock = &self.clock;
+        let now = *self.at.get_or_insert_with(|| clock.now());
+        is_expired(expires_at, now)
+    }
+}
+
+/// Answers every range from one snapshot, hiding expired entries.
+pub(crate) fn read_ranges(
+    db: &Database,
+    ranges: Vec<ReadRange>,
+    time: &mut ReadTime,
+) -> Result<Vec<ReadRangeOutput>, KvError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let table = txn.open_table(ENTRIES).map_err(storage)?;
+    let mut outputs = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        outputs.push(ReadRangeOutput {
+            entries: read_range(&table, range, time)?,
+        });
+    }
+    Ok(outputs)
+}
+
+/// The current state of each watched key, from one snapshot.
+pub(crate) fn read_watched(
+    db: &Database,
+    keys: &[Vec<u8>],
+    time: &mut ReadTime,
+) -> Result<Vec<WatchedEntry>, KvError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let table = txn.open_table(ENTRIES).map_err(storage)?;
+    keys.iter()
+        .map(|key| {
+            let found = match table.get(key.as_slice()).map_err(storage)? {
+                Some(guard) => visible(key.as_slice(), guard.value(), time)?,
+                None => None,
+            };
+            Ok(match found {
+                Some((entry, expires_at)) => WatchedEntry {
+                    entry: Some(entry),
+                    expires_at,
+                },
+                None => WatchedEntry {
+                    entry: None,
+                    expires_at: None,
+                },
+            })
+        })
+        .collect()
+}
+
+fn read_range(
+    table: &EntriesTable,
+    range: ReadRange,
+    time: &mut ReadTime,
+) -> Result<Vec<KvEntry>, KvError> {
+    if range.start >= range.end {
+        return Ok(Vec::new());
+    }
+    // A single-key range `[k, k+00)` (every `get`) is one B-tree lookup, not a scan.
+    if range.end.len() == range.start.len() + 1
+        && range.end.last() == Some(&0)
+        && range.end.starts_with(&range.start)
+    {
+        let found = match table.get(range.start.as_slice()).map_err(storage)? {
+            // The range's start is the key: move it into the entry instead of copying it.
+            Some(guard) => visible(range.start, guard.value(), time)?,
+            None => None,
+        };
+        return Ok(found.map(|(entry, _)| entry).into_iter().collect());
+    }
+    let limit = usize::try_from(range.limit).unwrap_or(usize::MAX);
+    let rows = table
+        .range::<&[u8]>(range.start.as_slice()..range.end.as_slice())
+        .map_err(storage)?;
+    let mut entries = Vec::with_capacity(limit.min(64));
+    let mut take = |row: Result<_, redb::StorageError>| -> Result<bool, KvError> {
+        let (key, value): (redb::AccessGuard<&[u8]>, redb::AccessGuard<&[u8]>) =
+            row.map_err(storage)?;
+        if let Some((entry, _)) = visible(key.value(), value.value(), time)? {
+            entries.push(entry);
+        }
+        Ok(entries.len() < limit)
+    };
+    if range.reverse {
+        for row in rows.rev() {
+            if !take(row)? {
+                break;
+            }
+        }
+    } else {
+        for row in rows {
+            if !take(row)? {
+                break;
+            }
+        }
+    }
+    Ok(entries)
+}
+
+/// A visible entry and its expiry time.
+type Visible = (KvEntry, Option<DateTime<Utc>>);
+
+/// The entry stored as `record` under `key`, unless it has expired; with its expiry.
+/// (`key` is only copied once the entry is known to be visible.)
+fn visible(
+    key: impl Into<Vec<u8>>,
+    record: &[u8],
+    time: &mut ReadTime,
+) -> Result<Option<Visible>, KvError> {
+    let record = EntryRecord::decode(record)?;
+    if time.expired(record.expires_at) {
+        return Ok(None);
+    }
+    let entry = KvEntry {
+        key: key.into(),
+        value: record.value()?,
+        versionstamp: record.versionstamp,
+    };
+    Ok(Some((entry, record.expires_at)))
+}

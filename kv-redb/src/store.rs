@@ -1,0 +1,213 @@
+//! One open file per process, shared by every handle on it.
+//!
+//! redb locks a file for one open [`Database`] at a time (a second open, even in the same
+//! process, fails with "already open"). Deno programs open the same path several times, and the
+//! conformance suite does too, so handles on one path share a [`Shared`]: one `Database`, one
+//! writer thread, one set of watchers and queue wake-ups. A process-wide registry maps each
+//! canonical path to its `Shared` while at least one handle on it is open.
+//!
+//! Lifecycle: [`acquire`] finds or opens the file and counts the handle; [`release`] uncounts it,
+//! and the last one out stops the writer thread (which makes everything durable) and closes the
+//! `Database`, all under the registry lock, so an open that follows a close always finds the
+//! file unlocked and reads it afresh.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, RwLock, Weak};
+
+use kv_proto::{ChangeSignal, KvError};
+use redb::Database;
+use tokio::sync::watch;
+
+use crate::RedbOptions;
+use crate::error::storage;
+use crate::schema;
+use crate::writer::Writer;
+
+/// Wakes the waiters of every handle on one file after a commit.
+pub(crate) struct Notifier {
+    /// One signal per handle; notified after every commit that changed entries.
+    watchers: Mutex<Vec<Weak<ChangeSignal>>>,
+    /// Bumped whenever a message becomes ready (enqueue or retry).
+    queue: watch::Sender<u64>,
+}
+
+impl Notifier {
+    pub(crate) fn new() -> Self {
+        Notifier {
+            watchers: Mutex::new(Vec::new()),
+            queue: watch::channel(0).0,
+        }
+    }
+
+    fn watchers(&self) -> MutexGuard<'_, Vec<Weak<ChangeSignal>>> {
+        // A list of weak pointers stays consistent whatever panicked while it was locked.
+        self.watchers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds a handle's signal.
+    pub(crate) fn register(&self, signal: &Arc<ChangeSignal>) {
+        let mut watchers = self.watchers();
+        watchers.retain(|w| w.strong_count() > 0);
+        watchers.push(Arc::downgrade(signal));
+    }
+
+    /// Wakes every handle's watch streams.
+    pub(crate) fn notify_watchers(&self) {
+        for signal in self.watchers().iter().filter_map(Weak::upgrade) {
+            signal.notify();
+        }
+    }
+
+    /// Wakes every waiting queue consumer.
+    pub(crate) fn bump_queue(&self) {
+        self.queue.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A receiver that changes when a message may have become ready.
+    pub(crate) fn subscribe_queue(&self) -> watch::Receiver<u64> {
+        self.queue.subscribe()
+    }
+}
+
+/// The state every handle on one file shares.
+pub(crate) struct Shared {
+    /// The registry key.
+    key: PathBuf,
+    /// The open file; `None` once the last handle has closed it.
+    db: RwLock<Option<Arc<Database>>>,
+    /// The thread all changes go through.
+    pub(crate) writer: Writer,
+    /// Wake-ups for watches and queue consumers.
+    pub(crate) notifier: Arc<Notifier>,
+    /// Numbers handles, so the writer knows whose messages are whose.
+    next_owner: AtomicU64,
+    /// Open handles; changed only under the registry lock.
+    open_handles: AtomicU64,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("path", &self.key)
+            .field("open_handles", &self.open_handles.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Shared {
+    /// Runs `read` on the open database (holding it open meanwhile), or fails with
+    /// [`KvError::Closed`] once the file has been closed.
+    pub(crate) fn with_db<T>(
+        &self,
+        read: impl FnOnce(&Database) -> Result<T, KvError>,
+    ) -> Result<T, KvError> {
+        // The guarded value is an `Option<Arc<_>>`: no panic can leave it half-changed.
+        let guard = self.db.read().unwrap_or_else(PoisonError::into_inner);
+        match guard.as_deref() {
+            Some(db) => read(db),
+            None => Err(KvError::Closed),
+        }
+    }
+
+    /// Stops the writer (it settles and syncs everything) and closes the file.
+    fn shut_down(&self) -> Result<(), KvError> {
+        let stopped = self.writer.stop();
+        let db = self
+            .db
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        // Readers hold the lock, not clones, and the writer thread has ended: this is the last
+        // reference, so closing here releases the file lock before the registry lock.
+        let closed = match db.map(Arc::try_unwrap) {
+            Some(Ok(db)) => db.close().map_err(storage),
+            Some(Err(_)) | None => Ok(()),
+        };
+        stopped.and(closed)
+    }
+}
+
+/// Open files of this process, by canonical path.
+static REGISTRY: LazyLock<Mutex<HashMap<PathBuf, Arc<Shared>>>> = LazyLock::new(Default::default);
+
+fn registry() -> MutexGuard<'static, HashMap<PathBuf, Arc<Shared>>> {
+    // Entries are inserted and removed whole: a panic elsewhere cannot leave the map inconsistent.
+    REGISTRY.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The path two opens of the same file agree on, even before the file exists.
+fn registry_key(path: &Path) -> PathBuf {
+    if let Ok(full) = std::fs::canonicalize(path) {
+        return full;
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    match (std::fs::canonicalize(parent), path.file_name()) {
+        (Ok(dir), Some(name)) => dir.join(name),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// Opens the file at `path` for a new handle (or joins the handles that already have it open).
+/// Returns the shared state and the new handle's owner number.
+pub(crate) fn acquire(path: &Path, options: &RedbOptions) -> Result<(Arc<Shared>, u64), KvError> {
+    let key = registry_key(path);
+    let mut registry = registry();
+    let shared = match registry.get(&key) {
+        Some(shared) => shared.clone(),
+        None => {
+            let shared = Arc::new(open_shared(path, key.clone(), options)?);
+            registry.insert(key, shared.clone());
+            shared
+        }
+    };
+    shared.open_handles.fetch_add(1, Ordering::AcqRel);
+    let owner = shared.next_owner.fetch_add(1, Ordering::Relaxed);
+    Ok((shared, owner))
+}
+
+fn open_shared(path: &Path, key: PathBuf, options: &RedbOptions) -> Result<Shared, KvError> {
+    let db = Arc::new(schema::open_database(
+        path,
+        options.check_integrity_on_open,
+    )?);
+    let notifier = Arc::new(Notifier::new());
+    let writer = Writer::start(
+        db.clone(),
+        options.clock.clone(),
+        options.durability,
+        notifier.clone(),
+    )?;
+    Ok(Shared {
+        key,
+        db: RwLock::new(Some(db)),
+        writer,
+        notifier,
+        next_owner: AtomicU64::new(1),
+        open_handles: AtomicU64::new(0),
+    })
+}
+
+/// Uncounts a handle; the last one closes the file. Blocks while the writer finishes.
+pub(crate) fn release(shared: &Arc<Shared>) -> Result<(), KvError> {
+    let mut registry = registry();
+    let before = shared.open_handles.fetch_sub(1, Ordering::AcqRel);
+    if before > 1 {
+        return Ok(());
+    }
+    if registry
+        .get(&shared.key)
+        .is_some_and(|s| Arc::ptr_eq(s, shared))
+    {
+        registry.remove(&shared.key);
+    }
+    // Still under the registry lock: a concurrent open of this path waits until the file is
+    // closed, instead of finding it locked.
+    let result = shared.shut_down();
+    drop(registry);
+    result
+}

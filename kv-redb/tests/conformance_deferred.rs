@@ -1,0 +1,17 @@
+//! The whole conformance suite again with `Durability::Deferred`: commits are acknowledged before
+//! they are synced, and a clean close (every reopen case closes first) must still keep them all.
+use std::sync::Arc;
+
+use kv_conformance::TestContext;
+use kv_proto::Backend;
+use kv_redb::{Durability, RedbBackend, RedbOptions};
+
+kv_conformance::conformance_main!(|ctx: &TestContext| {
+    let options = RedbOptions {
+        clock: Arc::new(ctx.clock().clone()),
+        durability: Durability::Deferred,
+        ..Default::default()
+    };
+    let opened = RedbBackend::open_with(ctx.dir().join("kv.redb"), options);
+    async move { Ok(Arc::new(opened?) as Arc<dyn Backend>) }
+});
