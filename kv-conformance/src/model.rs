@@ -344,6 +344,7 @@ impl Model {
                 key: e.key.clone(),
                 value: e.value.clone(),
                 versionstamp: e.stamp,
+                expires_at: e.expires,
             })
             .collect();
         if reverse {

@@ -346,11 +346,7 @@ impl Backend for LogBackend {
                 let found = state
                     .entries
                     .range(range.start.clone()..range.end.clone())
-                    .map(|(key, e)| KvEntry {
-                        key: key.clone(),
-                        value: e.value.clone(),
-                        versionstamp: e.versionstamp,
-                    });
+                    .map(|(key, e)| KvEntry::from_stored(key.clone(), e.clone()));
                 let limit = range.limit as usize;
                 let entries = if range.reverse {
                     found.rev().take(limit).collect()

@@ -87,11 +87,8 @@ impl Backend for TinyBackend {
                     .range::<[u8], _>(bounds)
                     .filter(|(_, e)| !e.is_expired(now));
                 let take = range.limit as usize;
-                let to_entry = |(k, e): (&Vec<u8>, &StoredEntry)| KvEntry {
-                    key: k.clone(),
-                    value: e.value.clone(),
-                    versionstamp: e.versionstamp,
-                };
+                let to_entry =
+                    |(k, e): (&Vec<u8>, &StoredEntry)| KvEntry::from_stored(k.clone(), e.clone());
                 entries = if range.reverse {
                     found.rev().take(take).map(to_entry).collect()
                 } else {

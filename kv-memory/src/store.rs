@@ -288,11 +288,7 @@ impl Effects {
 }
 
 fn to_entry(key: &[u8], stored: &StoredEntry) -> KvEntry {
-    KvEntry {
-        key: key.to_vec(),
-        value: stored.value.clone(),
-        versionstamp: stored.versionstamp,
-    }
+    KvEntry::from_stored(key.to_vec(), stored.clone())
 }
 
 impl State {

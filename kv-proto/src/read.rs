@@ -12,7 +12,9 @@
 //! assert!(list.start < list.end);
 //! ```
 
-use crate::{Key, KeyError, KvValue, Versionstamp, encode_key};
+use chrono::{DateTime, Utc};
+
+use crate::{Key, KeyError, KvValue, StoredEntry, Versionstamp, encode_key};
 
 /// One key range to read, `[start, end)` over encoded keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +109,21 @@ pub struct KvEntry {
     pub value: KvValue,
     /// The versionstamp of the commit that last wrote this key.
     pub versionstamp: Versionstamp,
+    /// When the entry expires, if it was written with an expiry. Deno's JavaScript API does not
+    /// show it; tools that copy a store (dump, migrate) need it to copy the entry faithfully.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl KvEntry {
+    /// The entry a read returns for a stored row.
+    pub fn from_stored(key: Vec<u8>, stored: StoredEntry) -> Self {
+        KvEntry {
+            key,
+            value: stored.value,
+            versionstamp: stored.versionstamp,
+            expires_at: stored.expires_at,
+        }
+    }
 }
 
 /// The entries found in one [`ReadRange`], in the requested direction.

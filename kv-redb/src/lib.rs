@@ -70,8 +70,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use async_trait::async_trait;
 use kv_proto::{
     AtomicWrite, Backend, Capabilities, ChangeSignal, Clock, CommitResult, KvError, Limits,
-    QueueMessageHandle, ReadRangeOutput, SnapshotRead, SystemClock, WatchReader, WatchStream,
-    watch_stream,
+    QueueMessageHandle, QueuedMessage, ReadRangeOutput, SnapshotRead, SystemClock, WatchReader,
+    WatchStream, watch_stream,
 };
 
 pub use error::RedbError;
@@ -231,6 +231,13 @@ impl Backend for RedbBackend {
             return Ok(None);
         }
         consumer::next_message(&self.shared, self.owner, &self.options.clock, &self.signal).await
+    }
+
+    async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
+        self.ensure_open()?;
+        let now = self.options.clock.now();
+        let shared = self.shared.clone();
+        run_blocking(move || shared.with_db(|db| reader::queued_messages(db, now))).await
     }
 
     fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {

@@ -7,12 +7,13 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use kv_proto::queue::QueuedMessage;
 use kv_proto::{Clock, KvEntry, KvError, ReadRange, ReadRangeOutput, WatchedEntry, is_expired};
-use redb::{Database, ReadOnlyTable, ReadableDatabase};
+use redb::{Database, ReadOnlyTable, ReadableDatabase, ReadableTable};
 
-use crate::codec::EntryRecord;
+use crate::codec::{self, EntryRecord};
 use crate::error::storage;
-use crate::schema::ENTRIES;
+use crate::schema::{ENTRIES, QUEUE_READY, QUEUE_RUNNING};
 
 type EntriesTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
 
@@ -72,9 +73,9 @@ pub(crate) fn read_watched(
                 None => None,
             };
             Ok(match found {
-                Some((entry, expires_at)) => WatchedEntry {
+                Some(entry) => WatchedEntry {
+                    expires_at: entry.expires_at,
                     entry: Some(entry),
-                    expires_at,
                 },
                 None => WatchedEntry {
                     entry: None,
@@ -83,6 +84,34 @@ pub(crate) fn read_watched(
             })
         })
         .collect()
+}
+
+/// Every queued message from one snapshot: `queue_ready` in ready-time order, then the running
+/// messages as ready at `now` (they are being delivered).
+pub(crate) fn queued_messages(
+    db: &Database,
+    now: DateTime<Utc>,
+) -> Result<Vec<QueuedMessage>, KvError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let ready = txn.open_table(QUEUE_READY).map_err(storage)?;
+    let mut messages = Vec::new();
+    for row in ready.iter().map_err(storage)? {
+        let (key, body) = row.map_err(storage)?;
+        let (ready_at, id) = codec::decode_ready_key(key.value())?;
+        messages.push(codec::decode_message_body(body.value(), id, ready_at)?);
+    }
+    let running = txn.open_table(QUEUE_RUNNING).map_err(storage)?;
+    for row in running.iter().map_err(storage)? {
+        let (key, record) = row.map_err(storage)?;
+        let id = codec::decode_id(key.value())?;
+        let (_deadline, message) = codec::decode_running(record.value(), id)?;
+        messages.push(QueuedMessage {
+            ready_at: now,
+            ..message
+        });
+    }
+    messages.sort_by_key(|message| message.ready_at);
+    Ok(messages)
 }
 
 fn read_range(
@@ -94,16 +123,13 @@ fn read_range(
         return Ok(Vec::new());
     }
     // A single-key range `[k, k+00)` (every `get`) is one B-tree lookup, not a scan.
-    if range.end.len() == range.start.len() + 1
-        && range.end.last() == Some(&0)
-        && range.end.starts_with(&range.start)
-    {
+    if range.point_key().is_some() {
         let found = match table.get(range.start.as_slice()).map_err(storage)? {
             // The range's start is the key: move it into the entry instead of copying it.
             Some(guard) => visible(range.start, guard.value(), time)?,
             None => None,
         };
-        return Ok(found.map(|(entry, _)| entry).into_iter().collect());
+        return Ok(found.into_iter().collect());
     }
     let limit = usize::try_from(range.limit).unwrap_or(usize::MAX);
     let rows = table
@@ -113,7 +139,7 @@ fn read_range(
     let mut take = |row: Result<_, redb::StorageError>| -> Result<bool, KvError> {
         let (key, value): (redb::AccessGuard<&[u8]>, redb::AccessGuard<&[u8]>) =
             row.map_err(storage)?;
-        if let Some((entry, _)) = visible(key.value(), value.value(), time)? {
+        if let Some(entry) = visible(key.value(), value.value(), time)? {
             entries.push(entry);
         }
         Ok(entries.len() < limit)
@@ -134,24 +160,21 @@ fn read_range(
     Ok(entries)
 }
 
-/// A visible entry and its expiry time.
-type Visible = (KvEntry, Option<DateTime<Utc>>);
-
-/// The entry stored as `record` under `key`, unless it has expired; with its expiry.
+/// The entry stored as `record` under `key`, unless it has expired.
 /// (`key` is only copied once the entry is known to be visible.)
 fn visible(
     key: impl Into<Vec<u8>>,
     record: &[u8],
     time: &mut ReadTime,
-) -> Result<Option<Visible>, KvError> {
+) -> Result<Option<KvEntry>, KvError> {
     let record = EntryRecord::decode(record)?;
     if time.expired(record.expires_at) {
         return Ok(None);
     }
-    let entry = KvEntry {
+    Ok(Some(KvEntry {
         key: key.into(),
         value: record.value()?,
         versionstamp: record.versionstamp,
-    };
-    Ok(Some((entry, record.expires_at)))
+        expires_at: record.expires_at,
+    }))
 }

@@ -108,17 +108,9 @@ impl ReaderPool {
             let mut out = Vec::with_capacity(keys.len());
             for key in keys {
                 out.push(match read_point(&tx, key, now_ms)? {
-                    Some(StoredEntry {
-                        value,
-                        versionstamp,
-                        expires_at,
-                    }) => WatchedEntry {
-                        entry: Some(KvEntry {
-                            key: key.clone(),
-                            value,
-                            versionstamp,
-                        }),
-                        expires_at,
+                    Some(stored) => WatchedEntry {
+                        expires_at: stored.expires_at,
+                        entry: Some(KvEntry::from_stored(key.clone(), stored)),
                     },
                     None => WatchedEntry {
                         entry: None,
@@ -162,11 +154,7 @@ fn read_range(conn: &Connection, range: &ReadRange, now_ms: i64) -> Result<Vec<K
     // A get (`[k, k+00)`) is an equality lookup; the range scan below would find the same row.
     if let Some(key) = range.point_key() {
         return Ok(read_point(conn, key, now_ms)?
-            .map(|stored| KvEntry {
-                key: key.to_vec(),
-                value: stored.value,
-                versionstamp: stored.versionstamp,
-            })
+            .map(|stored| KvEntry::from_stored(key.to_vec(), stored))
             .into_iter()
             .collect());
     }

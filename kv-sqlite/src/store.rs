@@ -59,12 +59,7 @@ pub(crate) fn open_connection(
 /// Decodes one `kv` row selected as `k, v, v_encoding, version, seq, expiration_ms`.
 pub(crate) fn entry_from_row(row: &Row<'_>) -> Result<KvEntry, KvError> {
     let key: Vec<u8> = row.get(0).map_err(corrupt)?;
-    let stored = stored_from_columns(row, 1)?;
-    Ok(KvEntry {
-        key,
-        value: stored.value,
-        versionstamp: stored.versionstamp,
-    })
+    Ok(KvEntry::from_stored(key, stored_from_columns(row, 1)?))
 }
 
 /// Decodes one `kv` row selected as `v, v_encoding, version, seq, expiration_ms`.

@@ -23,7 +23,8 @@ pub(crate) fn cases() -> Vec<Case> {
         plain_set_removes_the_expiry,
         new_expiry_replaces_the_old_one,
         list_limit_is_filled_from_live_entries,
-        deleting_an_expiring_key_removes_it_and_its_expiry;
+        deleting_an_expiring_key_removes_it_and_its_expiry,
+        reads_report_each_entry_s_expiry;
         REOPEN =>
         expired_entries_stay_invisible_after_reopen,
     ]
@@ -347,4 +348,36 @@ async fn expired_entries_stay_invisible_after_reopen(mut env: Env) {
     env.advance(HOUR);
     env.reopen().await.expect("second reopen");
     assert_eq!(listed(&env, &key!["e"]).await, vec![key!["e", "c"]]);
+}
+
+/// Reads return each entry's expiry time (to the millisecond) with the entry, through a get and a
+/// list alike, and `None` once a plain set has removed it. Tools that copy a store rely on it.
+async fn reads_report_each_entry_s_expiry(env: Env) {
+    let now = env.clock().now();
+    set_expiring(&*env.kv, &key!["x", "expiring"], KvValue::U64(1), now, HOUR).await;
+    set(&*env.kv, &key!["x", "plain"], KvValue::U64(2)).await;
+    let expected = Some(in_(&env, HOUR).timestamp_millis());
+    let ms = |e: &kv_proto::KvEntry| e.expires_at.map(|at| at.timestamp_millis());
+
+    let got = get(&*env.kv, &key!["x", "expiring"]).await;
+    assert_eq!(
+        got.as_ref().and_then(ms),
+        expected,
+        "a get reports the expiry"
+    );
+    let listed = list_prefix(&*env.kv, &key!["x"], 10, false).await;
+    let expiries: Vec<_> = listed.iter().map(ms).collect();
+    assert_eq!(
+        expiries,
+        vec![expected, None],
+        "a list reports each entry's expiry"
+    );
+
+    set(&*env.kv, &key!["x", "expiring"], KvValue::U64(3)).await;
+    let got = get(&*env.kv, &key!["x", "expiring"]).await;
+    assert_eq!(
+        got.as_ref().and_then(ms),
+        None,
+        "a plain set removes the expiry"
+    );
 }

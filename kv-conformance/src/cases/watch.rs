@@ -102,6 +102,7 @@ fn entry(key: &Key, value: KvValue, versionstamp: Versionstamp) -> KvEntry {
         key: enc(key),
         value,
         versionstamp,
+        expires_at: None,
     }
 }
 

@@ -43,6 +43,7 @@ impl Store {
                     key: m.key,
                     value,
                     versionstamp: stamp,
+                    expires_at: None,
                 },
             );
         }
@@ -193,6 +194,7 @@ fn a_sum_without_its_marker_is_caught_by_the_counter() {
             key: counter_key(index),
             value: KvValue::U64(0),
             versionstamp: vs(1),
+            expires_at: None,
         });
     let KvValue::U64(current) = entry.value else {
         panic!("counters are u64")
@@ -234,6 +236,7 @@ fn messages_must_arrive_exactly_once() {
             key: super::workload::probe_key(),
             value: KvValue::U64(0),
             versionstamp: vs(1000),
+            expires_at: None,
         },
     );
     again.queue.truncate(1);
@@ -324,6 +327,7 @@ fn unknown_keys_and_wrong_values_are_corruption() {
             key: stray,
             value: KvValue::U64(999),
             versionstamp: vs(5),
+            expires_at: None,
         },
     );
     let (violations, _) = history.check(&store.recovered(1000));
@@ -355,6 +359,7 @@ fn what_one_recovery_saw_the_next_must_still_see() {
             key: super::workload::probe_key(),
             value: KvValue::U64(0),
             versionstamp: vs(1000),
+            expires_at: None,
         },
     );
     next.entries.remove(&marker_key(16));
