@@ -1,0 +1,66 @@
+//! Paging through a listing the way a web API would: each request asks for one page and gets a
+//! cursor for the next. The cursor strings are Deno's, so a Deno program could continue the same
+//! listing (`kv.list({prefix: ["users"]}, {cursor})`).
+//!
+//! ```text
+//! cargo run -p kv --example paginated_listing
+//! ```
+
+use futures::TryStreamExt;
+use kv::{Kv, ListOptions, Selector, key};
+
+/// One "request": up to `size` users after `cursor`, and the cursor to ask for the next page.
+async fn page(
+    kv: &Kv,
+    cursor: Option<String>,
+    size: usize,
+) -> kv::Result<(Vec<String>, Option<String>)> {
+    let options = ListOptions {
+        limit: Some(size),
+        cursor,
+        ..Default::default()
+    };
+    let mut stream = kv.list(Selector::prefix(key!["users"]), options)?;
+    let mut names = Vec::new();
+    while let Some(entry) = stream.try_next().await? {
+        names.push(
+            kv::v8::to_json(&entry.value)?["name"]
+                .as_str()
+                .unwrap_or("?")
+                .to_owned(),
+        );
+    }
+    // A short page is the last one.
+    let next = if names.len() == size {
+        stream.cursor()
+    } else {
+        None
+    };
+    Ok((names, next))
+}
+
+#[tokio::main]
+async fn main() -> kv::Result<()> {
+    let kv = Kv::open("memory:")?;
+    for i in 1..=23u64 {
+        let user = kv::v8::from_json(&serde_json::json!({"name": format!("user{i:02}")}))?;
+        kv.set(key!["users", i], user).await?;
+    }
+
+    let mut cursor = None;
+    let mut number = 1;
+    loop {
+        let (names, next) = page(&kv, cursor, 10).await?;
+        println!(
+            "page {number}: {} (next cursor: {next:?})",
+            names.join(", ")
+        );
+        match next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+        number += 1;
+    }
+    kv.close().await?;
+    Ok(())
+}

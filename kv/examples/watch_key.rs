@@ -1,0 +1,61 @@
+//! Watching a key: the stream yields the key's entry at once, then again after each change —
+//! here three updates and a delete made by another task.
+//!
+//! ```text
+//! cargo run -p kv --example watch_key
+//! ```
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use kv::{Kv, key};
+
+#[tokio::main]
+async fn main() -> kv::Result<()> {
+    let kv = Kv::open("memory:")?;
+    kv.set(
+        key!["config", "mode"],
+        kv::v8::from_json(&serde_json::json!("starting"))?,
+    )
+    .await?;
+    let mut watch = kv.watch([key!["config", "mode"]])?;
+
+    let writer = {
+        let kv = kv.clone();
+        tokio::spawn(async move {
+            for mode in ["ready", "busy", "ready"] {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                kv.set(
+                    key!["config", "mode"],
+                    kv::v8::from_json(&serde_json::json!(mode))?,
+                )
+                .await?;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            kv.delete(key!["config", "mode"]).await?;
+            Ok::<(), kv::Error>(())
+        })
+    };
+
+    let mut seen = 0;
+    while let Some(state) = watch.next().await {
+        let entry = &state?[0];
+        let mode = entry.value.as_ref().map(kv::v8::to_json).transpose()?;
+        let shown = mode
+            .as_ref()
+            .map_or("(absent)".to_owned(), |m| m.to_string());
+        let stamp = entry
+            .versionstamp
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+        println!("{} = {shown} {stamp}", entry.key);
+        seen += 1;
+        if mode.is_none() {
+            break; // deleted
+        }
+    }
+    writer.await.map_err(kv::KvError::storage)??;
+    println!("{seen} states seen");
+    kv.close().await?;
+    Ok(())
+}

@@ -1,0 +1,245 @@
+//! The [`Kv`] handle: `Deno.Kv` for Rust.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use kv_proto::queue::QueuedMessage;
+use kv_proto::{
+    AtomicWrite, Backend, Clock, CommitResult, Consistency, Key, KvError, KvValue, ReadRange,
+    SnapshotRead, SystemClock, encode_key,
+};
+
+use crate::atomic::AtomicOperation;
+use crate::entry::MaybeEntry;
+use crate::error::{Error, Result};
+use crate::list::{ListOptions, ListStream, Selector};
+use crate::open::BackendUrl;
+use crate::queue::{DEFAULT_QUEUE_CONCURRENCY, EnqueueOptions};
+use crate::watch::WatchStream;
+
+/// A Deno KV database: reads, writes, lists, atomic operations, queues and watches over any
+/// [`Backend`]. Cheap to clone; clones share the backend.
+///
+/// ```no_run
+/// # async fn demo() -> kv::Result<()> {
+/// use kv::{Kv, key};
+/// let kv = Kv::open("sqlite:./data.sqlite3")?;
+/// kv.set(key!["visits"], 0u64).await?;
+/// kv.atomic().sum(key!["visits"], 1u64).commit().await?;
+/// assert_eq!(kv.get(key!["visits"]).await?.value, Some(kv::KvValue::U64(1)));
+/// kv.close().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Kv {
+    backend: Arc<dyn Backend>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Kv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kv")
+            .field("capabilities", &self.backend.capabilities())
+            .finish()
+    }
+}
+
+impl Kv {
+    /// Opens the backend a URL names (see [`BackendUrl`]): `sqlite:PATH` (or a plain path),
+    /// `memory:`. Opening touches the disk (creating or migrating a file), so call it at
+    /// start-up rather than in a busy async task.
+    pub fn open(url: &str) -> Result<Kv> {
+        let url: BackendUrl = url.parse()?;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        Ok(Kv::with_clock(url.open(clock.clone())?, clock))
+    }
+
+    /// A handle over a backend opened by the caller, on the system clock.
+    pub fn new(backend: Arc<dyn Backend>) -> Kv {
+        Kv::with_clock(backend, Arc::new(SystemClock))
+    }
+
+    /// A handle over `backend` that reads time (for `expire_in` and enqueue delays) from `clock`.
+    /// Give it the same clock the backend was opened with.
+    pub fn with_clock(backend: Arc<dyn Backend>, clock: Arc<dyn Clock>) -> Kv {
+        Kv { backend, clock }
+    }
+
+    /// The backend underneath.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// The value at `key` and its versionstamp, or an entry with neither if the key is absent.
+    pub async fn get(&self, key: impl Into<Key>) -> Result<MaybeEntry> {
+        self.get_with(key, Consistency::Strong).await
+    }
+
+    /// [`Kv::get`] with an explicit consistency.
+    pub async fn get_with(
+        &self,
+        key: impl Into<Key>,
+        consistency: Consistency,
+    ) -> Result<MaybeEntry> {
+        let mut entries = self.get_many_with([key.into()], consistency).await?;
+        entries.pop().ok_or_else(|| missing_output(1, 0))
+    }
+
+    /// Several keys (at most 10) from one consistent snapshot, in the order given.
+    pub async fn get_many<K: Into<Key>>(
+        &self,
+        keys: impl IntoIterator<Item = K>,
+    ) -> Result<Vec<MaybeEntry>> {
+        self.get_many_with(keys, Consistency::Strong).await
+    }
+
+    /// [`Kv::get_many`] with an explicit consistency.
+    pub async fn get_many_with<K: Into<Key>>(
+        &self,
+        keys: impl IntoIterator<Item = K>,
+        consistency: Consistency,
+    ) -> Result<Vec<MaybeEntry>> {
+        let keys: Vec<Key> = keys.into_iter().map(Into::into).collect();
+        let ranges = keys
+            .iter()
+            .map(|key| Ok(ReadRange::single_encoded_key(encode_key(key)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let read = SnapshotRead {
+            ranges,
+            consistency,
+        };
+        let outputs = self.backend.snapshot_read(read).await?;
+        if outputs.len() != keys.len() {
+            return Err(missing_output(keys.len(), outputs.len()));
+        }
+        Ok(keys
+            .into_iter()
+            .zip(outputs)
+            .map(|(key, mut output)| MaybeEntry::new(key, output.entries.pop()))
+            .collect())
+    }
+
+    /// Sets `key` to `value`. A `u64` is stored as `Deno.KvU64`, bytes as a `Uint8Array`; for
+    /// JSON or serde values see [`crate::v8`].
+    pub async fn set(
+        &self,
+        key: impl Into<Key>,
+        value: impl Into<KvValue>,
+    ) -> Result<CommitResult> {
+        self.commit_unchecked(self.atomic().set(key, value)).await
+    }
+
+    /// Sets `key` to `value`, to disappear `expire_in` from now (Deno's `expireIn`): after that
+    /// no read returns it.
+    pub async fn set_expiring(
+        &self,
+        key: impl Into<Key>,
+        value: impl Into<KvValue>,
+        expire_in: Duration,
+    ) -> Result<CommitResult> {
+        self.commit_unchecked(self.atomic().set_expiring(key, value, expire_in))
+            .await
+    }
+
+    /// Deletes `key` (nothing happens if it is absent).
+    pub async fn delete(&self, key: impl Into<Key>) -> Result<()> {
+        self.commit_unchecked(self.atomic().delete(key)).await?;
+        Ok(())
+    }
+
+    /// Lists the entries a selector names, as a stream that fetches pages as it is read. Errors
+    /// in the selector or the cursor are reported here, before anything is read.
+    pub fn list(&self, selector: Selector, options: ListOptions) -> Result<ListStream> {
+        ListStream::new(self.backend.clone(), &selector, options)
+    }
+
+    /// Starts an atomic operation: checks, mutations and enqueues committed together.
+    pub fn atomic(&self) -> AtomicOperation {
+        AtomicOperation::new(self.backend.clone(), self.clock.clone())
+    }
+
+    /// Enqueues `message` for [`Kv::listen_queue`] (in this process or any other sharing the
+    /// store, Deno included).
+    pub async fn enqueue(
+        &self,
+        message: impl Into<KvValue>,
+        options: EnqueueOptions,
+    ) -> Result<CommitResult> {
+        self.commit_unchecked(self.atomic().enqueue(message, options))
+            .await
+    }
+
+    /// Hands every queue message to `handler` until the store closes, up to
+    /// [`DEFAULT_QUEUE_CONCURRENCY`] at a time. At-least-once: a message whose handler fails
+    /// (returns `Err` or panics) is delivered again after its back-off; see [`crate::queue`].
+    pub async fn listen_queue<F, Fut, E>(&self, handler: F) -> Result<()>
+    where
+        F: Fn(KvValue) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+    {
+        self.listen_queue_with(DEFAULT_QUEUE_CONCURRENCY, handler)
+            .await
+    }
+
+    /// [`Kv::listen_queue`] handling at most `concurrency` messages at a time (1: one after the
+    /// other).
+    pub async fn listen_queue_with<F, Fut, E>(&self, concurrency: usize, handler: F) -> Result<()>
+    where
+        F: Fn(KvValue) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+    {
+        crate::queue::listen(self.backend.clone(), concurrency, handler).await
+    }
+
+    /// Every queued message, waiting or being delivered, without taking any (for tools that
+    /// inspect or copy a store). Backends that cannot list their queue refuse with
+    /// [`KvError::Unsupported`].
+    pub async fn queued_messages(&self) -> Result<Vec<QueuedMessage>> {
+        Ok(self.backend.queued_messages().await?)
+    }
+
+    /// Watches up to 10 keys: see [`WatchStream`].
+    pub fn watch<K: Into<Key>>(&self, keys: impl IntoIterator<Item = K>) -> Result<WatchStream> {
+        let keys: Vec<Key> = keys.into_iter().map(Into::into).collect();
+        let encoded = keys.iter().map(encode_key).collect::<Result<Vec<_>, _>>()?;
+        Ok(WatchStream::new(self.backend.watch(encoded)?, keys))
+    }
+
+    /// Closes the store: listeners and watches end, later calls fail with
+    /// [`KvError::Closed`]. Durable backends have everything acknowledged on disk.
+    pub async fn close(&self) -> Result<()> {
+        Ok(self.backend.close().await?)
+    }
+
+    /// Commits an operation that has no checks, so it cannot be refused by one.
+    async fn commit_unchecked(&self, operation: AtomicOperation) -> Result<CommitResult> {
+        operation.commit().await?.ok_or_else(|| {
+            Error::Kv(KvError::storage(std::io::Error::other(
+                "the backend reported a failed check for a write without checks",
+            )))
+        })
+    }
+
+    /// A raw atomic write, as the backend takes it.
+    pub async fn write(&self, write: AtomicWrite) -> Result<Option<CommitResult>> {
+        Ok(self.backend.atomic_write(write).await?)
+    }
+}
+
+/// `now + after`, or a clear error for a duration beyond the calendar.
+pub(crate) fn expiry_time(now: DateTime<Utc>, after: Duration) -> Result<DateTime<Utc>> {
+    TimeDelta::from_std(after)
+        .ok()
+        .and_then(|after| now.checked_add_signed(after))
+        .ok_or_else(|| {
+            KvError::invalid_argument(format!("a time {after:?} from now is out of range")).into()
+        })
+}
+
+fn missing_output(asked: usize, got: usize) -> Error {
+    Error::Kv(KvError::storage(std::io::Error::other(format!(
+        "the backend answered {got} of {asked} ranges"
+    ))))
+}

@@ -1,0 +1,441 @@
+//! The `Kv` API end to end, on the in-memory backend with a manual clock (expiry and queue
+//! back-off without sleeping) and on SQLite files (the same calls, plus reopening).
+//!
+//! The backends' own rules are proven by kv-conformance; these tests cover what this crate adds:
+//! key and value conversions, paging and cursors, the atomic builder, the queue listener and the
+//! watch stream's full states.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use kv::{EnqueueOptions, Entry, Error, Kv, KvError, KvValue, ListOptions, Selector, key};
+use kv_memory::{MemoryBackend, MemoryStore};
+use kv_proto::{Clock, ManualClock};
+
+fn memory_kv() -> (Kv, ManualClock) {
+    let clock = ManualClock::at_test_epoch();
+    let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+    let backend = MemoryBackend::open(&MemoryStore::new(), shared.clone());
+    (Kv::with_clock(Arc::new(backend), shared), clock)
+}
+
+async fn collect(kv: &Kv, selector: Selector, options: ListOptions) -> Vec<Entry> {
+    match kv.list(selector, options) {
+        Ok(stream) => match stream.try_collect().await {
+            Ok(entries) => entries,
+            Err(err) => panic!("list failed: {err}"),
+        },
+        Err(err) => panic!("list refused: {err}"),
+    }
+}
+
+fn keys_of(entries: &[Entry]) -> Vec<kv::Key> {
+    entries.iter().map(|e| e.key.clone()).collect()
+}
+
+#[tokio::test]
+async fn set_get_delete_round_trip_every_value_kind() -> kv::Result<()> {
+    let (kv, _) = memory_kv();
+    kv.set(key!["u64"], 7u64).await?;
+    kv.set(key!["bytes"], vec![1u8, 2, 3]).await?;
+    let json = kv::v8::from_json(&serde_json::json!({"name": "Alice", "tags": ["a", "b"]}))?;
+    kv.set(key!["json"], json).await?;
+
+    assert_eq!(kv.get(key!["u64"]).await?.value, Some(KvValue::U64(7)));
+    assert_eq!(
+        kv.get(key!["bytes"]).await?.value,
+        Some(KvValue::Bytes(vec![1, 2, 3]))
+    );
+    let stored = kv.get(key!["json"]).await?;
+    let value = stored.value.as_ref().map(kv::v8::to_json).transpose()?;
+    assert_eq!(
+        value,
+        Some(serde_json::json!({"name": "Alice", "tags": ["a", "b"]}))
+    );
+
+    let missing = kv.get(key!["missing"]).await?;
+    assert!(!missing.exists());
+    assert_eq!(missing.versionstamp, None);
+    assert_eq!(missing.key, key!["missing"]);
+
+    kv.delete(key!["u64"]).await?;
+    assert!(!kv.get(key!["u64"]).await?.exists());
+    Ok(())
+}
+
+#[tokio::test]
+async fn get_many_answers_in_order_and_refuses_more_than_ten() -> kv::Result<()> {
+    let (kv, _) = memory_kv();
+    kv.set(key!["b"], 2u64).await?;
+    let got = kv.get_many([key!["a"], key!["b"], key!["c"]]).await?;
+    let values: Vec<_> = got.iter().map(|e| e.value.clone()).collect();
+    assert_eq!(values, vec![None, Some(KvValue::U64(2)), None]);
+
+    let eleven: Vec<kv::Key> = (0..11).map(|i| key!["k", i]).collect();
+    match kv.get_many(eleven).await {
+        Err(Error::Kv(KvError::Limit(limit))) => {
+            assert_eq!(limit.to_string(), "Too many ranges (max 10)")
+        }
+        other => panic!("expected Deno's range limit, got {other:?}"),
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn list_pages_under_the_hood_and_resumes_from_its_cursor() -> kv::Result<()> {
+    let (kv, _) = memory_kv();
+    for i in 0..25u64 {
+        kv.set(key!["items", i], i).await?;
+    }
+    kv.set(key!["other"], 0u64).await?;
+
+    // Pages of 4 give the same 25 entries, in order, as one big page.
+    let small_pages = ListOptions {
+        batch_size: Some(4),
+        ..Default::default()
+    };
+    let all = collect(&kv, Selector::prefix(key!["items"]), small_pages).await;
+    let expected: Vec<kv::Key> = (0..25u64).map(|i| key!["items", i]).collect();
+    assert_eq!(keys_of(&all), expected);
+
+    // A limit stops early; the cursor resumes exactly after the last entry.
+    let mut first = kv.list(
+        Selector::prefix(key!["items"]),
+        ListOptions {
+            limit: Some(10),
+            batch_size: Some(3),
+            ..Default::default()
+        },
+    )?;
+    let mut seen = Vec::new();
+    while let Some(entry) = first.try_next().await? {
+        seen.push(entry.key);
+    }
+    assert_eq!(seen, expected[..10]);
+    let cursor = first.cursor();
+    assert!(cursor.is_some());
+    let rest = collect(
+        &kv,
+        Selector::prefix(key!["items"]),
+        ListOptions {
+            cursor,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(keys_of(&rest), expected[10..]);
+
+    // Reverse, paged, with a limit.
+    let newest = collect(
+        &kv,
+        Selector::prefix(key!["items"]),
+        ListOptions {
+            reverse: true,
+            limit: Some(5),
+            batch_size: Some(2),
+            ..Default::default()
+        },
+    )
+    .await;
+    let expected_reverse: Vec<kv::Key> = (20..25u64).rev().map(|i| key!["items", i]).collect();
+    assert_eq!(keys_of(&newest), expected_reverse);
+
+    // {prefix, start} and {start, end}.
+    let tail = collect(
+        &kv,
+        Selector::prefix(key!["items"]).start(key!["items", 22u64]),
+        ListOptions::default(),
+    )
+    .await;
+    assert_eq!(tail.len(), 3);
+    let window = collect(
+        &kv,
+        Selector::range(key!["items", 3u64], key!["items", 6u64]),
+        ListOptions::default(),
+    )
+    .await;
+    assert_eq!(keys_of(&window), expected[3..6]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn list_errors_are_deno_s_and_come_before_any_read() {
+    let (kv, _) = memory_kv();
+    let bad_start = Selector::prefix(key!["a"]).start(key!["b"]);
+    match kv.list(bad_start, ListOptions::default()) {
+        Err(err) => assert_eq!(
+            err.to_string(),
+            "Start key is not in the keyspace defined by prefix"
+        ),
+        Ok(_) => panic!("a start outside the prefix must be refused"),
+    }
+    let bad_cursor = ListOptions {
+        cursor: Some("%%%".into()),
+        ..Default::default()
+    };
+    match kv.list(Selector::prefix(key!["a"]), bad_cursor) {
+        Err(err) => assert_eq!(err.to_string(), "invalid cursor"),
+        Ok(_) => panic!("a malformed cursor must be refused"),
+    }
+}
+
+#[tokio::test]
+async fn atomic_checks_decide_and_versionstamped_keys_follow_commit_order() -> kv::Result<()> {
+    let (kv, _) = memory_kv();
+    let first = kv.set(key!["balance"], 100u64).await?;
+    let entry = kv.get(key!["balance"]).await?;
+    assert_eq!(entry.versionstamp, Some(first.versionstamp));
+
+    // A check on the current versionstamp commits; the same check again fails and writes nothing.
+    let committed = kv
+        .atomic()
+        .check(key!["balance"], entry.versionstamp)
+        .sum(key!["balance"], 5u64)
+        .set_versionstamped(key!["log"], 5u64)
+        .commit()
+        .await?;
+    let Some(commit) = committed else {
+        panic!("the check held, the commit must happen")
+    };
+    let stale = kv
+        .atomic()
+        .check(key!["balance"], entry.versionstamp)
+        .set(key!["balance"], 0u64)
+        .commit()
+        .await?;
+    assert_eq!(stale, None);
+    assert_eq!(
+        kv.get(key!["balance"]).await?.value,
+        Some(KvValue::U64(105))
+    );
+
+    // The versionstamped key ends with the commit's versionstamp.
+    let log = collect(&kv, Selector::prefix(key!["log"]), ListOptions::default()).await;
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].key, key!["log", commit.versionstamp.to_string()]);
+
+    // check(None): only if absent. min/max keep the smaller / larger.
+    let created = kv
+        .atomic()
+        .check(key!["fresh"], None)
+        .set(key!["fresh"], 10u64)
+        .min(key!["fresh"], 3)
+        .max(key!["high"], 9)
+        .commit()
+        .await?;
+    assert!(created.is_some());
+    assert_eq!(kv.get(key!["fresh"]).await?.value, Some(KvValue::U64(3)));
+    assert_eq!(kv.get(key!["high"]).await?.value, Some(KvValue::U64(9)));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_bad_key_in_an_atomic_operation_writes_nothing() -> kv::Result<()> {
+    let (kv, _) = memory_kv();
+    let too_big = num_bigint::BigInt::from(2u8).pow(2048);
+    let result = kv
+        .atomic()
+        .set(key!["ok"], 1u64)
+        .set(key![too_big], 2u64)
+        .commit()
+        .await;
+    assert!(matches!(result, Err(Error::Kv(KvError::InvalidKey { .. }))));
+    assert!(!kv.get(key!["ok"]).await?.exists());
+    Ok(())
+}
+
+#[tokio::test]
+async fn expiring_entries_vanish_at_their_time() -> kv::Result<()> {
+    let (kv, clock) = memory_kv();
+    kv.set_expiring(key!["session"], 1u64, Duration::from_secs(60))
+        .await?;
+    clock.advance(Duration::from_secs(59));
+    assert!(kv.get(key!["session"]).await?.exists());
+    clock.advance(Duration::from_secs(1));
+    assert!(!kv.get(key!["session"]).await?.exists());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_queue_retries_a_failed_handler_until_it_succeeds() -> kv::Result<()> {
+    let (kv, clock) = memory_kv();
+    let payload = kv::v8::from_json(&serde_json::json!({"job": 1}))?;
+    kv.enqueue(
+        payload,
+        EnqueueOptions {
+            backoff_schedule: Some(vec![1_000, 1_000]),
+            ..Default::default()
+        },
+    )
+    .await?;
+
+    let calls = Arc::new(AtomicUsize::new(0));
+    let listener = {
+        let kv = kv.clone();
+        let calls = calls.clone();
+        tokio::spawn(async move {
+            kv.listen_queue(move |message| {
+                let calls = calls.clone();
+                async move {
+                    let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+                    assert_eq!(
+                        kv::v8::to_json(&message).ok(),
+                        Some(serde_json::json!({"job": 1}))
+                    );
+                    if n == 1 {
+                        return Err("first attempt fails");
+                    }
+                    if n == 2 {
+                        panic!("second attempt panics");
+                    }
+                    Ok(())
+                }
+            })
+            .await
+        })
+    };
+    // Each failure waits one back-off interval (1 s on the manual clock): move the clock in
+    // small steps until the next attempt comes.
+    wait_until(|| calls.load(Ordering::SeqCst) >= 1).await;
+    for expected in 2..=3 {
+        advance_until(&clock, || calls.load(Ordering::SeqCst) >= expected).await;
+    }
+    // Delivered and acknowledged: nothing more arrives however long we wait.
+    clock.advance(Duration::from_secs(3600));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+
+    kv.close().await?;
+    match tokio::time::timeout(Duration::from_secs(10), listener).await {
+        Ok(Ok(result)) => result?,
+        other => panic!("the listener must end when the store closes: {other:?}"),
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhausted_message_lands_in_its_dead_letter_key() -> kv::Result<()> {
+    let (kv, clock) = memory_kv();
+    kv.enqueue(
+        7u64,
+        EnqueueOptions {
+            keys_if_undelivered: vec![key!["dead"]],
+            backoff_schedule: Some(vec![]),
+            ..Default::default()
+        },
+    )
+    .await?;
+    let listener = {
+        let kv = kv.clone();
+        tokio::spawn(async move {
+            kv.listen_queue(|_| async { Err::<(), _>("always fails") })
+                .await
+        })
+    };
+    wait_for_key(&kv, &clock, key!["dead"]).await?;
+    // A u64 message travels as V8 `{value: 7n}`, as Deno's `enqueue(new Deno.KvU64(7n))`.
+    let dead = kv.get(key!["dead"]).await?;
+    assert!(matches!(dead.value, Some(KvValue::V8(_))));
+    kv.close().await?;
+    let _ = tokio::time::timeout(Duration::from_secs(10), listener).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_yields_every_key_s_full_state_after_each_change() -> kv::Result<()> {
+    let (kv, _) = memory_kv();
+    kv.set(key!["a"], 1u64).await?;
+    let mut watch = kv.watch([key!["a"], key!["b"]])?;
+
+    let first = next_state(&mut watch).await?;
+    assert_eq!(first[0].value, Some(KvValue::U64(1)));
+    assert_eq!(first[1].value, None);
+
+    kv.set(key!["b"], 2u64).await?;
+    let second = next_state(&mut watch).await?;
+    // "a" did not change, but its entry is still there: every item is the full state.
+    assert_eq!(second[0].value, Some(KvValue::U64(1)));
+    assert_eq!(second[1].value, Some(KvValue::U64(2)));
+    assert_eq!(second[1].key, key!["b"]);
+
+    kv.close().await?;
+    let end = tokio::time::timeout(Duration::from_secs(5), watch.next()).await;
+    assert!(
+        matches!(end, Ok(None)),
+        "the watch ends when the store closes"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_urls_open_durable_files_that_reopen() -> kv::Result<()> {
+    let dir = tempfile::tempdir().map_err(KvError::storage)?;
+    let path = dir.path().join("data.sqlite3");
+    let url = format!("sqlite:{}", path.display());
+    let kv = Kv::open(&url)?;
+    let commit = kv.set(key!["kept"], 42u64).await?;
+    kv.close().await?;
+
+    let again = Kv::open(&path.display().to_string())?;
+    let entry = again.get(key!["kept"]).await?;
+    assert_eq!(entry.value, Some(KvValue::U64(42)));
+    assert_eq!(entry.versionstamp, Some(commit.versionstamp));
+    again.close().await?;
+
+    let read_only = Kv::open(&format!("{url}?read_only"))?;
+    assert!(matches!(
+        read_only.set(key!["x"], 1u64).await,
+        Err(Error::Kv(KvError::ReadOnly))
+    ));
+    read_only.close().await?;
+
+    assert!(matches!(
+        Kv::open("nosuch:thing"),
+        Err(Error::BadUrl { .. })
+    ));
+    Ok(())
+}
+
+async fn next_state(watch: &mut kv::WatchStream) -> kv::Result<Vec<kv::MaybeEntry>> {
+    match tokio::time::timeout(Duration::from_secs(5), watch.next()).await {
+        Ok(Some(state)) => state,
+        Ok(None) => panic!("the watch ended early"),
+        Err(_) => panic!("no watch emission within 5 s"),
+    }
+}
+
+async fn wait_until(done: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("condition not reached within 5 s");
+}
+
+/// Advances the manual clock 100 ms at a time (letting tasks run in between) until `done`.
+async fn advance_until(clock: &ManualClock, done: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if done() {
+            return;
+        }
+        clock.advance(Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("condition not reached within 50 s of manual time");
+}
+
+/// Advances the manual clock in steps until `key` exists.
+async fn wait_for_key(kv: &Kv, clock: &ManualClock, key: kv::Key) -> kv::Result<()> {
+    for _ in 0..500 {
+        if kv.get(key.clone()).await?.exists() {
+            return Ok(());
+        }
+        clock.advance(Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{key} was not written within 5 s");
+}
