@@ -1,0 +1,551 @@
+//! What each subcommand does.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono::Utc;
+use futures::{StreamExt, TryStreamExt};
+use kv::{EnqueueOptions, Entry, Kv, KvValue, ListOptions, MaybeEntry, Selector, key};
+use kv_proto::{AtomicWrite, Enqueue, Mutation, MutationKind, encode_key};
+use serde_json::json;
+
+use crate::cli::{Format, KeyAction, ValueType};
+use crate::dump::DumpEntry;
+use crate::error::CliError;
+use crate::key_syntax::{parse_key, typed_json};
+use crate::progress::Progress;
+use crate::store::{Access, Target, open};
+
+/// Mutations per commit when loading or migrating (Deno allows 1000).
+const BATCH_MUTATIONS: usize = 500;
+/// A commit's size as Deno counts it (keys twice, values once, payloads), kept well under its
+/// 800 KiB.
+const BATCH_BYTES: usize = 600 * 1024;
+/// Bytes of keys receiving a value per commit, kept well under Deno's 80 KiB.
+const BATCH_KEY_BYTES: usize = 60 * 1024;
+/// Enqueues per commit when migrating.
+const BATCH_ENQUEUES: usize = 50;
+
+/// Reads a value given on the command line.
+pub fn parse_value(text: &str, value_type: ValueType) -> Result<KvValue, CliError> {
+    Ok(match value_type {
+        ValueType::Json => {
+            let json: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+                CliError::BadValue(format!("not JSON ({e}); use --type string for text"))
+            })?;
+            kv::v8::from_json(&json).map_err(kv::Error::from)?
+        }
+        ValueType::String => kv::v8::from_json(&serde_json::Value::String(text.to_owned()))
+            .map_err(kv::Error::from)?,
+        ValueType::U64 => KvValue::U64(text.trim().parse().map_err(|_| {
+            CliError::BadValue(format!("{text:?} is not a u64 (0 to 18446744073709551615)"))
+        })?),
+        ValueType::Bytes => KvValue::Bytes(
+            hex::decode(text.trim())
+                .map_err(|_| CliError::BadValue(format!("{text:?} is not hex bytes")))?,
+        ),
+        ValueType::Tagged => {
+            let json: serde_json::Value = serde_json::from_str(text)
+                .map_err(|e| CliError::BadValue(format!("not JSON: {e}")))?;
+            kv::v8::from_tagged_json(&json).map_err(kv::Error::from)?
+        }
+    })
+}
+
+/// Prints one entry in the chosen format.
+fn print_entry(out: &mut impl Write, entry: &Entry, format: Format) -> Result<(), CliError> {
+    let line = match format {
+        Format::Json => DumpEntry::from_entry(entry.clone()).to_json()?.to_string(),
+        Format::Js => {
+            let value = kv::v8::to_js_literal(&entry.value).map_err(kv::Error::from)?;
+            let expiry = entry
+                .expires_at
+                .map(|at| format!(", expires {}", at.to_rfc3339()))
+                .unwrap_or_default();
+            format!("{} = {value}  ({}{expiry})", entry.key, entry.versionstamp)
+        }
+    };
+    writeln!(out, "{line}").map_err(stdout_error)
+}
+
+fn print_maybe(out: &mut impl Write, entry: &MaybeEntry, format: Format) -> Result<(), CliError> {
+    match (&entry.value, entry.versionstamp) {
+        (Some(value), Some(versionstamp)) => print_entry(
+            out,
+            &Entry {
+                key: entry.key.clone(),
+                value: value.clone(),
+                versionstamp,
+                expires_at: entry.expires_at,
+            },
+            format,
+        ),
+        _ => {
+            let line = match format {
+                Format::Json => json!({"key": typed_json(&entry.key), "value": null}).to_string(),
+                Format::Js => format!("{} = (absent)", entry.key),
+            };
+            writeln!(out, "{line}").map_err(stdout_error)
+        }
+    }
+}
+
+fn stdout_error(source: std::io::Error) -> CliError {
+    CliError::Io {
+        path: PathBuf::from("<stdout>"),
+        source,
+    }
+}
+
+/// `kv get`.
+pub async fn get(db: &str, key: &str, format: Format) -> Result<(), CliError> {
+    let key = parse_key(key)?;
+    let kv = open(db, Access::Read)?;
+    let entry = kv.get(key).await?;
+    kv.close().await?;
+    if !entry.exists() {
+        return Err(CliError::NotFound(entry.key.to_string()));
+    }
+    print_maybe(&mut std::io::stdout().lock(), &entry, format)
+}
+
+/// `kv set`.
+pub async fn set(
+    db: &str,
+    key: &str,
+    value: &str,
+    value_type: ValueType,
+    expire_in: Option<u64>,
+) -> Result<(), CliError> {
+    let key = parse_key(key)?;
+    let value = parse_value(value, value_type)?;
+    let kv = open(db, Access::Write)?;
+    let commit = match expire_in {
+        Some(ms) => kv.set_expiring(key, value, Duration::from_millis(ms)).await,
+        None => kv.set(key, value).await,
+    };
+    kv.close().await?;
+    println!("{}", commit?.versionstamp);
+    Ok(())
+}
+
+/// `kv delete`.
+pub async fn delete(db: &str, key: &str) -> Result<(), CliError> {
+    let key = parse_key(key)?;
+    let kv = open(db, Access::Write)?;
+    let result = kv.delete(key).await;
+    kv.close().await?;
+    Ok(result?)
+}
+
+/// The selector of `kv list`.
+pub struct ListArgs {
+    /// Positional prefix.
+    pub prefix: Option<String>,
+    /// `--start`.
+    pub start: Option<String>,
+    /// `--end`.
+    pub end: Option<String>,
+    /// `--limit`.
+    pub limit: Option<usize>,
+    /// `--reverse`.
+    pub reverse: bool,
+    /// `--cursor`.
+    pub cursor: Option<String>,
+}
+
+/// `kv list`.
+pub async fn list(db: &str, args: ListArgs, format: Format) -> Result<(), CliError> {
+    let parse = |text: Option<String>| text.as_deref().map(parse_key).transpose();
+    let mut selector = Selector {
+        prefix: parse(args.prefix)?,
+        start: parse(args.start)?,
+        end: parse(args.end)?,
+    };
+    if selector.prefix.is_none() && (selector.start.is_none() || selector.end.is_none()) {
+        // `kv list` alone, or with one bound: everything under the empty prefix.
+        selector.prefix = Some(key![]);
+    }
+    let kv = open(db, Access::Read)?;
+    let options = ListOptions {
+        limit: args.limit,
+        reverse: args.reverse,
+        cursor: args.cursor,
+        ..Default::default()
+    };
+    let result = async {
+        let mut entries = kv.list(selector, options)?;
+        let mut out = std::io::stdout().lock();
+        let mut count = 0;
+        while let Some(entry) = entries.try_next().await? {
+            print_entry(&mut out, &entry, format)?;
+            count += 1;
+        }
+        if args.limit == Some(count)
+            && let Some(cursor) = entries.cursor()
+        {
+            eprintln!("cursor: {cursor}");
+        }
+        Ok::<(), CliError>(())
+    }
+    .await;
+    kv.close().await?;
+    result
+}
+
+/// `kv watch`.
+pub async fn watch(
+    db: &str,
+    keys: &[String],
+    count: Option<usize>,
+    format: Format,
+) -> Result<(), CliError> {
+    let keys = keys
+        .iter()
+        .map(|k| parse_key(k))
+        .collect::<Result<Vec<_>, _>>()?;
+    let kv = open(db, Access::Observe)?;
+    let mut stream = kv.watch(keys)?;
+    let mut seen = 0;
+    let result = 'watching: loop {
+        if count.is_some_and(|count| seen >= count) {
+            break Ok(());
+        }
+        let next = tokio::select! {
+            next = stream.next() => next,
+            _ = tokio::signal::ctrl_c() => break Ok(()),
+        };
+        let Some(state) = next else { break Ok(()) };
+        let state = match state {
+            Ok(state) => state,
+            Err(err) => break Err(err.into()),
+        };
+        let mut out = std::io::stdout().lock();
+        for entry in &state {
+            if let Err(err) = print_maybe(&mut out, entry, format) {
+                break 'watching Err(err);
+            }
+        }
+        if format == Format::Js {
+            let _ = writeln!(out, "--");
+        }
+        let _ = out.flush();
+        seen += 1;
+    };
+    drop(stream);
+    kv.close().await?;
+    result
+}
+
+/// `kv enqueue`.
+pub async fn enqueue(
+    db: &str,
+    value: &str,
+    value_type: ValueType,
+    delay_ms: u64,
+    if_undelivered: &[String],
+) -> Result<(), CliError> {
+    let message = parse_value(value, value_type)?;
+    let keys_if_undelivered = if_undelivered
+        .iter()
+        .map(|k| parse_key(k))
+        .collect::<Result<Vec<_>, _>>()?;
+    let kv = open(db, Access::Write)?;
+    let options = EnqueueOptions {
+        delay: Duration::from_millis(delay_ms),
+        keys_if_undelivered,
+        backoff_schedule: None,
+    };
+    let commit = kv.enqueue(message, options).await;
+    kv.close().await?;
+    println!("{}", commit?.versionstamp);
+    Ok(())
+}
+
+/// Every entry of a database, a page at a time.
+fn all_entries(kv: &Kv) -> Result<kv::ListStream, CliError> {
+    Ok(kv.list(
+        Selector::prefix(key![]),
+        ListOptions {
+            batch_size: Some(1000),
+            ..Default::default()
+        },
+    )?)
+}
+
+/// `kv dump`.
+pub async fn dump(db: &str, output: Option<&Path>) -> Result<(), CliError> {
+    let kv = open(db, Access::Read)?;
+    let result = match output {
+        None => dump_to(&kv, &mut std::io::stdout().lock(), None).await,
+        Some(path) => {
+            let temp = partial_path(path);
+            let written = async {
+                let file = std::fs::File::create(&temp).map_err(|source| CliError::Io {
+                    path: temp.clone(),
+                    source,
+                })?;
+                let mut writer = std::io::BufWriter::new(file);
+                let count = dump_to(&kv, &mut writer, Some(path)).await?;
+                writer
+                    .into_inner()
+                    .map_err(|e| e.into_error())
+                    .and_then(|file| file.sync_all())
+                    .and_then(|()| std::fs::rename(&temp, path))
+                    .map_err(|source| CliError::Io {
+                        path: path.to_path_buf(),
+                        source,
+                    })?;
+                Ok(count)
+            }
+            .await;
+            if written.is_err() {
+                let _ = std::fs::remove_file(&temp);
+            }
+            written
+        }
+    };
+    kv.close().await?;
+    let count = result?;
+    if output.is_some() {
+        eprintln!("dumped {count} entries");
+    }
+    Ok(())
+}
+
+async fn dump_to(kv: &Kv, out: &mut impl Write, file: Option<&Path>) -> Result<usize, CliError> {
+    let progress = Progress::new("dump", None);
+    let mut entries = all_entries(kv)?;
+    let mut count = 0;
+    while let Some(entry) = entries.try_next().await? {
+        let line = DumpEntry::from_entry(entry).to_json()?;
+        writeln!(out, "{line}").map_err(|source| CliError::Io {
+            path: file.map_or_else(|| PathBuf::from("<stdout>"), Path::to_path_buf),
+            source,
+        })?;
+        count += 1;
+        progress.inc(1);
+    }
+    out.flush().map_err(stdout_error)?;
+    progress.finish();
+    Ok(count)
+}
+
+fn partial_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".partial-{}", std::process::id()));
+    path.with_file_name(name)
+}
+
+/// Writes sets (and enqueues) in commits that stay inside Deno's limits.
+struct BatchWriter<'a> {
+    kv: &'a Kv,
+    write: AtomicWrite,
+    /// The pending commit's size, counted as `Limits` counts it.
+    bytes: usize,
+    /// The pending commit's bytes of keys receiving a value.
+    key_bytes: usize,
+    written: usize,
+}
+
+impl<'a> BatchWriter<'a> {
+    fn new(kv: &'a Kv) -> Self {
+        BatchWriter {
+            kv,
+            write: AtomicWrite::default(),
+            bytes: 0,
+            key_bytes: 0,
+            written: 0,
+        }
+    }
+
+    async fn set(&mut self, entry: DumpEntry) -> Result<(), CliError> {
+        let key = encode_key(&entry.key)?;
+        let size = 2 * key.len() + entry.value.encoded_len();
+        if self.write.mutations.len() >= BATCH_MUTATIONS
+            || self.bytes + size > BATCH_BYTES
+            || self.key_bytes + key.len() > BATCH_KEY_BYTES
+        {
+            self.flush().await?;
+        }
+        self.bytes += size;
+        self.key_bytes += key.len();
+        self.write.mutations.push(Mutation {
+            key,
+            kind: MutationKind::Set(entry.value),
+            expire_at: entry.expires_at,
+        });
+        Ok(())
+    }
+
+    async fn enqueue(&mut self, enqueue: Enqueue) -> Result<(), CliError> {
+        let size = enqueue.payload.len()
+            + 4 * enqueue.backoff_schedule.as_ref().map_or(0, Vec::len)
+            + enqueue
+                .keys_if_undelivered
+                .iter()
+                .map(Vec::len)
+                .sum::<usize>();
+        if self.write.enqueues.len() >= BATCH_ENQUEUES || self.bytes + size > BATCH_BYTES {
+            self.flush().await?;
+        }
+        self.bytes += size;
+        self.write.enqueues.push(enqueue);
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), CliError> {
+        if self.write.mutations.is_empty() && self.write.enqueues.is_empty() {
+            return Ok(());
+        }
+        let write = std::mem::take(&mut self.write);
+        self.written += write.mutations.len();
+        self.bytes = 0;
+        self.key_bytes = 0;
+        self.kv.write(write).await?;
+        Ok(())
+    }
+}
+
+/// `kv load`.
+pub async fn load(db: &str, input: &Path) -> Result<(), CliError> {
+    let name = input.display().to_string();
+    let reader: Box<dyn BufRead> = if name == "-" {
+        Box::new(std::io::stdin().lock())
+    } else {
+        let file = std::fs::File::open(input).map_err(|source| CliError::Io {
+            path: input.to_path_buf(),
+            source,
+        })?;
+        Box::new(std::io::BufReader::new(file))
+    };
+    let size = std::fs::metadata(input).ok().map(|m| m.len());
+    let target = Target::create(db).await?;
+    let progress = Progress::new("load", size);
+    let now = Utc::now();
+    let mut writer = BatchWriter::new(target.kv()?);
+    let mut expired = 0;
+    for (index, line) in reader.lines().enumerate() {
+        let line = line.map_err(|source| CliError::Io {
+            path: input.to_path_buf(),
+            source,
+        })?;
+        progress.inc(line.len() as u64 + 1);
+        if line.trim().is_empty() {
+            continue;
+        }
+        let entry = DumpEntry::parse(&line).map_err(|reason| CliError::BadDumpLine {
+            file: name.clone(),
+            line: index + 1,
+            reason,
+        })?;
+        if entry.expires_at.is_some_and(|at| at <= now) {
+            expired += 1;
+            continue;
+        }
+        writer.set(entry).await?;
+    }
+    writer.flush().await?;
+    let written = writer.written;
+    progress.finish();
+    let url = target.url().to_owned();
+    target.commit().await?;
+    eprintln!("loaded {written} entries into {url} ({expired} already expired, skipped)");
+    Ok(())
+}
+
+/// `kv migrate`.
+pub async fn migrate(db: &str, target_url: &str) -> Result<(), CliError> {
+    let source = open(db, Access::Read)?;
+    let result = async {
+        let target = Target::create(target_url).await?;
+        let progress = Progress::new("migrate", None);
+        let mut writer = BatchWriter::new(target.kv()?);
+        let mut entries = all_entries(&source)?;
+        let now = Utc::now();
+        while let Some(entry) = entries.try_next().await? {
+            progress.inc(1);
+            if entry.expires_at.is_some_and(|at| at <= now) {
+                continue;
+            }
+            writer.set(DumpEntry::from_entry(entry)).await?;
+        }
+        let messages = source.queued_messages().await?;
+        for message in &messages {
+            writer
+                .enqueue(Enqueue {
+                    payload: message.payload.clone(),
+                    ready_at: message.ready_at,
+                    keys_if_undelivered: message.keys_if_undelivered.clone(),
+                    backoff_schedule: Some(message.backoff_schedule.clone()),
+                })
+                .await?;
+        }
+        writer.flush().await?;
+        let written = writer.written;
+        progress.finish();
+        target.commit().await?;
+        eprintln!(
+            "migrated {written} entries and {} queued messages into {target_url}",
+            messages.len()
+        );
+        Ok::<(), CliError>(())
+    }
+    .await;
+    source.close().await?;
+    result
+}
+
+/// `kv stats`.
+pub async fn stats(db: &str) -> Result<(), CliError> {
+    let kv = open(db, Access::Read)?;
+    let result = async {
+        let mut entries = all_entries(&kv)?;
+        let (mut count, mut key_bytes, mut value_bytes, mut expiring) = (0u64, 0u64, 0u64, 0u64);
+        while let Some(entry) = entries.try_next().await? {
+            count += 1;
+            key_bytes += encode_key(&entry.key)?.len() as u64;
+            value_bytes += entry.value.encoded_len() as u64;
+            expiring += u64::from(entry.expires_at.is_some());
+        }
+        let queued = kv.queued_messages().await?.len();
+        println!(
+            "{}",
+            json!({
+                "entries": count,
+                "key_bytes": key_bytes,
+                "value_bytes": value_bytes,
+                "expiring": expiring,
+                "queued_messages": queued,
+            })
+        );
+        Ok::<(), CliError>(())
+    }
+    .await;
+    kv.close().await?;
+    result
+}
+
+/// `kv key encode` / `kv key decode`.
+pub fn key(action: KeyAction) -> Result<(), CliError> {
+    match action {
+        KeyAction::Encode { key } => println!("{}", hex::encode(encode_key(&parse_key(&key)?)?)),
+        KeyAction::Decode { hex: text, json } => {
+            let bytes = hex::decode(text.trim()).map_err(|_| CliError::BadKey {
+                input: text.clone(),
+                reason: "not hex".into(),
+            })?;
+            let key = kv_proto::decode_key(&bytes).map_err(|e| CliError::BadKey {
+                input: text.clone(),
+                reason: e.to_string(),
+            })?;
+            if json {
+                println!("{}", typed_json(&key));
+            } else {
+                println!("{key}");
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,78 @@
+//! What can go wrong in a `kv` command, each with the words a user needs to fix it.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+/// A failed command. Every variant is reported on stderr with a non-zero exit code.
+#[derive(Debug, Error)]
+pub enum CliError {
+    /// The store or the `Kv` API refused or failed.
+    #[error(transparent)]
+    Kv(#[from] kv::Error),
+
+    /// A key on the command line or in a file that does not parse.
+    #[error("bad key {input}: {reason}")]
+    BadKey {
+        /// The text given.
+        input: String,
+        /// What is wrong, and where.
+        reason: String,
+    },
+
+    /// A value on the command line or in a file that does not parse.
+    #[error("bad value: {0}")]
+    BadValue(String),
+
+    /// A database file that a reading command was pointed at does not exist.
+    #[error("no database at {}: nothing to read (a writing command such as `kv set` creates it)", path.display())]
+    MissingDatabase {
+        /// The path given.
+        path: PathBuf,
+    },
+
+    /// A target for `load` or `migrate` that already holds entries.
+    #[error(
+        "{target} already holds data; load and migrate write only into a new or empty database"
+    )]
+    TargetNotEmpty {
+        /// The target URL.
+        target: String,
+    },
+
+    /// A line of a dump file that does not parse.
+    #[error("{file}, line {line}: {reason}")]
+    BadDumpLine {
+        /// The file (or `-` for standard input).
+        file: String,
+        /// The 1-based line number.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// Reading or writing a file (not the database) failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+
+    /// `kv get` of a key that does not exist.
+    #[error("no entry at {0}")]
+    NotFound(String),
+}
+
+impl From<kv_proto::KvError> for CliError {
+    fn from(err: kv_proto::KvError) -> Self {
+        CliError::Kv(err.into())
+    }
+}
+
+impl From<kv_proto::KeyError> for CliError {
+    fn from(err: kv_proto::KeyError) -> Self {
+        CliError::Kv(err.into())
+    }
+}

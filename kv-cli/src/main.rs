@@ -1,0 +1,96 @@
+//! `kv`: inspect and move Deno KV data in any backend, from the command line.
+//!
+//! ```text
+//! kv set '["users", 1n]' '{"name": "Alice"}'      # ./kv.sqlite3, created on first write
+//! kv list '["users"]'
+//! kv --db redb:./data.redb migrate sqlite:./copy.sqlite3
+//! ```
+//!
+//! Run `kv --help` for every subcommand.
+
+mod cli;
+mod commands;
+mod dump;
+mod error;
+mod key_syntax;
+mod progress;
+mod store;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::commands::ListArgs;
+use crate::error::CliError;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("kv: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("kv: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), CliError> {
+    let db = cli.db.as_str();
+    match cli.command {
+        Command::Get { key, output } => commands::get(db, &key, output.format).await,
+        Command::Set {
+            key,
+            value,
+            value_type,
+            expire_in,
+        } => commands::set(db, &key, &value, value_type, expire_in).await,
+        Command::Delete { key } => commands::delete(db, &key).await,
+        Command::List {
+            prefix,
+            start,
+            end,
+            limit,
+            reverse,
+            cursor,
+            output,
+        } => {
+            let args = ListArgs {
+                prefix,
+                start,
+                end,
+                limit,
+                reverse,
+                cursor,
+            };
+            commands::list(db, args, output.format).await
+        }
+        Command::Watch {
+            keys,
+            count,
+            output,
+        } => commands::watch(db, &keys, count, output.format).await,
+        Command::Enqueue {
+            value,
+            value_type,
+            delay,
+            if_undelivered,
+        } => commands::enqueue(db, &value, value_type, delay, &if_undelivered).await,
+        Command::Dump { output } => commands::dump(db, output.as_deref()).await,
+        Command::Load { input } => commands::load(db, &input).await,
+        Command::Stats => commands::stats(db).await,
+        Command::Migrate { target } => commands::migrate(db, &target).await,
+        Command::Key { action } => commands::key(action),
+    }
+}
