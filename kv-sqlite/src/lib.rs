@@ -316,12 +316,6 @@ impl Drop for SqliteBackend {
     }
 }
 
-/// The README's Rust snippets are compiled and run as doc tests, so they stay true. They live
-/// here because this crate sees both kv-proto and kv-sqlite.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct ReadmeDoctests;
-
 #[cfg(test)]
 mod tests {
     //! Reads choose how to leave the executor by the runtime they run on (see `run_blocking`);
