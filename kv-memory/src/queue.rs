@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use kv_proto::queue::{QueueWake, wait_for_queue};
 use kv_proto::{ChangeSignal, Clock, KvError, QueueMessageHandle};
 use uuid::Uuid;
 
@@ -37,16 +38,9 @@ pub(crate) async fn next_message(
             }
             Err(next_due) => next_due,
         };
-        let due = async {
-            match next_due {
-                Some(at) => clock.sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = queue_changes.changed() => {}
-            () = due => {}
-            () = handle_signal.wait_closed() => return Ok(None),
+        let wake = wait_for_queue(&mut queue_changes, next_due, &*clock, &handle_signal).await;
+        if wake == QueueWake::Closed {
+            return Ok(None);
         }
     }
 }

@@ -116,6 +116,44 @@ pub fn after_failed_delivery(message: &QueuedMessage, now: DateTime<Utc>) -> Del
     }
 }
 
+/// Why a consumer's wait for the queue ended (see [`wait_for_queue`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueWake {
+    /// Something may now be due (a change, or the awaited time): look again.
+    LookAgain,
+    /// The handle closed: the dequeue returns `Ok(None)`.
+    Closed,
+}
+
+/// The wait in every engine's dequeue loop, written once: after looking for a due message and
+/// finding none, wait until the queue changes (`changes`, bumped on every enqueue or requeue),
+/// the next message's ready time `next_due` arrives on `clock`, or the handle closes
+/// (`closed`).
+///
+/// Call `changes.borrow_and_update()` *before* looking, so that a change between the look and
+/// this wait still wakes it. A `changes` whose sender is gone counts as closed.
+pub async fn wait_for_queue(
+    changes: &mut tokio::sync::watch::Receiver<u64>,
+    next_due: Option<DateTime<Utc>>,
+    clock: &dyn crate::Clock,
+    closed: &crate::ChangeSignal,
+) -> QueueWake {
+    let due = async {
+        match next_due {
+            Some(at) => clock.sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        changed = changes.changed() => match changed {
+            Ok(()) => QueueWake::LookAgain,
+            Err(_) => QueueWake::Closed,
+        },
+        () = due => QueueWake::LookAgain,
+        () = closed.wait_closed() => QueueWake::Closed,
+    }
+}
+
 /// A message handed to a consumer. The consumer reads the payload, handles it, and must call
 /// [`QueueMessageHandle::finish`]: `true` deletes it, `false` schedules a retry (or dead-letters
 /// it). A handle dropped without finishing counts as a failure once its deadline passes.

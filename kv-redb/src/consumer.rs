@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use kv_proto::queue::{QueueWake, wait_for_queue};
 use kv_proto::{ChangeSignal, Clock, KvError, QueueMessageHandle};
 use uuid::Uuid;
 
@@ -40,21 +41,9 @@ pub(crate) async fn next_message(
             Ok(Taken::Closed) | Err(KvError::Closed) => return Ok(None),
             Err(err) => return Err(err),
         };
-        let due = async {
-            match next_at {
-                Some(at) => clock.sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            changed = changes.changed() => {
-                // The sender lives as long as `shared`: an error cannot happen while we hold it.
-                if changed.is_err() {
-                    return Ok(None);
-                }
-            }
-            () = due => {}
-            () = handle_signal.wait_closed() => return Ok(None),
+        if wait_for_queue(&mut changes, next_at, &**clock, handle_signal).await == QueueWake::Closed
+        {
+            return Ok(None);
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use kv_proto::queue::{QueueWake, wait_for_queue};
 use kv_proto::{ChangeSignal, Clock, KvError, QueueMessageHandle, ms_to_datetime};
 
 use crate::writer::{Taken, Writer};
@@ -34,16 +35,8 @@ pub(crate) async fn next_message(
             Err(KvError::Closed) => return Ok(None),
             Err(err) => return Err(err),
         };
-        let due = async {
-            match next_at {
-                Some(at) => clock.sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = changes.changed() => {}
-            () = due => {}
-            () = signal.wait_closed() => return Ok(None),
+        if wait_for_queue(&mut changes, next_at, &**clock, signal).await == QueueWake::Closed {
+            return Ok(None);
         }
     }
 }
