@@ -1,0 +1,399 @@
+//! Routing and the request handlers.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use chrono::Utc;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Body, Incoming};
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use kv_connect::metadata::{
+    DatabaseMetadata, EndpointInfo, MetadataExchangeRequest, TEXT_NO_COMMON_VERSION,
+    negotiate_version,
+};
+use kv_connect::{convert, prost::Message};
+use kv_proto::{Backend, KvError, LimitKind};
+use subtle::ConstantTimeEq;
+use uuid::Uuid;
+
+use crate::databases::{ConnectionDatabases, DatabaseRef};
+use crate::{Access, Shared};
+
+/// Response bodies: a buffer or a watch stream.
+pub(crate) type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
+
+/// The data-path prefix handed out as the one `strong` endpoint.
+const ENDPOINT: &str = "/v2";
+
+/// A response that is not a success: status and a plain-text reason.
+pub(crate) struct Failure {
+    status: StatusCode,
+    text: String,
+}
+
+impl Failure {
+    fn new(status: StatusCode, text: impl Into<String>) -> Self {
+        Failure {
+            status,
+            text: text.into(),
+        }
+    }
+
+    fn bad_request(text: impl Into<String>) -> Self {
+        Failure::new(StatusCode::BAD_REQUEST, text)
+    }
+}
+
+fn full(body: impl Into<Bytes>) -> ResponseBody {
+    Full::new(body.into()).boxed_unsync()
+}
+
+fn text_response(status: StatusCode, text: String) -> Response<ResponseBody> {
+    let mut response = Response::new(full(text));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+fn bytes_response(content_type: &'static str, body: Vec<u8>) -> Response<ResponseBody> {
+    let mut response = Response::new(full(body));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+fn method_not_allowed(allow: &'static str) -> Response<ResponseBody> {
+    let mut response = Response::new(full(Bytes::new()));
+    *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    response
+}
+
+/// The data-path methods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DataMethod {
+    SnapshotRead,
+    AtomicWrite,
+    Watch,
+}
+
+/// Entry point for every request.
+pub(crate) async fn handle(
+    request: Request<Incoming>,
+    shared: Arc<Shared>,
+    connection: Arc<ConnectionDatabases>,
+) -> Result<Response<ResponseBody>, Infallible> {
+    let path = request.uri().path().to_owned();
+    let data_method = match path.strip_prefix(ENDPOINT) {
+        Some("/snapshot_read") => Some(DataMethod::SnapshotRead),
+        Some("/atomic_write") => Some(DataMethod::AtomicWrite),
+        Some("/watch") => Some(DataMethod::Watch),
+        _ => None,
+    };
+    let response = if path == "/health" {
+        match *request.method() {
+            Method::GET | Method::HEAD => text_response(StatusCode::OK, "ok\n".into()),
+            _ => method_not_allowed("GET, HEAD"),
+        }
+    } else if let Some(method) = data_method {
+        if request.method() != Method::POST {
+            method_not_allowed("POST")
+        } else {
+            data_path(request, method, &shared, &connection)
+                .await
+                .unwrap_or_else(|f| text_response(f.status, f.text))
+        }
+    } else if let Some(database) = DatabaseRef::parse(&path, shared.config.ephemeral) {
+        if request.method() != Method::POST {
+            method_not_allowed("POST")
+        } else {
+            metadata_exchange(request, database, &shared, &connection)
+                .await
+                .unwrap_or_else(|f| text_response(f.status, f.text))
+        }
+    } else {
+        text_response(StatusCode::NOT_FOUND, "Resource not found.".into())
+    };
+    Ok(response)
+}
+
+// ---- access ---------------------------------------------------------------------------------------
+
+/// Checks `authorization: Bearer <token>` (scheme case-insensitive, token in constant time).
+fn authorize(headers: &HeaderMap, access: &Access) -> Result<(), Failure> {
+    let Access::Token(expected) = access else {
+        return Ok(());
+    };
+    let malformed = || Failure::new(StatusCode::UNAUTHORIZED, "Malformed authorization header.");
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .ok_or_else(malformed)?
+        .as_bytes();
+    let space = value
+        .iter()
+        .position(|b| *b == b' ')
+        .ok_or_else(malformed)?;
+    let (scheme, token) = (&value[..space], &value[space + 1..]);
+    let scheme_ok = scheme.eq_ignore_ascii_case(b"bearer");
+    // ct_eq on slices of different lengths is false (the length is not secret).
+    let token_ok: bool = token.ct_eq(expected.as_bytes()).into();
+    if scheme_ok && token_ok {
+        Ok(())
+    } else {
+        Err(Failure::new(
+            StatusCode::UNAUTHORIZED,
+            "Invalid access token.",
+        ))
+    }
+}
+
+// ---- bodies -----------------------------------------------------------------------------------------
+
+/// Reads the whole body, at most `max` bytes (413 beyond).
+async fn read_body(request: Request<Incoming>, max: usize) -> Result<Bytes, Failure> {
+    let too_large = || {
+        Failure::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("Request body too large (max {max} bytes)."),
+        )
+    };
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > max as u64)
+        || request
+            .body()
+            .size_hint()
+            .exact()
+            .is_some_and(|len| len > max as u64)
+    {
+        return Err(too_large());
+    }
+    match Limited::new(request.into_body(), max).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(err) if err.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(_) => Err(Failure::bad_request("Failed to read the request body.")),
+    }
+}
+
+// ---- metadata exchange ------------------------------------------------------------------------------
+
+async fn metadata_exchange(
+    request: Request<Incoming>,
+    database: DatabaseRef,
+    shared: &Shared,
+    connection: &ConnectionDatabases,
+) -> Result<Response<ResponseBody>, Failure> {
+    // Access first: a stranger learns nothing about versions or databases.
+    authorize(request.headers(), &shared.config.access)?;
+    let body = read_body(request, shared.config.max_body_bytes).await?;
+    let exchange =
+        MetadataExchangeRequest::parse(&body).map_err(|e| Failure::bad_request(e.message))?;
+    let version = negotiate_version(&exchange.supported_versions)
+        .ok_or_else(|| Failure::bad_request(TEXT_NO_COMMON_VERSION))?;
+    let database_id = match database {
+        DatabaseRef::Default => Uuid::nil(),
+        DatabaseRef::Named(name) => shared
+            .databases
+            .named(&name)
+            .map_err(|err| internal(shared, &err))?
+            .ok_or_else(|| Failure::new(StatusCode::NOT_FOUND, "Resource not found."))?,
+        DatabaseRef::Ephemeral(key) => connection.ephemeral(&key),
+        DatabaseRef::Scratch(rest) => shared.databases.scratch(&rest).ok_or_else(|| {
+            Failure::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "Too many scratch databases on this server.",
+            )
+        })?,
+    };
+    let token = match &shared.config.access {
+        Access::Token(token) => token.clone(),
+        Access::Open => "open".to_owned(),
+    };
+    let ttl = chrono::TimeDelta::from_std(shared.config.metadata_ttl)
+        .unwrap_or(chrono::TimeDelta::days(1));
+    let metadata = DatabaseMetadata {
+        version,
+        database_id,
+        endpoints: vec![EndpointInfo {
+            url: ENDPOINT.to_owned(),
+            consistency: "strong".to_owned(),
+        }],
+        token,
+        expires_at: Utc::now() + ttl,
+    };
+    Ok(bytes_response("application/json", metadata.to_json()))
+}
+
+// ---- data path --------------------------------------------------------------------------------------
+
+async fn data_path(
+    request: Request<Incoming>,
+    method: DataMethod,
+    shared: &Shared,
+    connection: &ConnectionDatabases,
+) -> Result<Response<ResponseBody>, Failure> {
+    authorize(request.headers(), &shared.config.access)?;
+    let headers = request.headers();
+    let version = headers.get("x-denokv-version").map(HeaderValue::as_bytes);
+    if !matches!(version, Some(b"2" | b"3")) {
+        return Err(Failure::bad_request("Expected protocol version 2."));
+    }
+    let backend = headers
+        .get("x-denokv-database-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| Uuid::parse_str(v).ok())
+        .and_then(|id| {
+            connection
+                .by_id(&id)
+                .or_else(|| shared.databases.by_id(&id))
+        })
+        .ok_or_else(|| Failure::bad_request("Invalid database id."))?;
+    let body = read_body(request, shared.config.max_body_bytes).await?;
+    match method {
+        DataMethod::SnapshotRead => snapshot_read(&body, backend.as_ref(), shared).await,
+        DataMethod::AtomicWrite => atomic_write(&body, backend.as_ref(), shared).await,
+        DataMethod::Watch => watch(&body, backend.as_ref(), shared),
+    }
+}
+
+const PROTOBUF: &str = "application/x-protobuf";
+
+async fn snapshot_read(
+    body: &[u8],
+    backend: &dyn Backend,
+    shared: &Shared,
+) -> Result<Response<ResponseBody>, Failure> {
+    let read = convert::decode_snapshot_read(body).map_err(|e| Failure::bad_request(e.message))?;
+    shared
+        .config
+        .limits
+        .validate_snapshot_read(&read)
+        .map_err(|e| kv_failure(shared, &e))?;
+    let ranges = backend
+        .snapshot_read(read)
+        .await
+        .map_err(|e| kv_failure(shared, &e))?;
+    let output = convert::snapshot_read_output(&ranges);
+    Ok(bytes_response(PROTOBUF, output.encode_to_vec()))
+}
+
+async fn atomic_write(
+    body: &[u8],
+    backend: &dyn Backend,
+    shared: &Shared,
+) -> Result<Response<ResponseBody>, Failure> {
+    let write = convert::decode_atomic_write(body).map_err(|e| Failure::bad_request(e.message))?;
+    shared
+        .config
+        .limits
+        .validate_atomic_write(&write, Utc::now())
+        .map_err(|e| kv_failure(shared, &e))?;
+    let result = backend
+        .atomic_write(write)
+        .await
+        .map_err(|e| kv_failure(shared, &e))?;
+    // Backends do not say which check failed; the list stays empty (Deno ignores it).
+    let output = convert::atomic_write_output(result, Vec::new());
+    Ok(bytes_response(PROTOBUF, output.encode_to_vec()))
+}
+
+fn watch(
+    body: &[u8],
+    backend: &dyn Backend,
+    shared: &Shared,
+) -> Result<Response<ResponseBody>, Failure> {
+    let keys = convert::decode_watch(body).map_err(|e| Failure::bad_request(e.message))?;
+    shared
+        .config
+        .limits
+        .validate_watch(&keys)
+        .map_err(|e| kv_failure(shared, &e))?;
+    let stream = if keys.is_empty() {
+        None
+    } else {
+        Some(
+            backend
+                .watch(keys.clone())
+                .map_err(|e| kv_failure(shared, &e))?,
+        )
+    };
+    let body = crate::watch::watch_body(
+        stream,
+        keys.len(),
+        shared.config.keep_alive_interval,
+        shared.shutdown.clone(),
+    );
+    let mut response = Response::new(body);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    Ok(response)
+}
+
+// ---- errors -----------------------------------------------------------------------------------------
+
+/// A kv-proto error as the answer denokv gives (texts byte for byte where denokv has one).
+fn kv_failure(shared: &Shared, err: &KvError) -> Failure {
+    match err {
+        KvError::Limit(limit) => Failure::bad_request(match limit.kind {
+            LimitKind::KeySizeWrite | LimitKind::KeySizeRead => {
+                "A key exceeds the key size limit.".to_owned()
+            }
+            LimitKind::ValueSize | LimitKind::EnqueuePayloadSize => {
+                "A value exceeds the value size limit.".to_owned()
+            }
+            LimitKind::ReadRanges => {
+                "Too many read ranges requested in one read request.".to_owned()
+            }
+            LimitKind::ReadEntries => "The total number of entries requested across read \
+                                       ranges in the read request is too large."
+                .to_owned(),
+            LimitKind::Checks => "Too many checks included in atomic write.".to_owned(),
+            LimitKind::Mutations => {
+                "Too many mutations / enqueues included in atomic write.".to_owned()
+            }
+            LimitKind::TotalMutationSize => {
+                "The total size of the atomic write is too large.".to_owned()
+            }
+            LimitKind::WatchKeys => "Too many keys watched in a single watch request.".to_owned(),
+            // denokv has no such limit; Deno's own text.
+            LimitKind::TotalKeySize => limit.to_string(),
+        }),
+        KvError::InvalidKey { .. } | KvError::InvalidArgument { .. } | KvError::Mutation { .. } => {
+            Failure::bad_request(err.to_string())
+        }
+        KvError::ReadOnly => Failure::bad_request("This database is read only."),
+        KvError::Unsupported { feature } => {
+            Failure::bad_request(format!("This database does not support {feature}."))
+        }
+        // 503: Deno retries; nothing was committed.
+        KvError::Closed => Failure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The server is temporarially unavailable, try again later.",
+        ),
+        KvError::Storage { .. } | KvError::Corrupt { .. } => internal(shared, err),
+    }
+}
+
+fn internal(shared: &Shared, err: &KvError) -> Failure {
+    if shared.config.log_errors {
+        eprintln!("kv-server: internal error: {err}");
+    }
+    Failure::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "An internal server error occurred.",
+    )
+}

@@ -1,0 +1,247 @@
+//! # kv-server — a KV Connect server for any [`Backend`]
+//!
+//! Serves Deno KV to `Deno.openKv("http://host:port/...")` (Deno 2.9.6) and to any other KV
+//! Connect client, from any `Arc<dyn Backend>` of this workspace:
+//!
+//! - HTTP/2 without TLS (h2c with prior knowledge, which is all Deno speaks to `http://` URLs)
+//!   and HTTP/1.1 on the same port;
+//! - `POST <database path>`: the metadata exchange (protocol 3 for Deno's `[1,2,3]`, 2 for
+//!   `[1,2]`; see [`databases`] for the paths);
+//! - `POST /v2/snapshot_read`, `/v2/atomic_write`, `/v2/watch`: the data path, the database chosen
+//!   by `x-denokv-database-id`; watch answers with a never-ending stream of length-prefixed frames,
+//!   keep-alives every [`ServerConfig::keep_alive_interval`], and every key in every frame with
+//!   `changed = true` and its full entry (Deno 2.9.6 reads `changed = false` as "deleted");
+//! - `GET /health`: `200 ok`, no token needed.
+//!
+//! Access: a bearer token compared in constant time, never logged; without one the server only
+//! starts when told to run open ([`Access::Open`]) on a loopback address. Request bodies larger
+//! than [`MAX_BODY_BYTES`] get 413; malformed requests 400 with a plain-text reason; Deno's limits
+//! ([`kv_proto::Limits`], 100 checks as Deno's client allows) are enforced with denokv's texts.
+//!
+//! ```no_run
+//! # async fn run() -> std::io::Result<()> {
+//! use std::sync::Arc;
+//! use kv_server::{Access, Databases, Server, ServerConfig};
+//! let backend = kv_server::databases::new_memory_database();
+//! let config = ServerConfig::new(Access::Token("a-long-secret-token".into()));
+//! let server = Server::new(config, Databases::new(backend)).map_err(std::io::Error::other)?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:4512").await?;
+//! server.serve(listener, async { let _ = tokio::signal::ctrl_c().await; }).await
+//! # }
+//! ```
+
+pub mod databases;
+mod handler;
+mod watch;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use kv_proto::Limits;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch as signal;
+use tokio::task::JoinSet;
+
+pub use databases::{DatabaseOpener, Databases};
+
+/// The largest request body accepted (413 above it): 1 MiB plus 64 KiB. The largest valid
+/// request is an atomic write within Deno's limits: 819 200 bytes of keys and values (check keys
+/// included) plus protobuf framing of at most ~30 bytes for each of 1000 mutations and ~15 for each
+/// of 100 checks, about 0.85 MB, so valid requests always fit and the server never buffers more
+/// than this per request.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024 + 64 * 1024;
+
+/// The shortest access token accepted (denokv's minimum too).
+pub const MIN_TOKEN_LEN: usize = 12;
+
+/// Who may use the server.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Access {
+    /// Clients must send `authorization: Bearer <token>`.
+    Token(String),
+    /// Anyone; only allowed on a loopback address.
+    Open,
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Access::Token(_) => f.write_str("Token(<redacted>)"),
+            Access::Open => f.write_str("Open"),
+        }
+    }
+}
+
+/// How the server behaves.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Access control.
+    pub access: Access,
+    /// Limits enforced on every request ([`Limits::deno`] by default: 100 checks, as Deno's
+    /// client allows, where denokv allows 10).
+    pub limits: Limits,
+    /// How far ahead the metadata's `expiresAt` lies (1 day, as denokv; must be well over 10 s or
+    /// Deno refetches metadata in a busy loop).
+    pub metadata_ttl: Duration,
+    /// Interval of watch keep-alive frames (5 s, as denokv).
+    pub keep_alive_interval: Duration,
+    /// Largest request body ([`MAX_BODY_BYTES`]).
+    pub max_body_bytes: usize,
+    /// Serve the `/ephemeral/...` paths (fresh in-memory databases; see [`databases`]).
+    pub ephemeral: bool,
+    /// How long shutdown waits for in-flight requests before dropping connections.
+    pub shutdown_grace: Duration,
+    /// Print internal errors (never tokens or data) on stderr.
+    pub log_errors: bool,
+}
+
+impl ServerConfig {
+    /// The defaults with this access control.
+    pub fn new(access: Access) -> Self {
+        ServerConfig {
+            access,
+            limits: Limits::deno(),
+            metadata_ttl: Duration::from_secs(24 * 60 * 60),
+            keep_alive_interval: Duration::from_secs(5),
+            max_body_bytes: MAX_BODY_BYTES,
+            ephemeral: false,
+            shutdown_grace: Duration::from_secs(10),
+            log_errors: true,
+        }
+    }
+}
+
+/// A configuration the server refuses to run with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The token is too short.
+    #[error("the access token must be at least {MIN_TOKEN_LEN} characters long")]
+    TokenTooShort,
+    /// The token cannot travel in an HTTP header.
+    #[error("the access token may only contain visible ASCII characters (no spaces)")]
+    TokenNotPrintable,
+    /// Open access on an address other than loopback.
+    #[error(
+        "refusing to serve without an access token on {0}: give a token, or bind to a loopback \
+         address (127.0.0.1 or ::1) to run open"
+    )]
+    OpenNotLoopback(std::net::SocketAddr),
+}
+
+/// Shared by every connection.
+pub(crate) struct Shared {
+    pub(crate) config: ServerConfig,
+    pub(crate) databases: Databases,
+    pub(crate) shutdown: signal::Receiver<bool>,
+}
+
+/// A KV Connect server; see the [crate documentation](crate).
+pub struct Server {
+    config: ServerConfig,
+    databases: Databases,
+}
+
+impl Server {
+    /// Checks the configuration.
+    pub fn new(config: ServerConfig, databases: Databases) -> Result<Self, ConfigError> {
+        if let Access::Token(token) = &config.access {
+            if token.chars().count() < MIN_TOKEN_LEN {
+                return Err(ConfigError::TokenTooShort);
+            }
+            if !token.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(ConfigError::TokenNotPrintable);
+            }
+        }
+        Ok(Server { config, databases })
+    }
+
+    /// Serves connections from `listener` until `shutdown` completes, then shuts down
+    /// gracefully: stops accepting, ends watch streams, lets in-flight requests finish (for at
+    /// most [`ServerConfig::shutdown_grace`]), and closes the databases it opened itself.
+    ///
+    /// Refuses to start ([`ConfigError::OpenNotLoopback`], as an I/O error of kind
+    /// `PermissionDenied`) if access is open and the listener is not on a loopback address.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> std::io::Result<()> {
+        let local = listener.local_addr()?;
+        if self.config.access == Access::Open && !local.ip().is_loopback() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                ConfigError::OpenNotLoopback(local),
+            ));
+        }
+        let (stop, stopped) = signal::channel(false);
+        let shared = Arc::new(Shared {
+            config: self.config,
+            databases: self.databases,
+            shutdown: stopped,
+        });
+        let mut connections = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _peer)) => {
+                        connections.spawn(serve_connection(shared.clone(), stream));
+                    }
+                    Err(err) => {
+                        // Out of file descriptors and the like: wait instead of spinning.
+                        if shared.config.log_errors {
+                            eprintln!("kv-server: accept failed: {err}");
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            }
+        }
+        drop(listener);
+        let _ = stop.send(true);
+        let drained = tokio::time::timeout(shared.config.shutdown_grace, async {
+            while connections.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            connections.abort_all();
+            while connections.join_next().await.is_some() {}
+        }
+        shared.databases.close_opened().await;
+        Ok(())
+    }
+}
+
+/// One TCP connection: HTTP/1.1 or HTTP/2 (detected from the preface), until it closes or the
+/// server shuts down.
+async fn serve_connection(shared: Arc<Shared>, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let connection_dbs = Arc::new(databases::ConnectionDatabases::default());
+    let service = {
+        let shared = shared.clone();
+        let connection_dbs = connection_dbs.clone();
+        service_fn(move |request| handler::handle(request, shared.clone(), connection_dbs.clone()))
+    };
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(200);
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let mut shutdown = shared.shutdown.clone();
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        () = async { let _ = shutdown.wait_for(|stop| *stop).await; } => {
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.as_mut().await;
+        }
+    }
+    connection_dbs.close_all().await;
+}

@@ -1,0 +1,88 @@
+//! The watch response body: length-prefixed frames, keep-alives, and an end on shutdown.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use kv_connect::convert::watch_output;
+use kv_connect::frames::{KEEP_ALIVE, encode_frame};
+use kv_proto::{KvEntry, WatchKeyOutput, WatchStream};
+use tokio::sync::watch as signal;
+use tokio::time::{Instant, Interval, MissedTickBehavior, interval_at};
+
+use crate::handler::ResponseBody;
+
+struct State {
+    /// `None` once the backend stream ended (or for a zero-key watch after its one frame).
+    stream: Option<WatchStream>,
+    /// The last entry of every key: the backend reports unchanged keys as `Unchanged`, but every
+    /// frame must carry every key's full entry with `changed = true`.
+    last: Vec<Option<KvEntry>>,
+    keep_alive: Interval,
+    shutdown: signal::Receiver<bool>,
+    /// A zero-key watch yields one empty frame and ends, as denokv does.
+    empty_pending: bool,
+}
+
+/// The body of a watch response over `stream` (`None` for a zero-key watch).
+pub(crate) fn watch_body(
+    stream: Option<WatchStream>,
+    keys: usize,
+    keep_alive_every: Duration,
+    shutdown: signal::Receiver<bool>,
+) -> ResponseBody {
+    let mut keep_alive = interval_at(Instant::now() + keep_alive_every, keep_alive_every);
+    keep_alive.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let state = State {
+        empty_pending: stream.is_none(),
+        stream,
+        last: vec![None; keys],
+        keep_alive,
+        shutdown,
+    };
+    let frames = futures::stream::unfold(state, next_frame)
+        .map(|bytes| Ok::<_, Infallible>(Frame::data(Bytes::from(bytes))));
+    StreamBody::new(frames).boxed_unsync()
+}
+
+async fn next_frame(mut state: State) -> Option<(Vec<u8>, State)> {
+    if state.empty_pending {
+        state.empty_pending = false;
+        return Some((encode_frame(&watch_output(&[])), state));
+    }
+    let stream = state.stream.as_mut()?;
+    if *state.shutdown.borrow() {
+        return None;
+    }
+    enum Next {
+        Stop,
+        Item(Option<Result<Vec<WatchKeyOutput>, kv_proto::KvError>>),
+        KeepAlive,
+    }
+    let shutdown = &mut state.shutdown;
+    let next = tokio::select! {
+        // Shutdown ends the stream cleanly (END_STREAM); the client reconnects elsewhere.
+        () = async { let _ = shutdown.wait_for(|stop| *stop).await; } => Next::Stop,
+        item = stream.next() => Next::Item(item),
+        _ = state.keep_alive.tick() => Next::KeepAlive,
+    };
+    match next {
+        Next::Stop => None,
+        Next::KeepAlive => Some((KEEP_ALIVE.to_vec(), state)),
+        Next::Item(Some(Ok(outputs))) => {
+            for (slot, output) in state.last.iter_mut().zip(outputs) {
+                if let WatchKeyOutput::Changed(entry) = output {
+                    *slot = entry;
+                }
+            }
+            let frame = encode_frame(&watch_output(&state.last));
+            state.keep_alive.reset();
+            Some((frame, state))
+        }
+        // The backend closed or failed: end the response; the client reconnects.
+        Next::Item(Some(Err(_)) | None) => None,
+    }
+}
