@@ -1,5 +1,6 @@
 //! The command line's shape: subcommands, arguments and their help.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -119,11 +120,39 @@ pub enum Command {
         /// The target database URL.
         target: String,
     },
+    /// Serve the database (--db) to Deno.openKv("http://HOST:PORT") and other KV Connect
+    /// clients, over HTTP/2 (h2c) and HTTP/1.1, until interrupted (Ctrl-C or SIGTERM).
+    Serve(ServeArgs),
     /// Encode or decode keys.
     Key {
         #[command(subcommand)]
         action: KeyAction,
     },
+}
+
+/// `kv serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1:4512")]
+    pub addr: SocketAddr,
+    /// The access token clients must send (Deno: the DENO_KV_ACCESS_TOKEN variable); at least
+    /// 12 visible ASCII characters. Prefer the environment variable: a flag is visible to other
+    /// users of the machine.
+    #[arg(long, env = "KV_ACCESS_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Run without a token (only allowed on a loopback address).
+    #[arg(long, conflicts_with = "token")]
+    pub open_loopback: bool,
+    /// Also serve /db/NAME as the file NAME.sqlite3 (or NAME.redb, after --db's backend) in
+    /// this directory, created on first use.
+    #[arg(long, value_name = "DIR")]
+    pub db_dir: Option<PathBuf>,
+    /// Also serve /ephemeral/...: a fresh in-memory database per connection for paths ending in
+    /// ":memory:" (or nothing), and a shared in-memory one per other path (for Deno's
+    /// DENO_KV_PATH_PREFIX=http://HOST:PORT/ephemeral/).
+    #[arg(long)]
+    pub ephemeral: bool,
 }
 
 /// `kv key ...`.

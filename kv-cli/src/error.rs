@@ -60,6 +60,19 @@ pub enum CliError {
         source: std::io::Error,
     },
 
+    /// `kv serve` refused its configuration (no token, open access off loopback, a bad token).
+    #[error("{0}")]
+    ServeRefused(String),
+
+    /// `kv serve` could not listen on its address, or serving failed.
+    #[error("serving on {addr}: {source}")]
+    Serve {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+
     /// `kv get` of a key that does not exist.
     #[error("no entry at {0}")]
     NotFound(String),
@@ -74,5 +87,11 @@ impl From<kv_proto::KvError> for CliError {
 impl From<kv_proto::KeyError> for CliError {
     fn from(err: kv_proto::KeyError) -> Self {
         CliError::Kv(err.into())
+    }
+}
+
+impl From<kv_server::ConfigError> for CliError {
+    fn from(err: kv_server::ConfigError) -> Self {
+        CliError::ServeRefused(err.to_string())
     }
 }

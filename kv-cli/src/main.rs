@@ -14,6 +14,7 @@ mod dump;
 mod error;
 mod key_syntax;
 mod progress;
+mod serve;
 mod store;
 
 use std::process::ExitCode;
@@ -37,7 +38,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(&cli.db, cli.command)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("kv: {err}");
@@ -46,9 +47,8 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> Result<(), CliError> {
-    let db = cli.db.as_str();
-    match cli.command {
+async fn run(db: &str, command: Command) -> Result<(), CliError> {
+    match command {
         Command::Get { key, output } => commands::get(db, &key, output.format).await,
         Command::Set {
             key,
@@ -92,5 +92,6 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Stats => commands::stats(db).await,
         Command::Migrate { target } => commands::migrate(db, &target).await,
         Command::Key { action } => commands::key(action),
+        Command::Serve(args) => serve::serve(db, args).await,
     }
 }

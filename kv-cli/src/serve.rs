@@ -1,0 +1,121 @@
+//! `kv serve`: the database as a KV Connect server (see the kv-server crate).
+//!
+//! ```text
+//! KV_ACCESS_TOKEN=$(openssl rand -hex 16) kv --db sqlite:./data.sqlite3 serve --addr 127.0.0.1:4512
+//! # in Deno: DENO_KV_ACCESS_TOKEN=... Deno.openKv("http://127.0.0.1:4512")
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kv::BackendUrl;
+use kv_proto::{Backend, Clock, SystemClock};
+use kv_server::{Access, Databases, Server, ServerConfig};
+
+use crate::cli::ServeArgs;
+use crate::error::CliError;
+
+/// Runs the server until Ctrl-C or SIGTERM, then shuts down gracefully and closes the database.
+pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
+    let access = match (args.token, args.open_loopback) {
+        (Some(token), _) => Access::Token(token),
+        (None, true) => Access::Open,
+        (None, false) => {
+            return Err(CliError::ServeRefused(
+                "kv serve needs an access token: set KV_ACCESS_TOKEN (or --token), or \
+                 pass --open-loopback to serve without one on a loopback address"
+                    .into(),
+            ));
+        }
+    };
+    if access == Access::Open && !args.addr.ip().is_loopback() {
+        return Err(kv_server::ConfigError::OpenNotLoopback(args.addr).into());
+    }
+    let url: BackendUrl = db.parse().map_err(CliError::Kv)?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let default = url.open(clock.clone())?;
+    let mut databases = Databases::new(default.clone());
+    if let Some(dir) = &args.db_dir {
+        std::fs::create_dir_all(dir).map_err(|source| CliError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        databases = databases.with_opener(opener(&url, dir, clock));
+    }
+    let mut config = ServerConfig::new(access);
+    config.ephemeral = args.ephemeral;
+    let open = config.access == Access::Open;
+    let server = Server::new(config, databases)?;
+    let serving = |source| CliError::Serve {
+        addr: args.addr,
+        source,
+    };
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .map_err(serving)?;
+    let local = listener.local_addr().map_err(serving)?;
+    eprintln!(
+        "kv serve: serving {db} at http://{local}/ ({}){}{}",
+        if open {
+            "open, no token"
+        } else {
+            "token required"
+        },
+        args.db_dir
+            .as_ref()
+            .map(|d| format!(", /db/NAME from {}", d.display()))
+            .unwrap_or_default(),
+        if args.ephemeral {
+            ", /ephemeral/ on"
+        } else {
+            ""
+        },
+    );
+    let outcome = server.serve(listener, shutdown_signal()).await;
+    eprintln!("kv serve: stopped");
+    let closed = default.close().await;
+    outcome.map_err(serving)?;
+    Ok(closed?)
+}
+
+/// Opens `/db/NAME` as DIR/NAME.<ext> with --db's backend and options (memory: a new store).
+fn opener(url: &BackendUrl, dir: &Path, clock: Arc<dyn Clock>) -> kv_server::DatabaseOpener {
+    let url = url.clone();
+    let dir: PathBuf = dir.to_path_buf();
+    Arc::new(
+        move |name: &str| -> Result<Arc<dyn Backend>, kv_proto::KvError> {
+            let file = match url.scheme() {
+                "redb" => format!("{name}.redb"),
+                _ => format!("{name}.sqlite3"),
+            };
+            url.with_path(dir.join(file))
+                .open(clock.clone())
+                .map_err(|e| kv_proto::KvError::Storage {
+                    source: Arc::new(std::io::Error::other(e.to_string())),
+                })
+        },
+    )
+}
+
+/// Completes on Ctrl-C, or SIGTERM on Unix.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
