@@ -27,6 +27,7 @@
 //! ```
 
 pub mod convert;
+pub mod ext;
 pub mod frames;
 pub mod metadata;
 pub mod pb;

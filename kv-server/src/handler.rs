@@ -20,6 +20,8 @@ use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
 use crate::databases::{ConnectionDatabases, DatabaseRef};
+use crate::ext;
+use crate::queue::QueueMethod;
 use crate::{Access, Shared};
 
 /// Response bodies: a buffer or a watch stream.
@@ -35,14 +37,14 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
-    fn new(status: StatusCode, text: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, text: impl Into<String>) -> Self {
         Failure {
             status,
             text: text.into(),
         }
     }
 
-    fn bad_request(text: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(text: impl Into<String>) -> Self {
         Failure::new(StatusCode::BAD_REQUEST, text)
     }
 }
@@ -69,6 +71,16 @@ fn bytes_response(content_type: &'static str, body: Vec<u8>) -> Response<Respons
     response
 }
 
+/// An empty body (204 answers).
+pub(crate) fn empty_body() -> ResponseBody {
+    full(Bytes::new())
+}
+
+/// A 200 answer carrying a protobuf message.
+pub(crate) fn protobuf_response(body: Vec<u8>) -> Response<ResponseBody> {
+    bytes_response(PROTOBUF, body)
+}
+
 fn method_not_allowed(allow: &'static str) -> Response<ResponseBody> {
     let mut response = Response::new(full(Bytes::new()));
     *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
@@ -84,6 +96,8 @@ enum DataMethod {
     SnapshotRead,
     AtomicWrite,
     Watch,
+    /// The `queue/1` extension ([`crate::queue`]).
+    Queue(QueueMethod),
 }
 
 /// Entry point for every request.
@@ -97,7 +111,8 @@ pub(crate) async fn handle(
         Some("/snapshot_read") => Some(DataMethod::SnapshotRead),
         Some("/atomic_write") => Some(DataMethod::AtomicWrite),
         Some("/watch") => Some(DataMethod::Watch),
-        _ => None,
+        Some(rest) => QueueMethod::parse(rest).map(DataMethod::Queue),
+        None => None,
     };
     let response = if path == "/health" {
         match *request.method() {
@@ -233,7 +248,22 @@ async fn metadata_exchange(
         token,
         expires_at: Utc::now() + ttl,
     };
-    Ok(bytes_response("application/json", metadata.to_json()))
+    Ok(bytes_response(
+        "application/json",
+        with_extensions(metadata.to_json()),
+    ))
+}
+
+/// The metadata JSON with the extra `"kvExtensions"` field naming this server's protocol
+/// extensions ([`crate::ext`]); Deno and other clients ignore unknown fields.
+fn with_extensions(json: Vec<u8>) -> Vec<u8> {
+    match serde_json::from_slice::<serde_json::Value>(&json) {
+        Ok(serde_json::Value::Object(mut fields)) => {
+            fields.insert("kvExtensions".to_owned(), ext::EXTENSIONS.to_vec().into());
+            serde_json::to_vec(&fields).unwrap_or(json)
+        }
+        _ => json,
+    }
 }
 
 // ---- data path --------------------------------------------------------------------------------------
@@ -250,7 +280,7 @@ async fn data_path(
     if !matches!(version, Some(b"2" | b"3")) {
         return Err(Failure::bad_request("Expected protocol version 2."));
     }
-    let backend = headers
+    let (database, backend) = headers
         .get("x-denokv-database-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| Uuid::parse_str(v).ok())
@@ -258,13 +288,18 @@ async fn data_path(
             connection
                 .by_id(&id)
                 .or_else(|| shared.databases.by_id(&id))
+                .map(|backend| (id, backend))
         })
         .ok_or_else(|| Failure::bad_request("Invalid database id."))?;
+    let expiry = ext::requested(headers, ext::EXPIRY);
     let body = read_body(request, shared.config.max_body_bytes).await?;
     match method {
-        DataMethod::SnapshotRead => snapshot_read(&body, backend.as_ref(), shared).await,
+        DataMethod::SnapshotRead => snapshot_read(&body, backend.as_ref(), shared, expiry).await,
         DataMethod::AtomicWrite => atomic_write(&body, backend.as_ref(), shared).await,
-        DataMethod::Watch => watch(&body, backend.as_ref(), shared),
+        DataMethod::Watch => watch(&body, backend.as_ref(), shared, expiry),
+        DataMethod::Queue(method) => {
+            crate::queue::handle(method, &body, backend, database, shared).await
+        }
     }
 }
 
@@ -274,6 +309,7 @@ async fn snapshot_read(
     body: &[u8],
     backend: &dyn Backend,
     shared: &Shared,
+    expiry: bool,
 ) -> Result<Response<ResponseBody>, Failure> {
     let read = convert::decode_snapshot_read(body).map_err(|e| Failure::bad_request(e.message))?;
     shared
@@ -285,8 +321,24 @@ async fn snapshot_read(
         .snapshot_read(read)
         .await
         .map_err(|e| kv_failure(shared, &e))?;
-    let output = convert::snapshot_read_output(&ranges);
-    Ok(bytes_response(PROTOBUF, output.encode_to_vec()))
+    let mut output = convert::snapshot_read_output(&ranges).encode_to_vec();
+    if expiry {
+        // The `expiry/1` extension: one more field after the standard message.
+        let times = ext::SnapshotReadExpiry {
+            ranges: ranges
+                .iter()
+                .map(|range| ext::RangeExpiry {
+                    expires_at_ms: range
+                        .entries
+                        .iter()
+                        .map(|e| ext::expiry_ms(Some(e)))
+                        .collect(),
+                })
+                .collect(),
+        };
+        output.extend_from_slice(&times.encode_to_vec());
+    }
+    Ok(bytes_response(PROTOBUF, output))
 }
 
 async fn atomic_write(
@@ -294,7 +346,18 @@ async fn atomic_write(
     backend: &dyn Backend,
     shared: &Shared,
 ) -> Result<Response<ResponseBody>, Failure> {
-    let write = convert::decode_atomic_write(body).map_err(|e| Failure::bad_request(e.message))?;
+    let mut write =
+        convert::decode_atomic_write(body).map_err(|e| Failure::bad_request(e.message))?;
+    // The `enqueue-no-retry/1` extension (absent in other clients' bodies).
+    let extension = ext::AtomicWriteExt::decode(body)
+        .map_err(|e| Failure::bad_request(format!("Request protobuf is invalid: {e}")))?;
+    for index in extension.enqueues_without_retries {
+        let enqueue = usize::try_from(index)
+            .ok()
+            .and_then(|i| write.enqueues.get_mut(i))
+            .ok_or_else(|| Failure::bad_request("Invalid enqueue index in extension."))?;
+        enqueue.backoff_schedule = Some(Vec::new());
+    }
     shared
         .config
         .limits
@@ -313,6 +376,7 @@ fn watch(
     body: &[u8],
     backend: &dyn Backend,
     shared: &Shared,
+    expiry: bool,
 ) -> Result<Response<ResponseBody>, Failure> {
     let keys = convert::decode_watch(body).map_err(|e| Failure::bad_request(e.message))?;
     shared
@@ -334,6 +398,7 @@ fn watch(
         keys.len(),
         shared.config.keep_alive_interval,
         shared.shutdown.clone(),
+        expiry,
     );
     let mut response = Response::new(body);
     response.headers_mut().insert(
@@ -346,7 +411,7 @@ fn watch(
 // ---- errors -----------------------------------------------------------------------------------------
 
 /// A kv-proto error as the answer denokv gives (texts byte for byte where denokv has one).
-fn kv_failure(shared: &Shared, err: &KvError) -> Failure {
+pub(crate) fn kv_failure(shared: &Shared, err: &KvError) -> Failure {
     match err {
         KvError::Limit(limit) => Failure::bad_request(match limit.kind {
             LimitKind::KeySizeWrite | LimitKind::KeySizeRead => {

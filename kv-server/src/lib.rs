@@ -11,7 +11,12 @@
 //!   by `x-denokv-database-id`; watch answers with a never-ending stream of length-prefixed frames,
 //!   keep-alives every [`ServerConfig::keep_alive_interval`], and every key in every frame with
 //!   `changed = true` and its full entry (Deno 2.9.6 reads `changed = false` as "deleted");
-//! - `GET /health`: `200 ok`, no token needed.
+//! - `GET /health`: `200 ok`, no token needed;
+//! - protocol extensions for this workspace's `kv-remote` client, advertised in the metadata's
+//!   extra `"kvExtensions"` field and invisible to Deno and denokv clients ([`ext`]): entry expiry
+//!   times in answers (`expiry/1`), "never retry" enqueues (`enqueue-no-retry/1`), and queue
+//!   consumption over the network, `POST /v2/queue/dequeue|finish|keepalive` with at-least-once
+//!   delivery through leases ([`queue`]).
 //!
 //! Access: a bearer token compared in constant time, never logged; without one the server only
 //! starts when told to run open ([`Access::Open`]) on a loopback address. Request bodies larger
@@ -31,7 +36,9 @@
 //! ```
 
 pub mod databases;
+pub mod ext;
 mod handler;
+pub mod queue;
 mod watch;
 
 use std::future::Future;
@@ -96,6 +103,12 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// Print internal errors (never tokens or data) on stderr.
     pub log_errors: bool,
+    /// How long a queue message handed out over the network (the `queue/1` extension, see
+    /// [`queue`]) stays held without a keep-alive before it counts as a failed delivery (5 s,
+    /// Deno's message deadline).
+    pub queue_lease: Duration,
+    /// The longest a `queue/dequeue` long poll waits before answering 204 (25 s).
+    pub queue_max_wait: Duration,
 }
 
 impl ServerConfig {
@@ -110,6 +123,8 @@ impl ServerConfig {
             ephemeral: false,
             shutdown_grace: Duration::from_secs(10),
             log_errors: true,
+            queue_lease: kv_proto::queue::MESSAGE_DEADLINE,
+            queue_max_wait: Duration::from_secs(25),
         }
     }
 }
@@ -136,6 +151,8 @@ pub(crate) struct Shared {
     pub(crate) config: ServerConfig,
     pub(crate) databases: Databases,
     pub(crate) shutdown: signal::Receiver<bool>,
+    /// Queue messages held by network consumers.
+    pub(crate) deliveries: queue::Deliveries,
 }
 
 /// A KV Connect server; see the [crate documentation](crate).
@@ -178,10 +195,12 @@ impl Server {
         }
         let (stop, stopped) = signal::channel(false);
         let shared = Arc::new(Shared {
+            deliveries: queue::Deliveries::new(self.config.queue_lease),
             config: self.config,
             databases: self.databases,
             shutdown: stopped,
         });
+        let sweeper = tokio::spawn(queue::sweep(shared.clone()));
         let mut connections = JoinSet::new();
         tokio::pin!(shutdown);
         loop {
@@ -212,6 +231,8 @@ impl Server {
             connections.abort_all();
             while connections.join_next().await.is_some() {}
         }
+        let _ = sweeper.await;
+        shared.deliveries.release_all();
         shared.databases.close_opened().await;
         Ok(())
     }

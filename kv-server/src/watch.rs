@@ -13,7 +13,9 @@ use kv_proto::{KvEntry, WatchKeyOutput, WatchStream};
 use tokio::sync::watch as signal;
 use tokio::time::{Instant, Interval, MissedTickBehavior, interval_at};
 
+use crate::ext::{WatchExpiry, expiry_ms};
 use crate::handler::ResponseBody;
+use kv_connect::prost::Message;
 
 struct State {
     /// `None` once the backend stream ended (or for a zero-key watch after its one frame).
@@ -25,6 +27,8 @@ struct State {
     shutdown: signal::Receiver<bool>,
     /// A zero-key watch yields one empty frame and ends, as denokv does.
     empty_pending: bool,
+    /// Append the `expiry/1` extension to every frame.
+    expiry: bool,
 }
 
 /// The body of a watch response over `stream` (`None` for a zero-key watch).
@@ -33,6 +37,7 @@ pub(crate) fn watch_body(
     keys: usize,
     keep_alive_every: Duration,
     shutdown: signal::Receiver<bool>,
+    expiry: bool,
 ) -> ResponseBody {
     let mut keep_alive = interval_at(Instant::now() + keep_alive_every, keep_alive_every);
     keep_alive.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -42,10 +47,29 @@ pub(crate) fn watch_body(
         last: vec![None; keys],
         keep_alive,
         shutdown,
+        expiry,
     };
     let frames = futures::stream::unfold(state, next_frame)
         .map(|bytes| Ok::<_, Infallible>(Frame::data(Bytes::from(bytes))));
     StreamBody::new(frames).boxed_unsync()
+}
+
+/// One frame with every key's entry, plus the expiry extension when asked for.
+fn frame_of(entries: &[Option<KvEntry>], expiry: bool) -> Vec<u8> {
+    if !expiry {
+        return encode_frame(&watch_output(entries));
+    }
+    let mut body = watch_output(entries).encode_to_vec();
+    let times = WatchExpiry {
+        expires_at_ms: entries.iter().map(|e| expiry_ms(e.as_ref())).collect(),
+    };
+    body.extend_from_slice(&times.encode_to_vec());
+    // At most 10 keys of bounded size: far below 4 GiB.
+    let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&len.to_le_bytes());
+    frame.extend_from_slice(&body);
+    frame
 }
 
 async fn next_frame(mut state: State) -> Option<(Vec<u8>, State)> {
@@ -78,7 +102,7 @@ async fn next_frame(mut state: State) -> Option<(Vec<u8>, State)> {
                     *slot = entry;
                 }
             }
-            let frame = encode_frame(&watch_output(&state.last));
+            let frame = frame_of(&state.last, state.expiry);
             state.keep_alive.reset();
             Some((frame, state))
         }

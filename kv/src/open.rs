@@ -9,6 +9,19 @@
 //! | `redb:./data.redb` | [`kv_redb::RedbBackend`], pure Rust; one process at a time |
 //! | `redb:./data.redb?durability=deferred` | synced at least every second: a crash may lose the last second |
 //! | `memory:` | [`kv_memory::MemoryBackend`], gone when the last handle closes |
+//! | `http://host:port/path` | [`kv_remote::RemoteBackend`]: a database on a KV Connect server (kv-server, denokv) over HTTP/2 (h2c) |
+//! | `http://host:port/path?token=SECRET` | the same, with the access token in the URL (it is removed from the URL before anything is sent) |
+//!
+//! A remote URL is the KV Connect *metadata URL*, exactly as `Deno.openKv` takes it: for
+//! kv-server, `http://host:port/` is the default database and `http://host:port/db/NAME` a named
+//! one. The access token comes from `?token=` if given, else from the `KV_ACCESS_TOKEN`
+//! environment variable (read when the backend is opened; unset means no token, which only a
+//! server running open accepts). `https://` is refused: this build has no TLS. [`Kv::open`]
+//! (synchronous) connects lazily, so a wrong token or an unreachable server is reported by the
+//! first operation; [`BackendUrl::connect`] runs the metadata exchange at once and reports it
+//! there.
+//!
+//! [`Kv::open`]: crate::Kv::open
 //!
 //! ```
 //! use kv::BackendUrl;
@@ -26,10 +39,11 @@ use kv_proto::{Backend, Clock};
 use crate::error::{Error, Result};
 
 /// The schemes [`BackendUrl`] understands, for error messages.
-const KNOWN: &str = "sqlite:PATH, redb:PATH, memory: (or a plain path, which means sqlite)";
+const KNOWN: &str =
+    "sqlite:PATH, redb:PATH, memory:, http://HOST:PORT/PATH (or a plain path, which means sqlite)";
 
 /// A parsed backend URL; see the [module documentation](self) for the forms.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum BackendUrl {
     /// A Deno KV SQLite file.
     Sqlite {
@@ -49,6 +63,42 @@ pub enum BackendUrl {
     },
     /// A fresh in-memory store.
     Memory,
+    /// A database on a KV Connect server.
+    Remote {
+        /// The metadata URL (`http://host:port/path`), without the `token` parameter.
+        url: String,
+        /// The access token from `?token=`; `None`: read `KV_ACCESS_TOKEN` at open.
+        token: Option<String>,
+    },
+}
+
+impl std::fmt::Debug for BackendUrl {
+    /// Like a derived `Debug`, but an access token is never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackendUrl::Sqlite {
+                path,
+                read_only,
+                durability,
+            } => f
+                .debug_struct("Sqlite")
+                .field("path", path)
+                .field("read_only", read_only)
+                .field("durability", durability)
+                .finish(),
+            BackendUrl::Redb { path, durability } => f
+                .debug_struct("Redb")
+                .field("path", path)
+                .field("durability", durability)
+                .finish(),
+            BackendUrl::Memory => f.write_str("Memory"),
+            BackendUrl::Remote { url, token } => f
+                .debug_struct("Remote")
+                .field("url", url)
+                .field("token", &token.as_ref().map(|_| "<redacted>"))
+                .finish(),
+        }
+    }
 }
 
 impl BackendUrl {
@@ -58,6 +108,7 @@ impl BackendUrl {
             BackendUrl::Sqlite { .. } => "sqlite",
             BackendUrl::Redb { .. } => "redb",
             BackendUrl::Memory => "memory",
+            BackendUrl::Remote { .. } => "http",
         }
     }
 
@@ -65,7 +116,7 @@ impl BackendUrl {
     pub fn path(&self) -> Option<&Path> {
         match self {
             BackendUrl::Sqlite { path, .. } | BackendUrl::Redb { path, .. } => Some(path),
-            BackendUrl::Memory => None,
+            BackendUrl::Memory | BackendUrl::Remote { .. } => None,
         }
     }
 
@@ -116,8 +167,64 @@ impl BackendUrl {
                 &kv_memory::MemoryStore::new(),
                 clock,
             )),
+            BackendUrl::Remote { url, .. } => Arc::new(kv_remote::RemoteBackend::connect_lazy(
+                url,
+                self.remote_options(clock),
+            )?),
         })
     }
+
+    /// Opens the backend like [`BackendUrl::open`], but a remote database is reached at once
+    /// (metadata exchange), so a wrong token or URL fails here rather than at the first
+    /// operation. Needs a tokio runtime for remote URLs.
+    pub async fn connect(&self, clock: Arc<dyn Clock>) -> Result<Arc<dyn Backend>> {
+        match self {
+            BackendUrl::Remote { url, .. } => Ok(Arc::new(
+                kv_remote::RemoteBackend::connect(url, self.remote_options(clock)).await?,
+            )),
+            _ => self.open(clock),
+        }
+    }
+
+    fn remote_options(&self, clock: Arc<dyn Clock>) -> kv_remote::RemoteOptions {
+        let mut options = match self {
+            BackendUrl::Remote {
+                token: Some(token), ..
+            } => kv_remote::RemoteOptions::new(token.clone()),
+            _ => kv_remote::RemoteOptions::from_env(),
+        };
+        options.clock = clock;
+        options
+    }
+}
+
+/// Parses `http://...` (the part after `http:` is `rest`): takes out a `token` parameter.
+fn parse_remote(url: &str, rest: &str) -> std::result::Result<BackendUrl, String> {
+    if !rest.starts_with("//") || rest.len() <= 2 {
+        return Err("expected http://HOST:PORT/PATH".into());
+    }
+    let (location, query) = match rest.split_once('?') {
+        Some((location, query)) => (location, Some(query)),
+        None => (rest, None),
+    };
+    let mut token = None;
+    let mut kept = Vec::new();
+    for part in query.into_iter().flat_map(|q| q.split('&')) {
+        match part.strip_prefix("token=") {
+            Some(value) => token = Some(value.to_owned()),
+            None if part.is_empty() => {}
+            None => kept.push(part),
+        }
+    }
+    let mut clean = format!("http:{location}");
+    if !kept.is_empty() {
+        clean.push('?');
+        clean.push_str(&kept.join("&"));
+    }
+    // Checks the URL the way the client will use it.
+    kv_remote::RemoteBackend::connect_lazy(&clean, kv_remote::RemoteOptions::new(""))
+        .map_err(|e| format!("{e} ({url:?})"))?;
+    Ok(BackendUrl::Remote { url: clean, token })
 }
 
 impl FromStr for BackendUrl {
@@ -198,6 +305,10 @@ impl FromStr for BackendUrl {
                     durability,
                 })
             }
+            "http" => parse_remote(url, rest).map_err(bad),
+            "https" => Err(bad(
+                "https is not supported: this build has no TLS; use http:// (h2c)".into(),
+            )),
             "memory" => {
                 if !location.is_empty() || query.is_some() {
                     return Err(bad("memory: takes no path or options".into()));
@@ -257,6 +368,28 @@ mod tests {
         assert_eq!(parse("redb:x.redb").path(), Some(Path::new("x.redb")));
         assert!("redb:".parse::<BackendUrl>().is_err());
         assert!("redb:x?read_only".parse::<BackendUrl>().is_err());
+    }
+
+    #[test]
+    fn remote_urls_keep_the_path_and_take_out_the_token() {
+        assert_eq!(
+            parse("http://127.0.0.1:4512/db/app?token=s3cret-token&x=1"),
+            BackendUrl::Remote {
+                url: "http://127.0.0.1:4512/db/app?x=1".into(),
+                token: Some("s3cret-token".into()),
+            }
+        );
+        assert_eq!(
+            parse("http://localhost:4512/"),
+            BackendUrl::Remote {
+                url: "http://localhost:4512/".into(),
+                token: None,
+            }
+        );
+        assert!(!format!("{:?}", parse("http://h:1/?token=abc")).contains("abc"));
+        assert_eq!(parse("http://h:1/").scheme(), "http");
+        assert!("https://h:1/".parse::<BackendUrl>().is_err());
+        assert!("http:nothing".parse::<BackendUrl>().is_err());
     }
 
     #[test]

@@ -1,0 +1,140 @@
+//! # kv-remote — a [`Backend`] that talks KV Connect to a remote server
+//!
+//! [`RemoteBackend`] speaks the protocol `Deno.openKv("http://...")` speaks (see the project's
+//! fact sheet `shared/docs/kv-connect.md`) to any compatible server: this workspace's
+//! `kv-server`, or denokv. Everything above it (the `kv` crate's `Kv` handle, the conformance
+//! suite, tools) works unchanged over the network.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), kv_proto::KvError> {
+//! use kv_proto::Backend;
+//! use kv_remote::{RemoteBackend, RemoteOptions};
+//! let options = RemoteOptions::new("a-long-secret-token");
+//! let kv = RemoteBackend::connect("http://127.0.0.1:4512/", options).await?;
+//! println!("{:?}", kv.capabilities());
+//! kv.close().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## How it talks
+//!
+//! - **Transport:** HTTP/2 with prior knowledge over plain TCP (h2c), as Deno does for
+//!   `http://` URLs; one connection per backend, shared by every call (HTTP/2 streams), and
+//!   opened again transparently when it breaks. `https://` is refused (no TLS in this build).
+//! - **Metadata:** `POST <url>` with `authorization: Bearer <access token>` and
+//!   `{"supportedVersions":[1,2,3]}`, done once by [`RemoteBackend::connect`] (so a wrong token
+//!   or URL fails at open with the server's text). The answer's first `strong` endpoint and its
+//!   token are used for the data path, with `x-denokv-version` / `x-denokv-database-id` (or
+//!   `x-transaction-domain-id` for protocol 1). The metadata is fetched again before each call
+//!   once due: 10 s before `expiresAt`, at most every 60 s, at least 1 s apart (no busy loop on
+//!   short expiries), and at once when the server answers 401/403 (then the call is retried
+//!   once).
+//! - **Retries:** network errors and 5xx answers are retried with a back-off growing from
+//!   100 ms to 2 s, for at most [`RemoteOptions::retry_timeout`] (30 s); then the call fails with
+//!   [`RemoteError::Unavailable`]. Deno retries forever; a Rust program gets an error it can
+//!   handle instead.
+//! - **Atomic writes are not replayed blindly.** A write is retried only when it surely did not
+//!   run: the connection could not be made, or the server answered 5xx (KV Connect servers
+//!   answer 5xx only when nothing was committed). If the connection fails *after* the request
+//!   was sent, or no answer comes within [`RemoteOptions::request_timeout`], the outcome is
+//!   unknown and the call fails with [`RemoteError::OutcomeUnknown`]: replaying a `sum` could
+//!   apply it twice. The program can read its keys (or use a check) to find out.
+//! - **Validation:** every answer is checked: versionstamps must be 10 bytes, LE64 values 8
+//!   bytes, encodings known, one output range per requested range, no more entries than the
+//!   limit, every key inside its range. A bad answer is an error, never a panic. Requests are
+//!   checked against Deno's limits ([`kv_proto::Limits::deno`]) before they are sent, so limit
+//!   errors carry Deno's texts, as with a local backend; the server's refusals of bad input (400)
+//!   become [`KvError::InvalidArgument`] with the server's text (e.g. `Failed to perform 'sum'
+//!   mutation on a non-U64 value in the database`).
+//! - **Watch:** `POST <endpoint>/watch`, then a stream of length-prefixed frames; keep-alives
+//!   are skipped. When the stream ends, breaks, or stays silent longer than
+//!   [`RemoteOptions::watch_idle_timeout`], the client reconnects (back-off 200 ms to 5 s) and
+//!   sends the watch again; it compares versionstamps with what it last emitted, so a reconnect
+//!   (or a server that marks every key `changed`, as Deno needs) never emits a spurious change,
+//!   and unchanged keys are reported as [`kv_proto::WatchKeyOutput::Unchanged`]. Reconnecting
+//!   goes on while the server answers; when it cannot be reached within the retry budget the
+//!   stream yields the error and ends.
+//! - **Expiry:** plain KV Connect does not carry expiry times, so entries read from denokv have
+//!   [`kv_proto::KvEntry::expires_at`] = `None` (unknown). From `kv-server` (extension
+//!   `expiry/1`) they carry their real expiry.
+//! - **Queues:** only with a server offering the `queue/1` extension (kv-server; see
+//!   [`mod@ext`] and `kv-server`'s `queue` module): [`Backend::dequeue_next_message`] long-polls
+//!   `<endpoint>/queue/dequeue`; each handed-out message is kept alive every 2 s while held, and
+//!   finished with `<endpoint>/queue/finish`. Dropping a handle unfinished reports a failure;
+//!   closing the backend reports a failure for every message still held; a client that dies
+//!   simply stops renewing, and the server requeues after the 5 s lease. Enqueueing travels
+//!   inside `atomic_write` as KV Connect defines. Against other servers
+//!   `dequeue_next_message` fails with [`KvError::Unsupported`]. `queued_messages` is not
+//!   available over the network (unsupported).
+
+mod backend;
+pub mod ext;
+mod queue;
+mod transport;
+mod watch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kv_proto::{Clock, Limits, SystemClock};
+
+pub use backend::RemoteBackend;
+pub use transport::RemoteError;
+
+/// The environment variable [`RemoteOptions::from_env`] reads the access token from.
+pub const ACCESS_TOKEN_ENV: &str = "KV_ACCESS_TOKEN";
+
+/// How a [`RemoteBackend`] connects and retries.
+#[derive(Clone)]
+pub struct RemoteOptions {
+    /// Sent as `authorization: Bearer <token>` in the metadata exchange.
+    pub access_token: String,
+    /// How long network errors and 5xx answers are retried before a call fails (30 s).
+    pub retry_timeout: Duration,
+    /// How long one request may wait for its answer (30 s). An atomic write that gets no answer
+    /// in time fails with [`RemoteError::OutcomeUnknown`].
+    pub request_timeout: Duration,
+    /// A watch stream that receives nothing (not even a keep-alive) for this long is reopened
+    /// (30 s; servers send keep-alives every 5 s).
+    pub watch_idle_timeout: Duration,
+    /// How long one queue long poll may wait on the server (20 s).
+    pub dequeue_wait: Duration,
+    /// Limits checked before sending ([`Limits::deno`]).
+    pub limits: Limits,
+    /// The time used to check enqueue delays before sending (the server's clock decides
+    /// delivery).
+    pub clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for RemoteOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteOptions")
+            .field("access_token", &"<redacted>")
+            .field("retry_timeout", &self.retry_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("watch_idle_timeout", &self.watch_idle_timeout)
+            .field("dequeue_wait", &self.dequeue_wait)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteOptions {
+    /// The defaults with this access token.
+    pub fn new(access_token: impl Into<String>) -> Self {
+        RemoteOptions {
+            access_token: access_token.into(),
+            retry_timeout: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(30),
+            watch_idle_timeout: Duration::from_secs(30),
+            dequeue_wait: Duration::from_secs(20),
+            limits: Limits::deno(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// The defaults with the token from the `KV_ACCESS_TOKEN` environment variable (empty if
+    /// unset: servers running open accept any token).
+    pub fn from_env() -> Self {
+        Self::new(std::env::var(ACCESS_TOKEN_ENV).unwrap_or_default())
+    }
+}

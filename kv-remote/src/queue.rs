@@ -1,0 +1,275 @@
+//! The client side of the `queue/1` extension: long-polled dequeues, keep-alives for held
+//! messages, and finishing them.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kv_connect::prost::Message;
+use kv_proto::queue::MESSAGE_KEEPALIVE_INTERVAL;
+use kv_proto::{KvError, QueueMessageHandle};
+
+use crate::ext::{
+    DequeueRequest, DequeueResponse, FinishRequest, FinishResponse, KeepAliveRequest,
+};
+use crate::transport::{Inner, Replay, protocol, read_body};
+
+/// Extra time allowed for a long poll's answer beyond the wait the server was given.
+const POLL_MARGIN: Duration = Duration::from_secs(15);
+
+/// The poller's state.
+///
+/// Long polls are never cancelled half-way: a server may hand a message out just as a caller
+/// gives up waiting (a `dequeue_next_message` future dropped by a timeout), and a message lost in
+/// transit would only come back after its lease and one back-off interval. So one background
+/// task per backend runs the polls while some dequeue waits, and puts what it receives in a
+/// buffer; a message that arrives after its caller left waits there (kept alive like any held
+/// message) for the next dequeue, or is given back as failed at close.
+#[derive(Default)]
+pub(crate) struct PollState {
+    buffer: VecDeque<DequeueResponse>,
+    /// Dequeue calls waiting now.
+    waiting: usize,
+    /// Whether the poller task runs.
+    polling: bool,
+    /// An error for the next waiting dequeue (the poller stopped on it).
+    error: Option<KvError>,
+}
+
+/// Counts a waiting dequeue while it lives.
+struct Waiting<'a>(&'a Inner);
+
+impl<'a> Waiting<'a> {
+    fn new(inner: &'a Inner) -> Self {
+        inner.queue_state().waiting += 1;
+        Waiting(inner)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.queue_state();
+        state.waiting = state.waiting.saturating_sub(1);
+    }
+}
+
+/// Waits for the next message, or `None` once the backend closes.
+pub(crate) async fn dequeue(
+    inner: &Arc<Inner>,
+) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
+    let session = inner.session(false, None).await?;
+    if !session.extensions.queues {
+        return Err(KvError::Unsupported {
+            feature: "queues (the server does not offer the queue/1 extension)",
+        });
+    }
+    start_keepalive(inner);
+    let _waiting = Waiting::new(inner);
+    loop {
+        // Registered before looking, so a message buffered in between still wakes us.
+        let notified = inner.queue_ready.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if inner.is_closed() {
+            return Ok(None);
+        }
+        {
+            let mut state = inner.queue_state();
+            if let Some(message) = state.buffer.pop_front() {
+                return Ok(Some(Box::new(RemoteMessage {
+                    inner: Arc::downgrade(inner),
+                    token: message.delivery_token,
+                    payload: message.payload,
+                    settled: false,
+                })));
+            }
+            if let Some(err) = state.error.take() {
+                return Err(err);
+            }
+            if !state.polling {
+                state.polling = true;
+                tokio::spawn(poll(inner.clone()));
+            }
+        }
+        tokio::select! {
+            () = inner.wait_closed() => return Ok(None),
+            () = &mut notified => {}
+        }
+    }
+}
+
+/// The poller: long polls while dequeues wait for more messages than the buffer holds.
+async fn poll(inner: Arc<Inner>) {
+    let wait = inner.options.dequeue_wait;
+    let body = DequeueRequest {
+        wait_ms: u32::try_from(wait.as_millis()).unwrap_or(u32::MAX),
+    }
+    .encode_to_vec();
+    loop {
+        let outcome = match inner
+            .call(
+                "queue/dequeue",
+                body.clone(),
+                Replay::Safe,
+                wait + POLL_MARGIN,
+            )
+            .await
+        {
+            Ok((_, response)) if response.status() == hyper::StatusCode::NO_CONTENT => Ok(None),
+            Ok((_, response)) => match read_body(response).await {
+                Ok(bytes) => DequeueResponse::decode(bytes.as_ref())
+                    .map_err(protocol)
+                    .and_then(|m| {
+                        if m.delivery_token.is_empty() {
+                            Err(protocol("a dequeue answer without a delivery token"))
+                        } else {
+                            Ok(Some(m))
+                        }
+                    }),
+                Err(err) => Err(err),
+            },
+            Err(err) => Err(err),
+        };
+        if inner.is_closed() {
+            // Closed while the poll ran: give a message straight back.
+            if let Ok(Some(message)) = &outcome {
+                let _ = finish_call(&inner, &message.delivery_token, false).await;
+            }
+            inner.queue_state().polling = false;
+            inner.queue_ready.notify_waiters();
+            return;
+        }
+        let stop = {
+            let mut state = inner.queue_state();
+            let stop = match outcome {
+                Ok(Some(message)) => {
+                    inner.held().insert(message.delivery_token.clone());
+                    state.buffer.push_back(message);
+                    false
+                }
+                Ok(None) => false,
+                Err(KvError::Closed) => true,
+                Err(err) => {
+                    if state.waiting > 0 {
+                        state.error = Some(err);
+                    }
+                    true
+                }
+            };
+            let stop = stop || inner.is_closed() || state.waiting <= state.buffer.len();
+            if stop {
+                state.polling = false;
+            }
+            stop
+        };
+        inner.queue_ready.notify_waiters();
+        if stop {
+            return;
+        }
+    }
+}
+
+/// Reports every held message as failed (at close), buffered ones included.
+pub(crate) async fn release_all(inner: &Arc<Inner>) {
+    inner.queue_state().buffer.clear();
+    let tokens: Vec<String> = inner.held().drain().collect();
+    let releases = tokens
+        .iter()
+        .map(|token| async move { finish_call(inner, token, false).await });
+    // Best effort: a message we cannot give back is requeued when its lease runs out.
+    let _ = futures::future::join_all(releases).await;
+}
+
+async fn finish_call(inner: &Inner, token: &str, success: bool) -> Result<bool, KvError> {
+    let body = FinishRequest {
+        delivery_token: token.to_owned(),
+        success,
+    }
+    .encode_to_vec();
+    let (_, bytes) = inner
+        .call_for_bytes("queue/finish", body, Replay::Safe)
+        .await?;
+    Ok(FinishResponse::decode(bytes.as_ref())
+        .map_err(protocol)?
+        .settled)
+}
+
+/// Renews the leases of held messages every 2 s while the backend lives.
+fn start_keepalive(inner: &Arc<Inner>) {
+    if inner.keepalive_started.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let weak = Arc::downgrade(inner);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(MESSAGE_KEEPALIVE_INTERVAL).await;
+            let Some(inner) = weak.upgrade() else { return };
+            if inner.is_closed() {
+                return;
+            }
+            let tokens: Vec<String> = inner.held().iter().cloned().collect();
+            if tokens.is_empty() {
+                continue;
+            }
+            let body = KeepAliveRequest {
+                delivery_tokens: tokens,
+            }
+            .encode_to_vec();
+            // A failed renewal is retried at the next tick; past the lease the server requeues.
+            let _ = inner
+                .call_for_bytes("queue/keepalive", body, Replay::Safe)
+                .await;
+        }
+    });
+}
+
+/// A message handed to this client.
+struct RemoteMessage {
+    inner: Weak<Inner>,
+    token: String,
+    payload: Vec<u8>,
+    settled: bool,
+}
+
+#[async_trait]
+impl QueueMessageHandle for RemoteMessage {
+    fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// Reports the outcome. If the server no longer held the message (its lease ran out, so it
+    /// was already requeued), this is not an error: the message will be delivered again.
+    async fn finish(mut self: Box<Self>, success: bool) -> Result<(), KvError> {
+        self.settled = true;
+        let inner = self.inner.upgrade().ok_or(KvError::Closed)?;
+        if !inner.held().remove(&self.token) {
+            // Released by close (reported as failed) or never ours.
+            return Err(KvError::Closed);
+        }
+        finish_call(&inner, &self.token, success).await.map(|_| ())
+    }
+}
+
+impl Drop for RemoteMessage {
+    /// Dropped unfinished: a failed delivery, reported in the background.
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        if !inner.held().remove(&self.token) {
+            return;
+        }
+        let token = std::mem::take(&mut self.token);
+        // Without a runtime to report from, the server requeues when the lease runs out.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = finish_call(&inner, &token, false).await;
+            });
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! kv-remote against kv-server in the same process: a SQLite-backed server, a wrong token, the
+//! `kv` crate's `http://` URLs, and validation of bad answers.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kv_proto::{
+    AtomicWrite, Backend, Enqueue, KvError, KvValue, Mutation, ReadRange, SnapshotRead,
+};
+use kv_remote::{RemoteBackend, RemoteOptions};
+use kv_server::{Access, Databases, Server, ServerConfig};
+
+const TOKEN: &str = "remote-test-token-0123456789";
+
+async fn start(backend: Arc<dyn Backend>) -> (String, tokio::sync::oneshot::Sender<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut config = ServerConfig::new(Access::Token(TOKEN.into()));
+    config.log_errors = false;
+    config.shutdown_grace = Duration::from_millis(100);
+    let server = Server::new(config, Databases::new(backend)).unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server.serve(listener, async {
+        let _ = stopped.await;
+    }));
+    (format!("http://{addr}/"), stop)
+}
+
+fn key(name: &str) -> Vec<u8> {
+    kv_proto::encode_key(&kv_proto::key![name]).unwrap()
+}
+
+async fn get(kv: &dyn Backend, name: &str) -> Option<kv_proto::KvEntry> {
+    let read = SnapshotRead {
+        ranges: vec![ReadRange::single_encoded_key(key(name))],
+        ..Default::default()
+    };
+    kv.snapshot_read(read)
+        .await
+        .unwrap()
+        .remove(0)
+        .entries
+        .pop()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn works_against_a_server_backed_by_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite: Arc<dyn Backend> =
+        Arc::new(kv_sqlite::SqliteBackend::open(dir.path().join("kv.sqlite3")).unwrap());
+    let (url, _stop) = start(sqlite.clone()).await;
+    let kv = RemoteBackend::connect(&url, RemoteOptions::new(TOKEN))
+        .await
+        .unwrap();
+    assert!(kv.capabilities().queues && kv.capabilities().watch);
+
+    // Writes through the network are in the server's file, and the other way round.
+    let expires = chrono::Utc::now() + chrono::TimeDelta::hours(1);
+    let write = AtomicWrite {
+        mutations: vec![Mutation {
+            expire_at: Some(expires),
+            ..Mutation::set(key("a"), KvValue::U64(7))
+        }],
+        ..Default::default()
+    };
+    let commit = kv.atomic_write(write).await.unwrap().unwrap();
+    let local = get(&*sqlite, "a").await.unwrap();
+    assert_eq!(local.versionstamp, commit.versionstamp);
+    let remote = get(&kv, "a").await.unwrap();
+    assert_eq!(remote.value, KvValue::U64(7));
+    assert_eq!(
+        remote.expires_at.map(|t| t.timestamp_millis()),
+        Some(expires.timestamp_millis()),
+        "the expiry extension carries expiry times"
+    );
+
+    // A server-side mutation error keeps its text.
+    sqlite
+        .atomic_write(AtomicWrite {
+            mutations: vec![Mutation::set(key("text"), KvValue::Bytes(vec![1]))],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let err = kv
+        .atomic_write(AtomicWrite {
+            mutations: vec![Mutation::sum(key("text"), KvValue::U64(1))],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Failed to perform 'sum' mutation on a non-U64 value in the database"
+    );
+
+    // Queues over the network, backed by SQLite's queue tables.
+    kv.atomic_write(AtomicWrite {
+        enqueues: vec![Enqueue {
+            payload: vec![0xff, 0x0f, 0x49, 0x02],
+            ready_at: chrono::Utc::now(),
+            keys_if_undelivered: vec![],
+            backoff_schedule: None,
+        }],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let message = tokio::time::timeout(Duration::from_secs(10), kv.dequeue_next_message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(message.payload(), &[0xff, 0x0f, 0x49, 0x02]);
+    message.finish(true).await.unwrap();
+
+    // Watch sees a write made on the server side.
+    let mut stream = kv.watch(vec![key("w")]).unwrap();
+    use futures::StreamExt;
+    let first = stream.next().await.unwrap().unwrap();
+    assert_eq!(first, vec![kv_proto::WatchKeyOutput::Changed(None)]);
+    sqlite
+        .atomic_write(AtomicWrite {
+            mutations: vec![Mutation::set(key("w"), KvValue::U64(1))],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(&next[0], kv_proto::WatchKeyOutput::Changed(Some(e)) if e.value == KvValue::U64(1))
+    );
+
+    kv.close().await.unwrap();
+    assert!(matches!(get_err(&kv).await, KvError::Closed));
+    sqlite.close().await.unwrap();
+}
+
+async fn get_err(kv: &dyn Backend) -> KvError {
+    let read = SnapshotRead {
+        ranges: vec![ReadRange::single_encoded_key(key("a"))],
+        ..Default::default()
+    };
+    kv.snapshot_read(read).await.unwrap_err()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_token_fails_at_open_with_the_server_s_reason() {
+    let (url, _stop) = start(kv_server::databases::new_memory_database()).await;
+    let err = RemoteBackend::connect(&url, RemoteOptions::new("not-the-token"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("could not open KV Connect database"), "{err}");
+    assert!(err.contains("401"), "{err}");
+    assert!(err.contains("Invalid access token."), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_fails_within_the_retry_budget() {
+    // A port nobody listens on (bound, then closed).
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut options = RemoteOptions::new(TOKEN);
+    options.retry_timeout = Duration::from_millis(500);
+    let started = std::time::Instant::now();
+    let err = RemoteBackend::connect(&format!("http://{addr}/"), options)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unavailable"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kv_crate_opens_http_urls() {
+    let (url, _stop) = start(kv_server::databases::new_memory_database()).await;
+    let kv = kv::Kv::open(&format!("{url}?token={TOKEN}")).unwrap();
+    kv.set(kv::key!["hello"], KvValue::U64(42)).await.unwrap();
+    let entry = kv.get(kv::key!["hello"]).await.unwrap();
+    assert_eq!(entry.value, Some(KvValue::U64(42)));
+    kv.close().await.unwrap();
+
+    let wrong: kv::BackendUrl = format!("{url}?token=wrong-token-123").parse().unwrap();
+    let err = wrong
+        .connect(Arc::new(kv_proto::SystemClock))
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("Invalid access token."), "{err}");
+}
+
+#[test]
+fn https_and_garbage_urls_are_refused() {
+    assert!(RemoteBackend::connect_lazy("https://h/", RemoteOptions::new("t")).is_err());
+    assert!(RemoteBackend::connect_lazy("ftp://h/", RemoteOptions::new("t")).is_err());
+    assert!(RemoteBackend::connect_lazy("http:///x", RemoteOptions::new("t")).is_err());
+}
