@@ -296,6 +296,16 @@ impl State {
         if range.start >= range.end {
             return Vec::new();
         }
+        // A get (`[k, k+00)`) is one lookup; a range search costs more comparisons.
+        if let Some(key) = range.point_key() {
+            return self
+                .entries
+                .get_key_value(key)
+                .filter(|(_, stored)| !stored.is_expired(now))
+                .map(|(key, stored)| to_entry(key, stored))
+                .into_iter()
+                .collect();
+        }
         let bounds = (
             Bound::Included(range.start.as_slice()),
             Bound::Excluded(range.end.as_slice()),
