@@ -1,0 +1,227 @@
+//! The command line of a benchmark run.
+
+use std::path::PathBuf;
+
+use crate::spec::{Durability, Target, Workload};
+
+/// The usage text.
+pub const USAGE: &str = "\
+kv-bench: Deno KV backends (memory, sqlite, redb) side by side, with raw rusqlite and raw redb
+floors, on fresh databases on disk.
+
+usage: kv-bench [options]
+  --scale F             multiply every operation count and the data set by F (default 1;
+                        0.1 for a quick run)
+  --workloads W1,W3,..  which of W1..W7 to run (default all)
+                          W1 sequential sets        W2 the same sets from 64 tasks
+                          W3 random point gets      W4 scans of 100 entries
+                          W5 check-and-set counter  W6 u64 sums on 16 hot keys
+                          W7 enqueue then consume messages
+  --backends memory,..  which of memory, sqlite, redb to run (default all); the raw floor of
+                        sqlite and redb runs with it for W1, W3 and W4
+  --no-floors           skip the raw rusqlite / raw redb floors
+  --durability D        full (default: survives a machine crash) or process (survives a
+                        process crash); mapped onto each engine and its floor alike
+  --rounds N            run everything N times and report medians (default 1; the published
+                        figures use 3)
+  --scaling             also run W3 and W4 over 10^4, 10^5 and 10^6 keys (times --scale)
+  --dir PATH            put the databases under PATH (default: the system temp dir)
+  --json                print the results as JSON on stdout (progress stays on stderr)
+  --json-file PATH      also write the JSON results to PATH (with the text report on stdout)
+  -h, --help            this text
+
+Each target's workloads run in child processes of this binary (`kv-bench child ...`), whose
+peak resident memory (VmHWM) is reported per backend.
+
+kv-bench diagnose-memory [--keys N] [--gets N]
+                        time point lookups in kv-memory's map layout and in alternatives";
+
+/// Options of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// Operation count multiplier.
+    pub scale: f64,
+    /// Selected workloads, in W1..W7 order.
+    pub workloads: Vec<Workload>,
+    /// Selected backends, in memory, sqlite, redb order.
+    pub backends: Vec<Target>,
+    /// Run the raw floors.
+    pub floors: bool,
+    /// Write durability.
+    pub durability: Durability,
+    /// Rounds (medians reported).
+    pub rounds: usize,
+    /// Run the dataset scaling phase.
+    pub scaling: bool,
+    /// Where the databases go.
+    pub dir: Option<PathBuf>,
+    /// JSON output.
+    pub json: bool,
+    /// Also write the JSON results here.
+    pub json_file: Option<PathBuf>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            scale: 1.0,
+            workloads: Workload::SELECTABLE.to_vec(),
+            backends: Target::BACKENDS.to_vec(),
+            floors: true,
+            durability: Durability::Full,
+            rounds: 1,
+            scaling: false,
+            dir: None,
+            json: false,
+            json_file: None,
+        }
+    }
+}
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq)]
+pub enum Command {
+    /// Run the benchmarks.
+    Run(Options),
+    /// Print the usage.
+    Help,
+}
+
+/// Parses a `--scale` value: a positive, finite number.
+pub fn parse_scale(text: &str) -> Result<f64, String> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .ok_or_else(|| format!("--scale: not a positive number: {text}"))
+}
+
+fn parse_list<T>(
+    flag: &str,
+    text: &str,
+    parse: impl Fn(&str) -> Option<T>,
+    all: &[T],
+) -> Result<Vec<T>, String>
+where
+    T: Copy + PartialEq,
+{
+    let mut chosen = Vec::new();
+    for item in text.split(',').filter(|s| !s.trim().is_empty()) {
+        let value = parse(item).ok_or_else(|| format!("{flag}: unknown name {item}"))?;
+        if !all.contains(&value) {
+            return Err(format!("{flag}: {item} cannot be chosen here"));
+        }
+        if !chosen.contains(&value) {
+            chosen.push(value);
+        }
+    }
+    if chosen.is_empty() {
+        return Err(format!("{flag}: name at least one"));
+    }
+    // Keep the canonical order whatever the order given.
+    Ok(all.iter().copied().filter(|v| chosen.contains(v)).collect())
+}
+
+/// Parses the command line (without the program name).
+pub fn parse(args: &[String]) -> Result<Command, String> {
+    let mut options = Options::default();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        // Accept both `--flag value` and `--flag=value`.
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => (flag, Some(value.to_owned())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match flag {
+            "--scale" => options.scale = parse_scale(&value()?)?,
+            "--workloads" => {
+                options.workloads =
+                    parse_list(flag, &value()?, Workload::parse, &Workload::SELECTABLE)?
+            }
+            "--backends" => {
+                options.backends = parse_list(flag, &value()?, Target::parse, &Target::BACKENDS)?
+            }
+            "--durability" => {
+                let v = value()?;
+                options.durability = Durability::parse(&v)
+                    .ok_or_else(|| format!("--durability: full or process, not {v}"))?;
+            }
+            "--rounds" => {
+                let v = value()?;
+                options.rounds = v
+                    .trim()
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&n| (1..=100).contains(&n))
+                    .ok_or_else(|| format!("--rounds: a number from 1 to 100, not {v}"))?;
+            }
+            "--dir" => options.dir = Some(PathBuf::from(value()?)),
+            "--scaling" => options.scaling = true,
+            "--no-floors" => options.floors = false,
+            "--json" => options.json = true,
+            "--json-file" => options.json_file = Some(PathBuf::from(value()?)),
+            "-h" | "--help" => return Ok(Command::Help),
+            other => return Err(format!("unknown argument {other} (try --help)")),
+        }
+    }
+    Ok(Command::Run(options))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(text: &str) -> Vec<String> {
+        text.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn defaults_run_everything() {
+        assert_eq!(parse(&[]), Ok(Command::Run(Options::default())));
+    }
+
+    #[test]
+    fn options_parse() {
+        let Ok(Command::Run(o)) = parse(&args(
+            "--scale=0.1 --workloads w3,W1,W3 --backends redb,memory --durability process \
+             --rounds 3 --scaling --json --no-floors --dir /tmp/b --json-file=r.json",
+        )) else {
+            panic!("did not parse");
+        };
+        assert_eq!(o.scale, 0.1);
+        assert_eq!(o.workloads, vec![Workload::W1, Workload::W3]);
+        assert_eq!(o.backends, vec![Target::Memory, Target::Redb]);
+        assert_eq!(o.durability, Durability::Process);
+        assert_eq!(o.rounds, 3);
+        assert!(o.scaling && o.json && !o.floors);
+        assert_eq!(o.dir, Some(PathBuf::from("/tmp/b")));
+        assert_eq!(o.json_file, Some(PathBuf::from("r.json")));
+    }
+
+    #[test]
+    fn bad_input_is_an_error_not_a_panic() {
+        for bad in [
+            "--scale",
+            "--scale 0",
+            "--scale -1",
+            "--scale nan",
+            "--scale x",
+            "--workloads W9",
+            "--workloads ,",
+            "--workloads W3-1core",
+            "--backends raw-sqlite",
+            "--durability fast",
+            "--rounds 0",
+            "--frobnicate",
+        ] {
+            assert!(parse(&args(bad)).is_err(), "{bad} was accepted");
+        }
+        assert_eq!(parse(&args("-h")), Ok(Command::Help));
+    }
+}

@@ -1,0 +1,480 @@
+//! One child process: runs some workloads on one target, on fresh files in its own directory,
+//! and prints its results and its peak memory as one JSON line on stdout.
+//!
+//! The parent re-executes its own binary as `kv-bench child --target T --workloads W,.. ...` for
+//! every measurement, so each target's memory is measured alone and no run inherits another's
+//! caches or threads. The subcommand also runs by hand (handy under `perf` or callgrind).
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kv_memory::MemoryBackend;
+use kv_redb::{RedbBackend, RedbOptions};
+use kv_sqlite::{SqliteBackend, SqliteOptions};
+use serde_json::{Value, json};
+
+use crate::data::{
+    BoxError, KeyTable, Probes, Result, bench_prefix_end, random_indices, scan_starts, warmup_len,
+};
+use crate::raw::{RawRedb, RawSqlite};
+use crate::spec::{Counts, Durability, Target, Workload};
+use crate::stats::Measured;
+use crate::sysinfo::{peak_rss_kib, storage_write_bytes};
+use crate::workloads::{self, Kv, Outcome};
+
+/// What one child runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChildSpec {
+    /// The backend or raw floor.
+    pub target: Target,
+    /// The workloads, in order (read workloads share one preloaded data set).
+    pub workloads: Vec<Workload>,
+    /// The `--scale` of the run.
+    pub scale: f64,
+    /// The preloaded data set size, if not the scale's default.
+    pub keys: Option<usize>,
+    /// Write durability.
+    pub durability: Durability,
+    /// A directory of its own for the child's files (created, and removed at the end).
+    pub dir: PathBuf,
+}
+
+impl ChildSpec {
+    /// The command-line arguments after `child` that describe this spec.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "--target".to_owned(),
+            self.target.name().to_owned(),
+            "--workloads".to_owned(),
+            self.workloads
+                .iter()
+                .map(|w| w.name())
+                .collect::<Vec<_>>()
+                .join(","),
+            "--scale".to_owned(),
+            self.scale.to_string(),
+            "--durability".to_owned(),
+            self.durability.name().to_owned(),
+            "--dir".to_owned(),
+            self.dir.display().to_string(),
+        ];
+        if let Some(keys) = self.keys {
+            args.extend(["--keys".to_owned(), keys.to_string()]);
+        }
+        args
+    }
+
+    /// Parses the arguments after `child`.
+    pub fn parse(args: &[String]) -> std::result::Result<Self, String> {
+        let mut target = None;
+        let mut workloads = None;
+        let mut scale = 1.0;
+        let mut keys = None;
+        let mut durability = Durability::Full;
+        let mut dir = None;
+        let mut it = args.iter();
+        while let Some(flag) = it.next() {
+            let mut value = || {
+                it.next()
+                    .cloned()
+                    .ok_or_else(|| format!("{flag} needs a value"))
+            };
+            match flag.as_str() {
+                "--target" => {
+                    let v = value()?;
+                    target = Some(Target::parse(&v).ok_or(format!("unknown target {v}"))?);
+                }
+                "--workloads" => {
+                    let v = value()?;
+                    workloads = Some(
+                        v.split(',')
+                            .map(|w| Workload::parse(w).ok_or(format!("unknown workload {w}")))
+                            .collect::<std::result::Result<Vec<_>, _>>()?,
+                    );
+                }
+                "--scale" => scale = crate::args::parse_scale(&value()?)?,
+                "--keys" => {
+                    let v = value()?;
+                    keys = Some(
+                        v.parse::<usize>()
+                            .ok()
+                            .filter(|&k| k > 0)
+                            .ok_or(format!("--keys: not a positive number: {v}"))?,
+                    );
+                }
+                "--durability" => {
+                    let v = value()?;
+                    durability = Durability::parse(&v)
+                        .ok_or(format!("--durability: full or process, not {v}"))?;
+                }
+                "--dir" => dir = Some(PathBuf::from(value()?)),
+                other => return Err(format!("child: unknown argument {other}")),
+            }
+        }
+        Ok(ChildSpec {
+            target: target.ok_or("child: --target is required")?,
+            workloads: workloads.ok_or("child: --workloads is required")?,
+            scale,
+            keys,
+            durability,
+            dir: dir.ok_or("child: --dir is required")?,
+        })
+    }
+}
+
+/// Runs a child's workloads and returns its report (the JSON line the parent reads).
+pub fn run(spec: &ChildSpec) -> Result<Value> {
+    std::fs::create_dir_all(&spec.dir)?;
+    let results = if spec.target.is_raw() {
+        run_raw(spec)
+    } else {
+        run_backend(spec)
+    };
+    // Best effort: the parent removes the whole run directory too.
+    let _ = std::fs::remove_dir_all(&spec.dir);
+    let results = results?;
+    Ok(json!({
+        "target": spec.target.name(),
+        "keys": Counts::new(spec.scale, spec.keys).keys,
+        "results": results,
+        "peak_rss_kib": peak_rss_kib(),
+    }))
+}
+
+fn report(workload: Workload, outcome: Outcome, written_before: Option<u64>) -> Value {
+    let Outcome {
+        measured,
+        mut extra,
+    } = outcome;
+    // Reads write nothing (the raw floors' window would include their preload).
+    if !workload.reads_preloaded()
+        && let (Some(before), Some(after)) = (written_before, storage_write_bytes())
+    {
+        let per_op = after.saturating_sub(before) as f64 / measured.ops.max(1) as f64;
+        extra.insert("storage_bytes_written_per_op".into(), json!(per_op));
+    }
+    let (p50, p99) = measured.p50_p99_us();
+    json!({
+        "workload": workload.name(),
+        "ops": measured.ops,
+        "secs": measured.elapsed.as_secs_f64(),
+        "ops_per_sec": measured.ops_per_sec(),
+        "p50_us": p50,
+        "p99_us": p99,
+        "extra": extra,
+        "peak_rss_kib_after": peak_rss_kib(),
+    })
+}
+
+/// The preloaded data set of the read workloads, shared by W3 and W4.
+struct ReadSet {
+    keys: Arc<KeyTable>,
+    probes: Arc<Probes>,
+    starts: Arc<Vec<usize>>,
+    end: Vec<u8>,
+}
+
+impl ReadSet {
+    fn new(counts: &Counts) -> Result<Self> {
+        let keys = KeyTable::bench(counts.keys)?;
+        let probes = Probes::new(&keys, random_indices(counts.w3_gets, counts.keys));
+        Ok(ReadSet {
+            keys: Arc::new(keys),
+            probes: Arc::new(probes),
+            starts: Arc::new(scan_starts(counts.w4_scans, counts.keys, counts.scan_len())),
+            end: bench_prefix_end()?,
+        })
+    }
+}
+
+fn w4_warmup(scans: usize) -> usize {
+    scans.min(200)
+}
+
+fn open_backend(target: Target, dir: &Path, durability: Durability) -> Result<Kv> {
+    Ok(match target {
+        Target::Memory => Arc::new(MemoryBackend::new()),
+        Target::Sqlite => Arc::new(SqliteBackend::open_with(
+            dir.join("kv.sqlite3"),
+            SqliteOptions {
+                durability: match durability {
+                    Durability::Full => kv_sqlite::Durability::Full,
+                    Durability::Process => kv_sqlite::Durability::Process,
+                },
+                ..Default::default()
+            },
+        )?),
+        Target::Redb => Arc::new(RedbBackend::open_with(
+            dir.join("kv.redb"),
+            RedbOptions {
+                durability: match durability {
+                    Durability::Full => kv_redb::Durability::Immediate,
+                    Durability::Process => kv_redb::Durability::Deferred,
+                },
+                ..Default::default()
+            },
+        )?),
+        Target::RawSqlite | Target::RawRedb => {
+            return Err(format!("{target} is not a backend").into());
+        }
+    })
+}
+
+/// Runs `work` on a worker thread of a multi-thread runtime (as a server's request handler
+/// would), or in place on a current-thread runtime.
+async fn on_worker<F>(multi_thread: bool, work: F) -> Result<Outcome>
+where
+    F: Future<Output = Result<Outcome>> + Send + 'static,
+{
+    if multi_thread {
+        tokio::spawn(work).await?
+    } else {
+        work.await
+    }
+}
+
+fn run_backend(spec: &ChildSpec) -> Result<Vec<Value>> {
+    let counts = Counts::new(spec.scale, spec.keys);
+    // W3-1core measures one core: a current-thread runtime, nothing else scheduled.
+    let multi_thread = spec.workloads != [Workload::W3Core];
+    let runtime = if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    };
+    runtime.block_on(async {
+        let mut results = Vec::new();
+        let mut reads: Option<(Kv, ReadSet)> = None;
+        for &workload in &spec.workloads {
+            if workload.reads_preloaded() && reads.is_none() {
+                let set = ReadSet::new(&counts)?;
+                let dir = spec.dir.join("reads");
+                std::fs::create_dir_all(&dir)?;
+                let kv = if spec.target == Target::Memory {
+                    let kv = open_backend(spec.target, &dir, spec.durability)?;
+                    workloads::preload(&kv, &set.keys).await?;
+                    kv
+                } else {
+                    // Preload fast, then reopen at the durability under test.
+                    let kv = open_backend(spec.target, &dir, Durability::Process)?;
+                    workloads::preload(&kv, &set.keys).await?;
+                    kv.close().await?;
+                    drop(kv);
+                    open_backend(spec.target, &dir, spec.durability)?
+                };
+                workloads::warm_up(&kv, &set.keys, &set.end).await?;
+                reads = Some((kv, set));
+            }
+            let written_before = storage_write_bytes();
+            let outcome = match (workload, &reads) {
+                (Workload::W3 | Workload::W3Core, Some((kv, set))) => {
+                    let work = workloads::w3_point_gets(
+                        kv.clone(),
+                        set.probes.clone(),
+                        warmup_len(set.probes.len()),
+                    );
+                    on_worker(multi_thread, work).await?
+                }
+                (Workload::W4, Some((kv, set))) => {
+                    let work = workloads::w4_scans(
+                        kv.clone(),
+                        set.keys.clone(),
+                        set.starts.clone(),
+                        counts.scan_len(),
+                        set.end.clone(),
+                        w4_warmup(set.starts.len()),
+                    );
+                    on_worker(multi_thread, work).await?
+                }
+                (Workload::W3 | Workload::W3Core | Workload::W4, None) => {
+                    return Err::<_, BoxError>("the read data set was not loaded".into());
+                }
+                (write, _) => {
+                    let dir = spec.dir.join(write.name());
+                    std::fs::create_dir_all(&dir)?;
+                    let kv = open_backend(spec.target, &dir, spec.durability)?;
+                    let outcome = run_write(write, kv.clone(), &counts, multi_thread).await;
+                    kv.close().await?;
+                    outcome?
+                }
+            };
+            results.push(report(workload, outcome, written_before));
+        }
+        if let Some((kv, _)) = reads {
+            kv.close().await?;
+        }
+        Ok(results)
+    })
+}
+
+async fn run_write(
+    workload: Workload,
+    kv: Kv,
+    counts: &Counts,
+    multi_thread: bool,
+) -> Result<Outcome> {
+    match workload {
+        Workload::W1 | Workload::W2 => {
+            let keys = Arc::new(KeyTable::bench(counts.w1_sets)?);
+            let end = bench_prefix_end()?;
+            if workload == Workload::W1 {
+                on_worker(multi_thread, workloads::w1_sequential_sets(kv, keys, end)).await
+            } else {
+                let tasks = counts.w2_tasks();
+                on_worker(
+                    multi_thread,
+                    workloads::w2_concurrent_sets(kv, keys, end, tasks),
+                )
+                .await
+            }
+        }
+        Workload::W5 => {
+            on_worker(
+                multi_thread,
+                workloads::w5_check_and_set(kv, counts.w5_tasks, counts.w5_per_task),
+            )
+            .await
+        }
+        Workload::W6 => {
+            on_worker(
+                multi_thread,
+                workloads::w6_sums(kv, counts.w6_tasks(), counts.w6_sums, counts.w6_keys),
+            )
+            .await
+        }
+        Workload::W7 => on_worker(multi_thread, workloads::w7_queue(kv, counts.w7_messages)).await,
+        Workload::W3 | Workload::W3Core | Workload::W4 => {
+            Err(format!("{workload} is a read workload").into())
+        }
+    }
+}
+
+fn run_raw(spec: &ChildSpec) -> Result<Vec<Value>> {
+    let counts = Counts::new(spec.scale, spec.keys);
+    let sqlite = spec.target == Target::RawSqlite;
+    let mut results = Vec::new();
+    let mut reads: Option<(Floor, ReadSet)> = None;
+    for &workload in &spec.workloads {
+        let written_before = storage_write_bytes();
+        let measured: Measured = match workload {
+            Workload::W1 => {
+                let keys = KeyTable::bench(counts.w1_sets)?;
+                let floor = Floor::create(sqlite, &spec.dir.join("W1"), spec.durability)?;
+                floor.sets(&keys)?
+            }
+            Workload::W3 | Workload::W4 => {
+                if reads.is_none() {
+                    let set = ReadSet::new(&counts)?;
+                    let path = spec.dir.join("reads");
+                    let mut floor = Floor::create(sqlite, &path, spec.durability)?;
+                    floor.preload(&set.keys)?;
+                    drop(floor);
+                    // Reopen and warm up, as the backends do.
+                    let floor = Floor::create(sqlite, &path, spec.durability)?;
+                    floor.warm_up(&set.keys)?;
+                    reads = Some((floor, set));
+                }
+                let (floor, set) = reads.as_ref().ok_or("the read data set was not loaded")?;
+                if workload == Workload::W3 {
+                    floor.gets(&set.probes, warmup_len(set.probes.len()))?
+                } else {
+                    floor.scans(
+                        &set.keys,
+                        &set.starts,
+                        counts.scan_len(),
+                        &set.end,
+                        w4_warmup(set.starts.len()),
+                    )?
+                }
+            }
+            other => return Err(format!("{} has no {other} floor", spec.target).into()),
+        };
+        results.push(report(workload, measured.into(), written_before));
+    }
+    Ok(results)
+}
+
+/// Either raw floor, behind one set of calls.
+enum Floor {
+    Sqlite(RawSqlite),
+    Redb(RawRedb),
+}
+
+impl Floor {
+    fn create(sqlite: bool, path: &Path, durability: Durability) -> Result<Self> {
+        Ok(if sqlite {
+            Floor::Sqlite(RawSqlite::create(
+                &path.with_extension("sqlite3"),
+                durability,
+            )?)
+        } else {
+            Floor::Redb(RawRedb::create(&path.with_extension("redb"), durability)?)
+        })
+    }
+
+    fn preload(&mut self, keys: &KeyTable) -> Result<()> {
+        match self {
+            Floor::Sqlite(db) => db.preload(keys),
+            Floor::Redb(db) => db.preload(keys),
+        }
+    }
+
+    fn warm_up(&self, keys: &KeyTable) -> Result<()> {
+        match self {
+            Floor::Sqlite(db) => db.warm_up(keys),
+            Floor::Redb(db) => db.warm_up(keys),
+        }
+    }
+
+    fn sets(&self, keys: &KeyTable) -> Result<Measured> {
+        match self {
+            Floor::Sqlite(db) => db.sets(keys),
+            Floor::Redb(db) => db.sets(keys),
+        }
+    }
+
+    fn gets(&self, probes: &Probes, warmup: usize) -> Result<Measured> {
+        match self {
+            Floor::Sqlite(db) => db.gets(probes, warmup),
+            Floor::Redb(db) => db.gets(probes, warmup),
+        }
+    }
+
+    fn scans(
+        &self,
+        keys: &KeyTable,
+        starts: &[usize],
+        scan_len: usize,
+        end: &[u8],
+        warmup: usize,
+    ) -> Result<Measured> {
+        match self {
+            Floor::Sqlite(db) => db.scans(keys, starts, scan_len, end, warmup),
+            Floor::Redb(db) => db.scans(keys, starts, scan_len, end, warmup),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_round_trips_through_args() {
+        let spec = ChildSpec {
+            target: Target::RawRedb,
+            workloads: vec![Workload::W3, Workload::W4],
+            scale: 0.25,
+            keys: Some(10_000),
+            durability: Durability::Process,
+            dir: PathBuf::from("/tmp/x y"),
+        };
+        assert_eq!(ChildSpec::parse(&spec.to_args()), Ok(spec));
+        assert!(ChildSpec::parse(&["--target".into()]).is_err());
+    }
+}

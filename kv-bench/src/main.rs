@@ -1,0 +1,123 @@
+//! # kv-bench — benchmarks to pick a Deno KV backend by
+//!
+//! Runs the same workloads on kv-memory, kv-sqlite and kv-redb through the `Backend` trait, on
+//! fresh databases on disk, next to raw rusqlite and raw redb doing the same sets, gets and scans
+//! (the floors), and reports operations per second, p50/p99 latency, each figure's ratio to its
+//! floor, the project's performance targets (MET / MISSED) and each backend's peak memory.
+//!
+//! ```text
+//! cargo run --release -p kv-bench -- [--scale F] [--workloads W1,..] [--backends memory,..]
+//!     [--durability full|process] [--rounds N] [--scaling] [--no-floors] [--dir PATH] [--json]
+//! ```
+//!
+//! Workloads (at `--scale 1`):
+//!
+//! | id | what |
+//! |---|---|
+//! | W1 | 20,000 sequential single-key sets (`["bench", i]`, 100-byte `Bytes` values) |
+//! | W2 | the same sets spread over 64 concurrent tasks |
+//! | W3 | 100,000 random point gets over 100,000 preloaded keys (and, for memory, W3-1core: the same on a current-thread runtime) |
+//! | W4 | 2,000 scans of 100 consecutive entries |
+//! | W5 | 8 tasks x 500 check-and-set increments of one counter (final value must be exactly 4,000) |
+//! | W6 | 20,000 u64 sums over 16 hot keys from 16 tasks (every total checked) |
+//! | W7 | 5,000 messages enqueued, then consumed with dequeue + finish(true) (each exactly once) |
+//!
+//! Every workload verifies its result and the run fails loudly (exit 1) if a check does not hold.
+//! Each target's workloads run in child processes of this binary (`kv-bench child ...`); see
+//! [`sysinfo`] for how peak memory is measured.
+
+mod args;
+mod child;
+mod data;
+mod diag;
+mod parent;
+mod raw;
+mod spec;
+mod stats;
+mod sysinfo;
+mod workloads;
+
+use args::Command;
+use child::ChildSpec;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.split_first().map(|(a, rest)| (a.as_str(), rest)) {
+        Some(("child", rest)) => std::process::exit(child_main(rest)),
+        Some(("diagnose-memory", rest)) => std::process::exit(diagnose_main(rest)),
+        _ => {}
+    }
+    let code = match args::parse(&args) {
+        Ok(Command::Help) => {
+            println!("{}", args::USAGE);
+            0
+        }
+        Ok(Command::Run(options)) => match parent::run(&options) {
+            Ok(code) => code,
+            Err(err) => {
+                eprintln!("kv-bench: {err}");
+                1
+            }
+        },
+        Err(message) => {
+            eprintln!("kv-bench: {message}");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+/// `diagnose-memory [--keys N] [--gets N]`: the cost of a point get in kv-memory's data
+/// structure and in alternatives (see [`diag`]).
+fn diagnose_main(args: &[String]) -> i32 {
+    let mut keys = 100_000;
+    let mut gets = 1_000_000;
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it
+            .next()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0);
+        match (flag.as_str(), value) {
+            ("--keys", Some(n)) => keys = n,
+            ("--gets", Some(n)) => gets = n,
+            _ => {
+                eprintln!("usage: kv-bench diagnose-memory [--keys N] [--gets N]");
+                return 2;
+            }
+        }
+    }
+    match diag::memory(keys, gets) {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("kv-bench diagnose-memory: {err}");
+            1
+        }
+    }
+}
+
+/// The hidden `child` subcommand: run one target's workloads, print one JSON line.
+fn child_main(args: &[String]) -> i32 {
+    let spec = match ChildSpec::parse(args) {
+        Ok(spec) => spec,
+        Err(message) => {
+            eprintln!("kv-bench child: {message}");
+            return 2;
+        }
+    };
+    match child::run(&spec) {
+        Ok(report) => {
+            println!("{report}");
+            0
+        }
+        Err(err) => {
+            let names: Vec<&str> = spec.workloads.iter().map(|w| w.name()).collect();
+            eprintln!(
+                "kv-bench: {} on {}: FAILED: {err}",
+                names.join(","),
+                spec.target
+            );
+            1
+        }
+    }
+}

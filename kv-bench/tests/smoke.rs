@@ -1,0 +1,129 @@
+//! Runs the whole harness at a tiny scale, so CI exercises every workload on every backend and
+//! floor, the child processes and the reports. It asserts the workloads' correctness checks (a
+//! failed check makes the binary exit non-zero) and the report's shape — never timings.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn kv_bench(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kv-bench"))
+        .args(args)
+        .output()
+        .expect("kv-bench runs")
+}
+
+fn json_run(args: &[&str]) -> Value {
+    let output = kv_bench(args);
+    assert!(
+        output.status.success(),
+        "kv-bench {args:?} failed: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("--json prints JSON")
+}
+
+fn result<'a>(report: &'a Value, backend: &str, workload: &str) -> &'a Value {
+    report["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .find(|r| r["backend"] == backend && r["workload"] == workload)
+        .unwrap_or_else(|| panic!("no {workload} result for {backend}"))
+}
+
+#[test]
+fn every_workload_on_every_backend_at_a_tiny_scale() {
+    let report = json_run(&["--scale", "0.01", "--json", "--scaling"]);
+
+    for backend in ["memory", "sqlite", "redb"] {
+        for workload in ["W1", "W2", "W3", "W4", "W5", "W6", "W7"] {
+            let r = result(&report, backend, workload);
+            assert!(r["ops"].as_u64().unwrap() > 0, "{backend} {workload}");
+            assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0);
+            assert!(r["p99_us"].as_f64().unwrap() >= r["p50_us"].as_f64().unwrap());
+        }
+        // W5: 8 tasks x 5 increments, exact.
+        assert_eq!(result(&report, backend, "W5")["extra"]["final_value"], 40);
+        assert_eq!(result(&report, backend, "W7")["ops"], 50);
+        assert!(report["peak_rss_kib"][backend].as_u64().unwrap() > 0);
+    }
+    result(&report, "memory", "W3-1core");
+    for floor in ["raw-sqlite", "raw-redb"] {
+        for workload in ["W1", "W3", "W4"] {
+            result(&report, floor, workload);
+        }
+    }
+    // Backends with a floor carry a ratio to it.
+    assert!(
+        result(&report, "sqlite", "W3")["vs_floor"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert!(result(&report, "redb", "W1")["vs_floor"].as_f64().unwrap() > 0.0);
+
+    let targets = report["targets"].as_array().unwrap();
+    assert_eq!(targets.len(), 6);
+    for target in targets {
+        let verdict = target["verdict"].as_str().unwrap();
+        assert!(verdict == "MET" || verdict == "MISSED", "{target}");
+    }
+
+    // Scaling: 100, 1,000 and 10,000 keys at this scale, W3 and W4 on all five targets.
+    let scaling = report["scaling"].as_array().unwrap();
+    assert_eq!(scaling.len(), 3 * 5 * 2);
+    assert!(scaling.iter().any(|r| r["keys"] == 10_000));
+}
+
+#[test]
+fn process_durability_runs_the_floors_too() {
+    let report = json_run(&[
+        "--scale=0.01",
+        "--json",
+        "--durability",
+        "process",
+        "--workloads",
+        "W1,W3,W4,W7",
+        "--backends",
+        "sqlite,redb",
+    ]);
+    assert_eq!(report["config"]["durability"], "process");
+    for backend in ["sqlite", "raw-sqlite", "redb", "raw-redb"] {
+        result(&report, backend, "W1");
+    }
+    result(&report, "redb", "W7");
+}
+
+#[test]
+fn text_report_names_targets_and_memory() {
+    let output = kv_bench(&[
+        "--scale",
+        "0.005",
+        "--workloads",
+        "W3",
+        "--backends",
+        "memory",
+    ]);
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("| W3 "));
+    assert!(text.contains("kv-memory gets/s on one core"));
+    assert!(text.contains("Peak memory"));
+}
+
+#[test]
+fn bad_arguments_exit_2_without_panicking() {
+    for args in [
+        &["--scale", "0"][..],
+        &["--workloads", "W8"],
+        &["--durability", "sometimes"],
+        &["--frobnicate"],
+        &["child", "--target", "nothing"],
+    ] {
+        let output = kv_bench(args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(!String::from_utf8_lossy(&output.stderr).contains("panicked"));
+    }
+}
