@@ -27,6 +27,7 @@
 
 mod cases;
 pub mod crash;
+pub mod deno;
 pub mod faults;
 mod harness;
 pub mod model;

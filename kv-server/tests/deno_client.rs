@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use kv_server::Databases;
 
-const DENO_VERSION: &str = "2.9.6";
 const DENO_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The checks the script must report, each `true`.
@@ -64,41 +63,7 @@ const EXPECTED: &[&str] = &[
 ];
 
 fn deno() -> PathBuf {
-    let bin = match std::env::var_os("DENO_BIN") {
-        Some(bin) if !bin.is_empty() => PathBuf::from(bin),
-        _ => {
-            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/install-deno");
-            let output = Command::new("bash")
-                .arg(&script)
-                .stdin(Stdio::null())
-                .output()
-                .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-            let stdout = String::from_utf8_lossy(&output.stdout);
-            assert!(
-                output.status.success(),
-                "cannot obtain Deno {DENO_VERSION} with {} (needs npm and the registry; or set \
-                 DENO_BIN):\n{}",
-                script.display(),
-                String::from_utf8_lossy(&output.stderr)
-            );
-            PathBuf::from(
-                stdout
-                    .lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .unwrap_or("")
-                    .trim(),
-            )
-        }
-    };
-    let version = Command::new(&bin).arg("--version").output().unwrap();
-    let version = String::from_utf8_lossy(&version.stdout);
-    assert!(
-        version.starts_with(&format!("deno {DENO_VERSION} ")),
-        "{} is not Deno {DENO_VERSION}: {version}",
-        bin.display()
-    );
-    bin
+    kv_conformance::deno::deno_binary().unwrap_or_else(|reason| panic!("{reason}"))
 }
 
 /// Runs the script against `base_url`; returns (stdout, stderr), killing Deno after the timeout.
