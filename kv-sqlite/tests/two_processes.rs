@@ -34,6 +34,8 @@ const INCREMENTS: usize = 300;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the child may take overall.
 const CHILD_TIMEOUT: Duration = Duration::from_secs(240);
+/// How long each process pauses between two increments.
+const PAUSE_BETWEEN_INCREMENTS: Duration = Duration::from_millis(2);
 /// How soon a cross-process change must be seen.
 const NOTIFY_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -264,6 +266,11 @@ async fn increment(kv: &SqliteBackend, count: usize) -> Result<IncrementLog, KvE
                 None => log.check_failures += 1,
             }
         }
+        // A client does something between writes. Without a pause, one process re-takes
+        // SQLite's write lock the moment it commits while the other sleeps in its busy handler,
+        // and can run all its increments before the other gets one in: the counters stay exact,
+        // but nothing would be tested concurrently.
+        tokio::time::sleep(PAUSE_BETWEEN_INCREMENTS).await;
     }
     Ok(log)
 }
