@@ -224,8 +224,13 @@ impl LogBackend {
             unflushed: Vec::new(),
             closed: false,
         };
-        // Only complete lines: the kill may have cut the last one.
+        // Only complete lines: the kill may have cut the last one. The cut tail is removed from
+        // the file too, or the next line appended would be glued onto it.
         let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+        let keep = text.rfind('\n').map_or(0, |end| end + 1);
+        if keep < text.len() {
+            truncate_log(&state.log, keep)?;
+        }
         let mut commit = Vec::new();
         for line in complete.lines() {
             let record = Record::parse(line)?;
@@ -253,6 +258,12 @@ impl LogBackend {
     fn lock(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
     }
+}
+
+/// Cuts the log file back to its first `len` bytes.
+fn truncate_log(log: &std::fs::File, len: usize) -> Result<(), KvError> {
+    log.set_len(len as u64).map_err(KvError::storage)?;
+    log.sync_all().map_err(KvError::storage)
 }
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
