@@ -24,9 +24,11 @@
 //! ```
 
 mod backend;
+mod blocking;
 mod clock;
 mod commit;
 mod error;
+mod group_commit;
 mod key;
 mod key_codec;
 mod limits;
@@ -40,9 +42,11 @@ pub mod watch;
 mod write;
 
 pub use backend::{Backend, Capabilities, WatchStream};
+pub use blocking::run_blocking;
 pub use clock::{Clock, ManualClock, SystemClock, ms_to_datetime};
 pub use commit::{StoredEntry, WriteOutcome, WriteTransaction, apply_atomic_write, is_expired};
 pub use error::KvError;
+pub use group_commit::next_group;
 pub use key::{Key, KeyPart};
 pub use key_codec::{KeyError, MAX_INT_MAGNITUDE_BYTES, decode_key, encode_key, encode_part};
 pub use limits::{LimitError, LimitKind, Limits};

@@ -68,6 +68,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
+use kv_proto::run_blocking;
 use kv_proto::{
     AtomicWrite, Backend, Capabilities, ChangeSignal, Clock, CommitResult, KvError, Limits,
     QueueMessageHandle, QueuedMessage, ReadRangeOutput, SnapshotRead, SystemClock, WatchReader,
@@ -296,25 +297,5 @@ impl Drop for RedbBackend {
             .writer
             .release_in_background(self.owner, self.options.clock.now());
         let _ = store::release(&self.shared);
-    }
-}
-
-/// Runs blocking redb work without stalling the async executor: in place with
-/// [`tokio::task::block_in_place`] on a multi-thread runtime (the task's worker hands its other
-/// tasks to another thread; the work itself pays no thread hop), on the blocking pool on a
-/// current-thread runtime (where `block_in_place` is not allowed), and directly outside tokio.
-async fn run_blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, KvError> + Send + 'static,
-) -> Result<T, KvError> {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current() {
-        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(work)
-        }
-        Ok(handle) => handle
-            .spawn_blocking(work)
-            .await
-            .map_err(|e| KvError::storage(std::io::Error::other(e.to_string())))?,
-        Err(_) => work(),
     }
 }

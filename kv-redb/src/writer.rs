@@ -29,6 +29,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use kv_proto::next_group;
 use kv_proto::{AtomicWrite, Clock, CommitResult, KvError};
 use redb::{Database, ReadableTable};
 use tokio::sync::oneshot;
@@ -340,15 +341,8 @@ impl WriterThread {
 
     fn run(&mut self, inbox: mpsc::Receiver<Command>) -> Result<(), KvError> {
         loop {
-            match inbox.recv_timeout(self.idle_timeout()) {
-                Ok(first) => {
-                    let mut group = vec![first];
-                    while group.len() < MAX_GROUP {
-                        match inbox.try_recv() {
-                            Ok(next) => group.push(next),
-                            Err(_) => break,
-                        }
-                    }
+            match next_group(&inbox, self.idle_timeout(), MAX_GROUP) {
+                Ok(group) => {
                     if self.run_group(group) {
                         break;
                     }

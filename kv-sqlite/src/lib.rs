@@ -41,7 +41,6 @@
 //! # Ok(()) }
 //! ```
 
-mod blocking;
 mod queue;
 mod reader;
 mod schema;
@@ -60,9 +59,9 @@ use kv_proto::{
 };
 use thiserror::Error;
 
-use crate::blocking::run_blocking;
 use crate::reader::ReaderPool;
 use crate::writer::Writer;
+use kv_proto::run_blocking;
 
 /// Why a database could not be opened or used.
 #[derive(Debug, Error)]

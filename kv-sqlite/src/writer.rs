@@ -17,6 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
+use kv_proto::next_group;
 use kv_proto::queue::{
     DeliveryFailure, MESSAGE_DEADLINE, MESSAGE_KEEPALIVE_INTERVAL, after_failed_delivery,
 };
@@ -27,9 +28,9 @@ use kv_proto::{
 use rusqlite::{Connection, ErrorCode, params};
 use tokio::sync::{oneshot, watch};
 
-use crate::blocking::run_blocking;
 use crate::store::{QueueRow, SqlTransaction, insert_queue_row, open_connection, storage};
 use crate::{Durability, SqliteError, schema};
+use kv_proto::run_blocking;
 
 /// How often the thread looks for other processes' commits when idle.
 const CHANGE_POLL_INTERVAL: Duration = Duration::from_millis(25);
@@ -246,15 +247,8 @@ struct WriterThread {
 impl WriterThread {
     fn run(mut self, inbox: mpsc::Receiver<Command>) {
         loop {
-            match inbox.recv_timeout(CHANGE_POLL_INTERVAL) {
-                Ok(first) => {
-                    let mut group = vec![first];
-                    while group.len() < MAX_GROUP {
-                        match inbox.try_recv() {
-                            Ok(next) => group.push(next),
-                            Err(_) => break,
-                        }
-                    }
+            match next_group(&inbox, CHANGE_POLL_INTERVAL, MAX_GROUP) {
+                Ok(group) => {
                     if self.run_group(group) {
                         return;
                     }

@@ -1,17 +1,18 @@
-//! Leaving the async executor for blocking SQLite work.
+//! Leaving the async executor for blocking storage work.
 
-use kv_proto::KvError;
+use crate::KvError;
 
-/// Runs blocking SQLite work (a read, joining the writer thread) without stalling the async executor.
+/// Runs an engine's blocking work (a read, joining a writer thread) without stalling the async
+/// executor. Every blocking engine (SQLite, redb) uses it, so they leave the executor alike.
 ///
 /// - On tokio's multi-thread runtime: [`tokio::task::block_in_place`]. The current worker hands
 ///   its other tasks to another worker and runs the read itself, so a point get costs no thread
 ///   hop and no wake-up (a hop through `spawn_blocking` costs several times the read: see
-///   `examples/sqlite_bench.rs --diagnose`).
+///   kv-sqlite's `examples/sqlite_bench.rs --diagnose`).
 /// - On a current-thread runtime, where that is not allowed: tokio's blocking pool.
 /// - Outside any tokio runtime (for example under `futures::executor::block_on`): inline, since
 ///   the caller is not on an async executor whose other tasks it could stall.
-pub(crate) async fn run_blocking<T: Send + 'static>(
+pub async fn run_blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, KvError> + Send + 'static,
 ) -> Result<T, KvError> {
     use tokio::runtime::{Handle, RuntimeFlavor};
