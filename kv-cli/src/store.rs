@@ -25,7 +25,7 @@ pub enum Access {
 pub fn open(url: &str, access: Access) -> Result<Kv, CliError> {
     let mut parsed: BackendUrl = url.parse().map_err(CliError::Kv)?;
     if access != Access::Write
-        && let Some(path) = file_of(&parsed)
+        && let Some(path) = parsed.path()
         && !path.exists()
     {
         return Err(CliError::MissingDatabase {
@@ -37,11 +37,6 @@ pub fn open(url: &str, access: Access) -> Result<Kv, CliError> {
     }
     let clock: std::sync::Arc<dyn kv_proto::Clock> = std::sync::Arc::new(kv_proto::SystemClock);
     Ok(Kv::with_clock(parsed.open(clock.clone())?, clock))
-}
-
-/// The file a URL names, if its backend keeps one.
-fn file_of(url: &BackendUrl) -> Option<&Path> {
-    url.path()
 }
 
 /// Whether the database holds no entries and no queued messages.
@@ -74,7 +69,7 @@ impl Target {
     /// Prepares to write into `url`, which must be new or empty.
     pub async fn create(url: &str) -> Result<Target, CliError> {
         let parsed: BackendUrl = url.parse().map_err(CliError::Kv)?;
-        let Some(path) = file_of(&parsed).map(Path::to_path_buf) else {
+        let Some(path) = parsed.path().map(Path::to_path_buf) else {
             // Not a file (memory:): written in place.
             let kv = open(url, Access::Write)?;
             if !is_empty(&kv).await? {
