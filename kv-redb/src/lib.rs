@@ -10,9 +10,12 @@
 //!   ready messages by (ready time, id) and running messages by id, with their deadline; and a
 //!   metadata table with the schema version and the last versionstamp. A file with a newer schema
 //!   version, or one that is not a kv-redb file, is refused untouched.
-//! - **Writes** go to one writer thread per file, which takes every write waiting and commits
-//!   them in one redb write transaction — one commit and, with [`Durability::Immediate`], one
-//!   fsync for the group, with no timer to wait for (group commit). Each write is staged in an
+//! - **Writes** go through one writer per file, which commits every write waiting in one redb
+//!   write transaction — one commit and, with [`Durability::Immediate`], one fsync for the group,
+//!   with no timer to wait for (group commit). The writer has no thread of its own on the hot
+//!   path: a write that finds it idle is committed by its caller's thread, and writes that arrive
+//!   meanwhile are committed together by that leader or by a standby thread it hands over to
+//!   (see the `writer` module). Each write is staged in an
 //!   overlay and applied only if its checks pass and its mutations are valid, so a failed or
 //!   refused write in a group leaves no trace and does not affect the others. Versionstamps are
 //!   handed out in commit order and strictly increase, across reopens too.
@@ -56,6 +59,7 @@
 mod codec;
 mod consumer;
 mod error;
+mod group;
 mod queue;
 mod reader;
 mod schema;
@@ -76,8 +80,8 @@ use kv_proto::{
 };
 
 pub use error::RedbError;
+pub use group::{DEFERRED_SYNC_INTERVAL, MAX_GROUP};
 pub use schema::SCHEMA_VERSION;
-pub use writer::{DEFERRED_SYNC_INTERVAL, MAX_GROUP};
 
 use crate::reader::ReadTime;
 use crate::store::Shared;

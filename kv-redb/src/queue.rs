@@ -1,4 +1,4 @@
-//! The queue tables, as the writer thread changes them inside a group transaction.
+//! The queue tables, as the writer changes them inside a group transaction.
 //!
 //! A message lives in exactly one of two tables:
 //!
@@ -13,7 +13,7 @@
 //!
 //! **Who holds a running message.** redb locks the file for one process
 //! ([`redb::ConcurrencyMode::ExclusiveWriter`]), and every handle of this process shares one open
-//! file, so the writer thread knows every live consumer: it keeps them in memory (message id →
+//! file, so the writer knows every live consumer: it keeps them in memory (message id →
 //! handle and delivery token). A running row that no live consumer holds can only be left by a
 //! process that ended without finishing it (a crash, a kill): [`recover`] requeues every such
 //! row, as a failed delivery, when the file is opened. A handle that closes (or is dropped)

@@ -3,11 +3,11 @@
 //! redb locks a file for one open [`Database`] at a time (a second open, even in the same
 //! process, fails with "already open"). Deno programs open the same path several times, and the
 //! conformance suite does too, so handles on one path share a [`Shared`]: one `Database`, one
-//! writer thread, one set of watchers and queue wake-ups. A process-wide registry maps each
+//! writer, one set of watchers and queue wake-ups. A process-wide registry maps each
 //! canonical path to its `Shared` while at least one handle on it is open.
 //!
 //! Lifecycle: [`acquire`] finds or opens the file and counts the handle; [`release`] uncounts it,
-//! and the last one out stops the writer thread (which makes everything durable) and closes the
+//! and the last one out stops the writer (which makes everything durable) and closes the
 //! `Database`, all under the registry lock, so an open that follows a close always finds the
 //! file unlocked and reads it afresh.
 
@@ -77,7 +77,7 @@ pub(crate) struct Shared {
     key: PathBuf,
     /// The open file; `None` once the last handle has closed it.
     db: RwLock<Option<Arc<Database>>>,
-    /// The thread all changes go through.
+    /// What all changes go through.
     pub(crate) writer: Writer,
     /// Wake-ups for watches and queue consumers.
     pub(crate) notifier: Arc<Notifier>,
@@ -119,7 +119,7 @@ impl Shared {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        // Readers hold the lock, not clones, and the writer thread has ended: this is the last
+        // Readers hold the lock, not clones, and the stopped writer has let go of its clone: this is the last
         // reference, so closing here releases the file lock before the registry lock.
         let closed = match db.map(Arc::try_unwrap) {
             Some(Ok(db)) => db.close().map_err(storage),

@@ -1,169 +1,291 @@
-//! The writer thread: every change to the file goes through it, in commit order.
+//! Who commits, and when: the leader/follower protocol in front of [`crate::group`].
 //!
-//! Handles send commands (write, take a message, finish a message, release a closing handle's
-//! messages, shut down) over a channel. The thread takes the first command, then everything else
-//! already waiting (up to [`MAX_GROUP`]), and runs the group in **one redb write transaction with
-//! one commit** — with [`crate::Durability::Immediate`], one fsync for the whole group. There is
-//! no timer: a lone write is committed at once, and writes that arrive while a commit is syncing
-//! form the next group. Replies go out only after the commit, so an acknowledged write is as
-//! durable as the configured durability promises.
+//! Every change to the file (a write, taking or settling a queue message, releasing a closing
+//! handle's messages, shutting down) is a [`Command`] put in one queue, the *inbox*, and
+//! committed by whichever thread *leads* the writer at that moment, one group at a time:
 //!
-//! Isolation inside a group: each atomic write is staged in an overlay and applied only if it
-//! commits (see [`crate::txn`]), so a failed check or a refused write leaves no trace and the
-//! others are unaffected. Queue commands read first and write last. A failure of redb itself
-//! while the transaction is being modified abandons the group: its transaction is aborted and
-//! every command in it gets the error (none of them was acknowledged).
+//! - **Lead.** A caller whose command finds nobody leading becomes the leader and runs the group
+//!   itself, on its own thread (inside [`kv_proto::run_blocking`], so the async executor is not
+//!   stalled). An uncontended write therefore costs no thread hop and no wake-up: against raw
+//!   redb at one writer, those two hops were most of the difference.
+//! - **Follow.** A caller whose command finds a leader waits for its answer. The leader takes
+//!   every command waiting (up to [`MAX_GROUP`]) as its next group, so commands that arrive while
+//!   a commit is syncing share the next commit and its fsync (group commit, no timer).
+//! - **Hand over.** A leader stops once the group holding its own command has committed. If more
+//!   commands are waiting, it hands the lead to the writer's *standby thread* instead of keeping
+//!   its caller busy with other callers' commits.
+//! - The standby thread also leads for commands sent without waiting for an answer (from `Drop`),
+//!   and runs the idle work: expired-entry sweeps, and in [`crate::Durability::Deferred`] mode
+//!   the sync at least once a second.
 //!
-//! Versionstamps: the thread keeps the last version in memory (loaded from `meta` at open); each
-//! committed write takes the next one, in the order the group runs, and the group records the
-//! last one in `meta` in the same transaction. A group that fails to commit gives its versions
-//! back, so versionstamps strictly increase in commit order, across reopens too.
+//! One thread at a time leads (the `leading` flag in the inbox), and the group state
+//! ([`GroupState`]: last versionstamp, messages held, sweep hint) is only touched by the leader
+//! or by the idle work, under its own mutex. Commands run in the order they entered the inbox,
+//! so versionstamps are handed out in commit order.
 //!
-//! Between groups (when idle for a second) the thread sweeps expired entries that are due, and in
-//! [`crate::Durability::Deferred`] mode makes unsynced commits durable.
+//! The lead is never stranded: [`Lead`] is a guard, and dropped without having led (a leader's
+//! blocking closure that never ran because its runtime was shutting down, a panic while leading)
+//! it hands the lead to the standby thread.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use kv_proto::next_group;
-use kv_proto::{AtomicWrite, Clock, CommitResult, KvError};
-use redb::{Database, ReadableTable};
+use kv_proto::{AtomicWrite, Clock, CommitResult, KvError, run_blocking};
+use redb::Database;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use crate::error::storage;
-use crate::queue::{self, Taken};
+use crate::group::{Command, GroupState, MAX_GROUP, Reply};
+use crate::queue::Taken;
 use crate::store::Notifier;
-use crate::txn::{Effects, Fatal, Tables, commit_write};
-use crate::{Durability, RedbError, schema};
+use crate::{Durability, RedbError};
 
-/// The most commands one transaction groups.
-pub const MAX_GROUP: usize = 512;
-/// How often an idle writer wakes up to sweep and (deferred mode) sync.
-const IDLE_TICK: Duration = Duration::from_secs(1);
-/// In [`Durability::Deferred`] mode, the longest an acknowledged commit stays unsynced.
-pub const DEFERRED_SYNC_INTERVAL: Duration = Duration::from_secs(1);
-/// Most expired entries deleted per group, so a sweep never makes a write wait long.
-const SWEEP_BATCH: usize = 256;
-/// How long sweeping stops after a sweep failed (reads still hide expired entries meanwhile).
-const SWEEP_PAUSE_AFTER_FAILURE: Duration = Duration::from_secs(60);
+/// How soon the standby thread looks again when it could not see the group state (a leader
+/// held it), to keep its idle work on time.
+const BUSY_RECHECK: Duration = Duration::from_millis(20);
 
-type Reply<T> = oneshot::Sender<Result<T, KvError>>;
-
-enum Command {
-    Write {
-        write: AtomicWrite,
-        now: DateTime<Utc>,
-        reply: Reply<Option<CommitResult>>,
-    },
-    Take {
-        owner: u64,
-        now: DateTime<Utc>,
-        reply: Reply<Taken>,
-    },
-    Finish {
-        id: Uuid,
-        token: u64,
-        success: bool,
-        now: DateTime<Utc>,
-        reply: Option<Reply<()>>,
-    },
-    /// A handle closed: its unfinished messages are failed deliveries.
-    Release {
-        owner: u64,
-        now: DateTime<Utc>,
-        reply: Option<Reply<()>>,
-    },
-    Shutdown,
-}
-
-impl Command {
-    fn now(&self) -> Option<DateTime<Utc>> {
-        match self {
-            Command::Write { now, .. }
-            | Command::Take { now, .. }
-            | Command::Finish { now, .. }
-            | Command::Release { now, .. } => Some(*now),
-            Command::Shutdown => None,
-        }
-    }
-
-    /// Answers the command with `err` without running it.
-    fn reject(self, err: KvError) {
-        match self {
-            Command::Write { reply, .. } => drop(reply.send(Err(err))),
-            Command::Take { reply, .. } => drop(reply.send(Err(err))),
-            Command::Finish { reply, .. } | Command::Release { reply, .. } => {
-                if let Some(reply) = reply {
-                    drop(reply.send(Err(err)));
-                }
-            }
-            Command::Shutdown => {}
-        }
-    }
-}
-
-/// A reply held until the group's commit decides it.
-enum Pending {
-    Write(
-        Reply<Option<CommitResult>>,
-        Result<Option<CommitResult>, KvError>,
-    ),
-    Take(Reply<Taken>, Result<Taken, KvError>),
-    Unit(Option<Reply<()>>, Result<(), KvError>),
-}
-
-impl Pending {
-    /// Sends the command's own result, or the group's error if the group did not commit.
-    fn answer(self, group_error: Option<&KvError>) {
-        match (self, group_error) {
-            (Pending::Write(reply, _), Some(err)) => drop(reply.send(Err(err.clone()))),
-            (Pending::Write(reply, result), None) => drop(reply.send(result)),
-            (Pending::Take(reply, _), Some(err)) => drop(reply.send(Err(err.clone()))),
-            (Pending::Take(reply, result), None) => drop(reply.send(result)),
-            (Pending::Unit(Some(reply), _), Some(err)) => drop(reply.send(Err(err.clone()))),
-            (Pending::Unit(Some(reply), result), None) => drop(reply.send(result)),
-            (Pending::Unit(None, _), _) => {}
-        }
-    }
-}
-
-/// The handles' side of the writer thread.
+/// The handles' side of the writer.
 pub(crate) struct Writer {
-    commands: mpsc::Sender<Command>,
-    thread: Mutex<Option<JoinHandle<Result<(), KvError>>>>,
+    core: Arc<Core>,
+    standby: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// What the leaders, the followers and the standby thread share.
+struct Core {
+    inbox: Mutex<Inbox>,
+    /// Wakes the standby thread: the lead was handed to it, or the writer closed.
+    standby_wake: Condvar,
+    /// Wakes [`Writer::stop`] once the shutdown has run.
+    closed_wake: Condvar,
+    /// The state kept between groups; locked by the leader for each group, and by the idle work.
+    /// Taken out by [`Writer::stop`], which releases the file.
+    state: Mutex<Option<GroupState>>,
+}
+
+#[derive(Default)]
+struct Inbox {
+    /// Commands not yet taken into a group, in arrival order.
+    commands: VecDeque<Command>,
+    /// A thread leads: it (or the standby thread it hands over to) will take new commands.
+    leading: bool,
+    /// The lead belongs to the standby thread.
+    standby_leads: bool,
+    /// The shutdown has run: new commands are answered [`KvError::Closed`].
+    closed: bool,
+}
+
+/// The right, and the duty, to run groups until a given command has been committed.
+struct Lead {
+    core: Arc<Core>,
+    /// How many commands, counted from the front of the inbox when the lead was taken, must
+    /// be run before the leader may stop (its own command is the last of them).
+    until: usize,
+    done: bool,
+}
+
+impl Drop for Lead {
+    /// A lead dropped before it was carried out goes to the standby thread.
+    fn drop(&mut self) {
+        if !self.done {
+            let mut inbox = self.core.inbox();
+            if !inbox.closed {
+                inbox.standby_leads = true;
+                self.core.standby_wake.notify_one();
+            }
+        }
+    }
+}
+
+impl Core {
+    fn inbox(&self) -> MutexGuard<'_, Inbox> {
+        // Every change to the inbox is a push, a drain or a flag: a panic elsewhere cannot leave
+        // it half-changed.
+        self.inbox.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn state(&self) -> MutexGuard<'_, Option<GroupState>> {
+        // A panic in a group drops its redb transaction, which aborts it; what the state keeps
+        // (the last version, held messages, hints) is at worst ahead of the file, never behind.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `command`. Returns the lead when nobody leads and the caller may lead (it must
+    /// then call [`Core::lead`], or drop the lead to give it to the standby thread).
+    fn submit(self: &Arc<Self>, command: Command, may_lead: bool) -> Option<Lead> {
+        let mut inbox = self.inbox();
+        if inbox.closed {
+            drop(inbox);
+            command.reject(KvError::Closed);
+            return None;
+        }
+        inbox.commands.push_back(command);
+        if inbox.leading {
+            return None;
+        }
+        inbox.leading = true;
+        if may_lead {
+            Some(Lead {
+                core: self.clone(),
+                until: inbox.commands.len(),
+                done: false,
+            })
+        } else {
+            inbox.standby_leads = true;
+            self.standby_wake.notify_one();
+            None
+        }
+    }
+
+    /// Runs groups until the commands `lead` covers have committed; then gives up the lead, or
+    /// hands it to the standby thread if commands are still waiting.
+    fn lead(&self, mut lead: Lead) {
+        loop {
+            let group: Vec<Command> = {
+                let mut inbox = self.inbox();
+                if inbox.closed || inbox.commands.is_empty() {
+                    inbox.leading = false;
+                    inbox.standby_leads = false;
+                    lead.done = true;
+                    return;
+                }
+                if lead.until == 0 {
+                    inbox.standby_leads = true;
+                    self.standby_wake.notify_one();
+                    lead.done = true;
+                    return;
+                }
+                let n = inbox.commands.len().min(MAX_GROUP);
+                lead.until = lead.until.saturating_sub(n);
+                inbox.commands.drain(..n).collect()
+            };
+            let stop = match self.state().as_mut() {
+                Some(state) => state.run_group(group),
+                None => {
+                    for command in group {
+                        command.reject(KvError::Closed);
+                    }
+                    true
+                }
+            };
+            if stop {
+                self.close();
+                lead.done = true;
+                return;
+            }
+        }
+    }
+
+    /// After the shutdown: answers what is still queued with `Closed` and wakes the standby
+    /// thread (to end) and `stop`.
+    fn close(&self) {
+        let rest: Vec<Command> = {
+            let mut inbox = self.inbox();
+            inbox.closed = true;
+            inbox.leading = false;
+            inbox.standby_leads = false;
+            inbox.commands.drain(..).collect()
+        };
+        for command in rest {
+            command.reject(KvError::Closed);
+        }
+        self.standby_wake.notify_all();
+        self.closed_wake.notify_all();
+    }
+
+    /// The standby thread: leads when handed the lead, does the idle work in between, and ends
+    /// when the writer closes.
+    fn standby(self: &Arc<Self>) {
+        loop {
+            // The idle work's next due time, unless a leader holds the state right now.
+            let timeout = match self.state.try_lock() {
+                Ok(state) => state.as_ref().map(GroupState::idle_timeout),
+                Err(std::sync::TryLockError::Poisoned(poisoned)) => {
+                    poisoned.into_inner().as_ref().map(GroupState::idle_timeout)
+                }
+                Err(std::sync::TryLockError::WouldBlock) => Some(BUSY_RECHECK),
+            };
+            let Some(timeout) = timeout else { return };
+            let deadline = Instant::now() + timeout;
+            let leads = {
+                let mut inbox = self.inbox();
+                loop {
+                    if inbox.closed {
+                        return;
+                    }
+                    if inbox.standby_leads {
+                        break true;
+                    }
+                    let now = Instant::now();
+                    if now >= deadline {
+                        break false;
+                    }
+                    inbox = self
+                        .standby_wake
+                        .wait_timeout(inbox, deadline - now)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
+                }
+            };
+            // A panic in a group must not end the thread that everything else falls back on;
+            // the commands of that group lose their replies (their callers see `Closed`).
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                if leads {
+                    self.lead(Lead {
+                        core: self.clone(),
+                        until: usize::MAX,
+                        done: false,
+                    });
+                } else if let Some(state) = self.state().as_mut() {
+                    state.idle();
+                }
+            }));
+        }
+    }
 }
 
 impl Writer {
     /// Recognises (or initializes) the file, requeues the messages a previous process left
-    /// running, and starts the thread.
+    /// running, and starts the standby thread.
     pub(crate) fn start(
         db: Arc<Database>,
         clock: Arc<dyn Clock>,
         durability: Durability,
         notifier: Arc<Notifier>,
     ) -> Result<Self, KvError> {
-        let mut thread = WriterThread::prepare(db, clock, durability, notifier)?;
-        let (commands, inbox) = mpsc::channel();
+        let state = GroupState::prepare(db, clock, durability, notifier)?;
+        let core = Arc::new(Core {
+            inbox: Mutex::new(Inbox::default()),
+            standby_wake: Condvar::new(),
+            closed_wake: Condvar::new(),
+            state: Mutex::new(Some(state)),
+        });
+        let standby_core = core.clone();
         let handle = std::thread::Builder::new()
             .name("kv-redb-writer".into())
-            .spawn(move || thread.run(inbox))
+            .spawn(move || standby_core.standby())
             .map_err(RedbError::Thread)?;
         Ok(Writer {
-            commands,
-            thread: Mutex::new(Some(handle)),
+            core,
+            standby: Mutex::new(Some(handle)),
         })
     }
 
+    /// Queues a command and waits for its answer, leading the writer if nobody does.
     async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, KvError> {
         let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(make(reply))
-            .map_err(|_| KvError::Closed)?;
+        if let Some(lead) = self.core.submit(make(reply), true) {
+            let core = self.core.clone();
+            // Should the closure never run, dropping it drops `lead`, which hands the lead on.
+            run_blocking(move || {
+                core.lead(lead);
+                Ok(())
+            })
+            .await?;
+        }
         answer.await.map_err(|_| KvError::Closed)?
     }
 
@@ -201,13 +323,14 @@ impl Writer {
 
     /// Fails delivery `token` of message `id` without waiting (a handle dropped unfinished).
     pub(crate) fn fail_in_background(&self, id: Uuid, token: u64, now: DateTime<Utc>) {
-        let _ = self.commands.send(Command::Finish {
+        let command = Command::Finish {
             id,
             token,
             success: false,
             now,
             reply: None,
-        });
+        };
+        self.core.submit(command, false);
     }
 
     /// Fails every message handle `owner` still holds, and refuses it further messages.
@@ -222,645 +345,166 @@ impl Writer {
 
     /// [`Writer::release`] without waiting (a handle dropped without `close`).
     pub(crate) fn release_in_background(&self, owner: u64, now: DateTime<Utc>) {
-        let _ = self.commands.send(Command::Release {
+        let command = Command::Release {
             owner,
             now,
             reply: None,
-        });
+        };
+        self.core.submit(command, false);
     }
 
-    /// Stops the thread after the commands already sent, and waits for it (blocking). Returns
-    /// the error of its final sync, if any.
+    /// Runs every command already queued, then stops the writer, waits for the standby thread,
+    /// makes everything durable and lets go of the database (blocking). Returns the error of the
+    /// final sync, if any.
     pub(crate) fn stop(&self) -> Result<(), KvError> {
-        let _ = self.commands.send(Command::Shutdown);
-        let thread = self
-            .thread
+        if let Some(lead) = self.core.submit(Command::Shutdown, true) {
+            self.core.lead(lead);
+        }
+        {
+            let mut inbox = self.core.inbox();
+            while !inbox.closed {
+                inbox = self
+                    .core
+                    .closed_wake
+                    .wait(inbox)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+        }
+        let standby = self
+            .standby
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        match thread.map(JoinHandle::join) {
-            Some(Ok(result)) => result,
+        let joined = match standby.map(JoinHandle::join) {
             Some(Err(_)) => Err(KvError::storage(std::io::Error::other(
                 "the kv-redb writer thread panicked",
             ))),
-            None => Ok(()),
-        }
-    }
-}
-
-/// A message handed out and not yet settled.
-#[derive(Debug, Clone, Copy)]
-struct Held {
-    owner: u64,
-    token: u64,
-}
-
-struct WriterThread {
-    db: Arc<Database>,
-    clock: Arc<dyn Clock>,
-    durability: Durability,
-    notifier: Arc<Notifier>,
-    /// The version of the last versionstamp handed out by a committed write.
-    last_version: u64,
-    /// Messages held by live consumers of this process.
-    held: HashMap<Uuid, Held>,
-    /// Handles that closed: they get no more messages.
-    closed_owners: HashSet<u64>,
-    next_token: u64,
-    /// The earliest expiry in the index (a hint: `None` means nothing to sweep).
-    next_expiry: Option<DateTime<Utc>>,
-    /// Commits made with redb's `Durability::None` and not yet followed by a durable one.
-    unsynced: bool,
-    last_sync: Instant,
-    /// Set after a sweep failed: no sweeping until then.
-    sweep_paused_until: Option<Instant>,
-}
-
-/// What a failed group gives back.
-struct Saved {
-    last_version: u64,
-    /// Only saved for groups with queue commands (the only ones that change it).
-    held: Option<HashMap<Uuid, Held>>,
-    next_expiry: Option<DateTime<Utc>>,
-}
-
-impl WriterThread {
-    fn prepare(
-        db: Arc<Database>,
-        clock: Arc<dyn Clock>,
-        durability: Durability,
-        notifier: Arc<Notifier>,
-    ) -> Result<Self, KvError> {
-        let layout = schema::inspect(db.as_ref())?;
-        let txn = db.begin_write().map_err(storage)?;
-        if layout == schema::Layout::Empty {
-            schema::initialize(&txn).map_err(storage)?;
-        }
-        let mut last_version = schema::last_version(&txn)?;
-        let recorded_version = last_version;
-        let mut effects = Effects::default();
-        let (dirty, next_expiry) = {
-            let mut tables = Tables::new(&txn);
-            // Problems with single rows are left for inspection; they do not prevent the open.
-            let _undecodable =
-                queue::recover(&mut tables, clock.now(), &mut last_version, &mut effects)
-                    .map_err(|Fatal(err)| err)?;
-            if last_version != recorded_version {
-                tables
-                    .set_last_version(last_version)
-                    .map_err(|Fatal(err)| err)?;
-            }
-            let next_expiry = tables
-                .expiry()
-                .map_err(storage)?
-                .first()
-                .map_err(storage)?
-                .and_then(|(key, _)| crate::codec::decode_time(key.value()).ok());
-            (tables.dirty, next_expiry)
+            Some(Ok(())) | None => Ok(()),
         };
-        if dirty || layout == schema::Layout::Empty {
-            txn.commit().map_err(storage)?;
-        } else {
-            txn.abort().map_err(storage)?;
-        }
-        Ok(WriterThread {
-            db,
-            clock,
-            durability,
-            notifier,
-            last_version,
-            held: HashMap::new(),
-            closed_owners: HashSet::new(),
-            next_token: 0,
-            next_expiry,
-            unsynced: false,
-            last_sync: Instant::now(),
-            sweep_paused_until: None,
-        })
-    }
-
-    fn run(&mut self, inbox: mpsc::Receiver<Command>) -> Result<(), KvError> {
-        loop {
-            match next_group(&inbox, self.idle_timeout(), MAX_GROUP) {
-                Ok(group) => {
-                    if self.run_group(group) {
-                        break;
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => self.idle(),
-                Err(RecvTimeoutError::Disconnected) => break,
-            }
-        }
-        // Commands sent after the shutdown find the channel closed and answer `Closed`.
-        drop(inbox);
-        self.sync_if_needed()
-    }
-
-    fn idle_timeout(&self) -> Duration {
-        if self.unsynced {
-            DEFERRED_SYNC_INTERVAL
-                .saturating_sub(self.last_sync.elapsed())
-                .min(IDLE_TICK)
-        } else {
-            IDLE_TICK
-        }
-    }
-
-    /// Idle work: a sweep if entries are due, a sync if deferred commits wait for one. Failures
-    /// are retried at the next tick; nothing waits on them.
-    fn idle(&mut self) {
-        if self.next_expiry.is_some_and(|at| at <= self.clock.now()) {
-            self.run_group(Vec::new());
-        }
-        if self.unsynced && self.last_sync.elapsed() >= DEFERRED_SYNC_INTERVAL {
-            let _ = self.sync_if_needed();
-        }
-    }
-
-    /// Makes every commit so far durable, with an empty `Immediate` commit.
-    fn sync_if_needed(&mut self) -> Result<(), KvError> {
-        if !self.unsynced {
-            return Ok(());
-        }
-        let txn = self.db.begin_write().map_err(storage)?;
-        txn.commit().map_err(storage)?;
-        self.unsynced = false;
-        self.last_sync = Instant::now();
-        Ok(())
-    }
-
-    /// Whether this group's commit must be durable.
-    fn sync_this_group(&self) -> bool {
-        match self.durability {
-            Durability::Immediate => true,
-            Durability::Deferred => {
-                self.unsynced && self.last_sync.elapsed() >= DEFERRED_SYNC_INTERVAL
-            }
-        }
-    }
-
-    /// Runs a group of commands in one transaction; returns whether the thread must stop.
-    fn run_group(&mut self, group: Vec<Command>) -> bool {
-        let stop = group.iter().any(|c| matches!(c, Command::Shutdown));
-        let sync = self.sync_this_group();
-        let mut txn = match self.db.begin_write() {
-            Ok(txn) => txn,
-            Err(err) => {
-                let err = storage(err);
-                for command in group {
-                    command.reject(err.clone());
-                }
-                return stop;
-            }
-        };
-        if !sync && let Err(err) = txn.set_durability(redb::Durability::None) {
-            let err = storage(err);
-            for command in group {
-                command.reject(err.clone());
-            }
-            return stop;
-        }
-        let touches_queue = group.iter().any(|c| {
-            matches!(
-                c,
-                Command::Take { .. } | Command::Finish { .. } | Command::Release { .. }
-            )
-        });
-        let saved = Saved {
-            last_version: self.last_version,
-            held: touches_queue.then(|| self.held.clone()),
-            next_expiry: self.next_expiry,
-        };
-        let clock_now = self.clock.now();
-        // Never sweep what a command of this group may still see as alive.
-        let sweep_now = group
-            .iter()
-            .filter_map(Command::now)
-            .fold(clock_now, DateTime::min);
-
-        let mut pending = Vec::with_capacity(group.len());
-        let mut effects = Effects::default();
-        let mut fatal: Option<KvError> = None;
-        let dirty = {
-            let mut tables = Tables::new(&txn);
-            let sweep_due = self.next_expiry.is_some_and(|at| at <= sweep_now)
-                && self
-                    .sweep_paused_until
-                    .is_none_or(|until| Instant::now() >= until);
-            if sweep_due && let Err(Fatal(_)) = self.sweep(&mut tables, sweep_now) {
-                // The sweep is housekeeping: it must not take the group's writes down with it.
-                // Start the group again in a fresh transaction, without sweeping for a while.
-                drop(tables);
-                let _ = txn.abort();
-                self.sweep_paused_until = Some(Instant::now() + SWEEP_PAUSE_AFTER_FAILURE);
-                return self.run_group(group);
-            }
-            let mut stopped = false;
-            for command in group {
-                if let Some(err) = &fatal {
-                    command.reject(err.clone());
-                } else if stopped {
-                    command.reject(KvError::Closed);
-                } else if matches!(command, Command::Shutdown) {
-                    stopped = true;
-                } else {
-                    let (reply, failure) = self.run_command(&mut tables, command, &mut effects);
-                    pending.push(reply);
-                    fatal = failure.map(|Fatal(err)| err);
-                }
-            }
-            if fatal.is_none()
-                && self.last_version != saved.last_version
-                && let Err(Fatal(err)) = tables.set_last_version(self.last_version)
-            {
-                fatal = Some(err);
-            }
-            if let Some(at) = tables.earliest_new_expiry
-                && self.next_expiry.is_none_or(|next| at < next)
-            {
-                self.next_expiry = Some(at);
-            }
-            tables.dirty
-        };
-        let outcome = match fatal {
-            Some(err) => {
-                let _ = txn.abort();
-                Err(err)
-            }
-            None if dirty => txn.commit().map_err(storage),
-            None => {
-                let _ = txn.abort();
-                Ok(())
-            }
-        };
-        match &outcome {
-            Ok(()) => {
-                if dirty {
-                    if sync {
-                        self.unsynced = false;
-                        self.last_sync = Instant::now();
-                    } else {
-                        self.unsynced = true;
-                    }
-                }
-                for reply in pending {
-                    reply.answer(None);
-                }
-                if effects.watchers {
-                    self.notifier.notify_watchers();
-                }
-                if effects.queue {
-                    self.notifier.bump_queue();
-                }
-            }
-            Err(err) => {
-                self.last_version = saved.last_version;
-                if let Some(held) = saved.held {
-                    self.held = held;
-                }
-                self.next_expiry = saved.next_expiry;
-                for reply in pending {
-                    reply.answer(Some(err));
-                }
-            }
-        }
-        stop
-    }
-
-    /// Deletes a batch of due entries in the group's transaction and updates the sweep hint.
-    fn sweep(&mut self, tables: &mut Tables<'_>, now: DateTime<Utc>) -> Result<(), Fatal> {
-        self.next_expiry = tables.sweep_expired(now, SWEEP_BATCH)?;
-        Ok(())
-    }
-
-    /// Runs one command inside the group; returns its pending reply, and the failure that
-    /// abandons the group if there was one.
-    fn run_command(
-        &mut self,
-        tables: &mut Tables<'_>,
-        command: Command,
-        effects: &mut Effects,
-    ) -> (Pending, Option<Fatal>) {
-        match command {
-            Command::Write { write, now, reply } => {
-                match commit_write(tables, &write, now, &mut self.last_version, effects) {
-                    Ok(result) => (Pending::Write(reply, result), None),
-                    Err(failure) => (Pending::Write(reply, Err(failure.0.clone())), Some(failure)),
-                }
-            }
-            Command::Take { owner, now, reply } => {
-                if self.closed_owners.contains(&owner) {
-                    return (Pending::Take(reply, Ok(Taken::Closed)), None);
-                }
-                match queue::take_due(tables, now) {
-                    Ok(Ok(Ok(message))) => {
-                        self.next_token += 1;
-                        let token = self.next_token;
-                        self.held.insert(message.id, Held { owner, token });
-                        let taken = Taken::Message {
-                            id: message.id,
-                            token,
-                            payload: message.payload,
-                        };
-                        (Pending::Take(reply, Ok(taken)), None)
-                    }
-                    Ok(Ok(Err(next_at))) => {
-                        (Pending::Take(reply, Ok(Taken::NextAt(next_at))), None)
-                    }
-                    Ok(Err(err)) => (Pending::Take(reply, Err(err)), None),
-                    Err(failure) => (Pending::Take(reply, Err(failure.0.clone())), Some(failure)),
-                }
-            }
-            Command::Finish {
-                id,
-                token,
-                success,
-                now,
-                reply,
-            } => {
-                // A stale handle (its delivery abandoned at close and handed out again) does
-                // nothing.
-                if self.held.get(&id).is_none_or(|h| h.token != token) {
-                    return (Pending::Unit(reply, Ok(())), None);
-                }
-                match queue::settle(tables, id, success, now, &mut self.last_version, effects) {
-                    Ok(result) => {
-                        if result.is_ok() {
-                            self.held.remove(&id);
-                        }
-                        (Pending::Unit(reply, result), None)
-                    }
-                    Err(failure) => (Pending::Unit(reply, Err(failure.0.clone())), Some(failure)),
-                }
-            }
-            Command::Release { owner, now, reply } => {
-                self.closed_owners.insert(owner);
-                let abandoned: Vec<Uuid> = self
-                    .held
-                    .iter()
-                    .filter(|(_, h)| h.owner == owner)
-                    .map(|(id, _)| *id)
-                    .collect();
-                let mut result = Ok(());
-                for id in abandoned {
-                    match queue::settle(tables, id, false, now, &mut self.last_version, effects) {
-                        Ok(Ok(())) => {
-                            self.held.remove(&id);
-                        }
-                        Ok(Err(err)) => result = Err(err),
-                        Err(failure) => {
-                            return (Pending::Unit(reply, Err(failure.0.clone())), Some(failure));
-                        }
-                    }
-                }
-                (Pending::Unit(reply, result), None)
-            }
-            Command::Shutdown => (Pending::Unit(None, Ok(())), None),
-        }
+        // Taking the state out drops its reference to the database, so the file can close.
+        let state = self.core.state().take();
+        let synced = state.map_or(Ok(()), |mut state| state.sync_if_needed());
+        joined.and(synced)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::collections::HashSet;
 
-    use kv_proto::{
-        Check, Enqueue, KvValue, ManualClock, MutationKind, Versionstamp, encode_key, key,
-    };
-    use redb::ReadableDatabase;
+    use kv_proto::{ManualClock, Mutation, Versionstamp, encode_key, key};
 
     use super::*;
-    use crate::codec::EntryRecord;
-    use crate::schema::{ENTRIES, EXPIRY, QUEUE_READY, QUEUE_RUNNING};
+    use crate::schema;
 
-    fn k(name: &str) -> Vec<u8> {
-        encode_key(&key![name]).expect("key")
-    }
-
-    fn set(name: &str, n: u64) -> kv_proto::Mutation {
-        kv_proto::Mutation::set(k(name), KvValue::U64(n))
-    }
-
-    fn thread_on(path: &std::path::Path, clock: &ManualClock) -> WriterThread {
-        let db = Arc::new(schema::open_database(path, false).expect("open"));
-        WriterThread::prepare(
-            db,
-            Arc::new(clock.clone()),
+    fn writer_in(dir: &tempfile::TempDir) -> Writer {
+        let db = schema::open_database(&dir.path().join("kv.redb"), false).expect("open");
+        Writer::start(
+            Arc::new(db),
+            Arc::new(ManualClock::at_test_epoch()),
             Durability::Immediate,
             Arc::new(Notifier::new()),
         )
-        .expect("prepare")
+        .expect("start")
     }
 
-    fn write_command(
-        write: AtomicWrite,
-        now: DateTime<Utc>,
-    ) -> (
-        Command,
-        oneshot::Receiver<Result<Option<CommitResult>, KvError>>,
-    ) {
+    fn set(name: &str, n: u64) -> AtomicWrite {
+        let k = encode_key(&key![name, n.cast_signed()]).expect("key");
+        AtomicWrite {
+            mutations: vec![Mutation::set(k, kv_proto::KvValue::U64(n))],
+            ..Default::default()
+        }
+    }
+
+    fn now() -> DateTime<Utc> {
+        ManualClock::at_test_epoch().now()
+    }
+
+    /// A caller that took the lead and never carried it out (its blocking closure dropped, as
+    /// when its runtime shuts down) does not strand its command: the standby thread runs it.
+    #[test]
+    fn a_lead_dropped_unused_passes_to_the_standby_thread() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let writer = writer_in(&dir);
         let (reply, answer) = oneshot::channel();
-        (Command::Write { write, now, reply }, answer)
+        let command = Command::Write {
+            write: set("a", 1),
+            now: now(),
+            reply,
+        };
+        let lead = writer.core.submit(command, true);
+        assert!(lead.is_some(), "nobody leads, so the caller must");
+        drop(lead);
+        let committed = answer.blocking_recv().expect("answered").expect("write");
+        assert_eq!(
+            committed.map(|c| c.versionstamp),
+            Some(Versionstamp::from_version(1, 0))
+        );
+        writer.stop().expect("stop");
     }
 
-    fn stored(db: &Database, name: &str) -> Option<(u64, Versionstamp)> {
-        let txn = db.begin_read().expect("read");
-        let table = txn.open_table(ENTRIES).expect("table");
-        let guard = table.get(k(name).as_slice()).expect("get")?;
-        let record = EntryRecord::decode(guard.value()).expect("decode");
-        match record.value().expect("value") {
-            KvValue::U64(n) => Some((n, record.versionstamp)),
-            other => panic!("unexpected {other:?}"),
-        }
-    }
-
-    fn rows(db: &Database, table: redb::TableDefinition<&[u8], &[u8]>) -> usize {
-        let txn = db.begin_read().expect("read");
-        let table = txn.open_table(table).expect("table");
-        table.iter().expect("iter").count()
-    }
-
-    /// One group holding a commit, a failed check, a refused write and another commit: the
-    /// failures leave no trace, the commits land with consecutive versionstamps, and the failed
-    /// check saw the group's earlier write.
+    /// Callers on eight OS threads at once, outside any runtime (so each leader commits
+    /// inline): every write is answered, versionstamps are all distinct, each caller sees its own
+    /// increase, and together they are exactly 1..=N (none skipped, none repeated).
     #[test]
-    fn a_failed_or_refused_write_does_not_disturb_its_group() {
+    fn concurrent_callers_each_get_their_own_versionstamp() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let clock = ManualClock::at_test_epoch();
-        let mut thread = thread_on(&dir.path().join("kv.redb"), &clock);
-        let now = clock.now();
-        let text = KvValue::V8(vec![0xff, 0x0f, b'"', 1, b'x']);
-        let first = AtomicWrite {
-            mutations: vec![
-                set("a", 1),
-                kv_proto::Mutation::set(k("text"), text.clone()),
-            ],
-            ..Default::default()
-        };
-        let check_fails = AtomicWrite {
-            checks: vec![Check {
-                key: k("a"),
-                versionstamp: None,
-            }],
-            mutations: vec![set("b", 2)],
-            enqueues: vec![Enqueue {
-                payload: vec![1],
-                ready_at: now,
-                keys_if_undelivered: vec![],
-                backoff_schedule: None,
-            }],
-        };
-        let refused = AtomicWrite {
-            mutations: vec![
-                set("c", 3),
-                kv_proto::Mutation {
-                    key: k("text"),
-                    kind: MutationKind::Sum {
-                        value: KvValue::U64(1),
-                        min_v8: vec![],
-                        max_v8: vec![],
-                        clamp: false,
-                    },
-                    expire_at: None,
-                },
-            ],
-            ..Default::default()
-        };
-        let second = AtomicWrite {
-            checks: vec![Check {
-                key: k("a"),
-                versionstamp: Some(Versionstamp::from_version(1, 0)),
-            }],
-            mutations: vec![set("d", 4)],
-            ..Default::default()
-        };
-        let mut answers = Vec::new();
-        let mut group = Vec::new();
-        for write in [first, check_fails, refused, second] {
-            let (command, answer) = write_command(write, now);
-            group.push(command);
-            answers.push(answer);
-        }
-        assert!(!thread.run_group(group));
-        let results: Vec<_> = answers
-            .into_iter()
-            .map(|mut a| a.try_recv().expect("answered"))
+        let writer = Arc::new(writer_in(&dir));
+        let per_thread = 40u64;
+        let threads: Vec<_> = (0..8u64)
+            .map(|t| {
+                let writer = writer.clone();
+                std::thread::spawn(move || {
+                    (0..per_thread)
+                        .map(|i| {
+                            let write = set(&format!("t{t}"), i);
+                            let committed = futures::executor::block_on(writer.write(write, now()))
+                                .expect("write")
+                                .expect("no checks");
+                            committed.versionstamp
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
             .collect();
-        let stamp = |n| Versionstamp::from_version(n, 0);
-        assert_eq!(
-            results[0].as_ref().expect("first").map(|c| c.versionstamp),
-            Some(stamp(1))
-        );
-        assert_eq!(results[1].as_ref().expect("check fails"), &None);
-        assert!(matches!(results[2], Err(KvError::Mutation { .. })));
-        assert_eq!(
-            results[3].as_ref().expect("second").map(|c| c.versionstamp),
-            Some(stamp(2)),
-            "a failed write hands out no versionstamp"
-        );
-        assert_eq!(stored(&thread.db, "a"), Some((1, stamp(1))));
-        assert_eq!(stored(&thread.db, "d"), Some((4, stamp(2))));
-        assert_eq!(stored(&thread.db, "b"), None);
-        assert_eq!(stored(&thread.db, "c"), None);
-        assert_eq!(rows(&thread.db, QUEUE_READY), 0, "nothing was enqueued");
+        let mut all = HashSet::new();
+        for thread in threads {
+            let stamps = thread.join().expect("thread");
+            assert!(stamps.windows(2).all(|w| w[0] < w[1]), "{stamps:?}");
+            all.extend(stamps);
+        }
+        let expected: HashSet<_> = (1..=8 * per_thread)
+            .map(|v| Versionstamp::from_version(v, 0))
+            .collect();
+        assert_eq!(all, expected);
+        writer.stop().expect("stop");
     }
 
-    /// A file as a crashed process leaves it (a message moved to running, never finished) gets
-    /// the message requeued, as a failed delivery, when it is opened again.
+    /// A command sent without waiting runs with nobody leading (the standby thread takes it),
+    /// and before anything sent after it: a handle released in the background gets no message.
     #[test]
-    fn a_message_left_running_by_a_crash_is_requeued_at_open() {
+    fn background_commands_run_in_order_without_a_caller() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("kv.redb");
-        let clock = ManualClock::at_test_epoch();
-        {
-            let thread = thread_on(&path, &clock);
-            let txn = thread.db.begin_write().expect("txn");
-            {
-                let mut tables = Tables::new(&txn);
-                let message = kv_proto::queue::QueuedMessage::new(
-                    vec![7],
-                    clock.now(),
-                    vec![],
-                    vec![100, 1_000],
-                );
-                tables.insert_ready(&message).expect("enqueue");
-                let taken = queue::take_due(&mut tables, clock.now()).expect("take");
-                assert!(matches!(taken, Ok(Ok(_))));
-            }
-            txn.commit().expect("commit");
-            assert_eq!(rows(&thread.db, QUEUE_RUNNING), 1);
-            assert_eq!(rows(&thread.db, QUEUE_READY), 0);
-        }
-        clock.advance(Duration::from_secs(30));
-        let mut thread = thread_on(&path, &clock);
-        assert_eq!(rows(&thread.db, QUEUE_RUNNING), 0);
-        assert_eq!(rows(&thread.db, QUEUE_READY), 1);
-        let take = |thread: &mut WriterThread, now| {
-            let (reply, mut answer) = oneshot::channel();
-            thread.run_group(vec![Command::Take {
-                owner: 1,
-                now,
-                reply,
-            }]);
-            answer.try_recv().expect("answered").expect("take")
-        };
-        match take(&mut thread, clock.now()) {
-            Taken::NextAt(Some(at)) => {
-                assert_eq!(at, clock.now() + chrono::TimeDelta::milliseconds(100));
-            }
-            _ => panic!("the retry waits for its first interval"),
-        }
-        clock.advance(Duration::from_millis(100));
-        match take(&mut thread, clock.now()) {
-            Taken::Message { payload, .. } => assert_eq!(payload, vec![7]),
-            _ => panic!("the message is delivered again"),
-        }
+        let writer = writer_in(&dir);
+        writer.release_in_background(7, now());
+        let taken = futures::executor::block_on(writer.take(7, now())).expect("take");
+        assert!(matches!(taken, Taken::Closed));
+        let other = futures::executor::block_on(writer.take(8, now())).expect("take");
+        assert!(matches!(other, Taken::NextAt(None)), "the queue is empty");
+        writer.stop().expect("stop");
     }
 
-    /// Expired entries are deleted through the expiry index by the next group after their time,
-    /// and an index row made stale by an overwrite deletes nothing.
+    /// After `stop`, every command is answered `Closed` (none hangs), and stopping again is
+    /// harmless.
     #[test]
-    fn expired_entries_are_swept_through_the_index() {
+    fn commands_after_stop_are_answered_closed() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let clock = ManualClock::at_test_epoch();
-        let mut thread = thread_on(&dir.path().join("kv.redb"), &clock);
-        let now = clock.now();
-        let expiring = |name: &str, secs: i64| kv_proto::Mutation {
-            expire_at: Some(now + chrono::TimeDelta::seconds(secs)),
-            ..set(name, 1)
-        };
-        let write = AtomicWrite {
-            mutations: vec![expiring("soon", 10), expiring("later", 100), set("kept", 1)],
-            ..Default::default()
-        };
-        let (command, _answer) = write_command(write, now);
-        thread.run_group(vec![command]);
-        // "later" is rewritten without expiry: its index row goes with the rewrite.
-        let (command, _answer) = write_command(
-            AtomicWrite {
-                mutations: vec![set("later", 2)],
-                ..Default::default()
-            },
-            now,
-        );
-        thread.run_group(vec![command]);
-        let index_rows = |db: &Database| {
-            let txn = db.begin_read().expect("read");
-            let table = txn.open_table(EXPIRY).expect("table");
-            table.iter().expect("iter").count()
-        };
-        assert_eq!(index_rows(&thread.db), 1);
-        assert_eq!(
-            thread.next_expiry,
-            Some(now + chrono::TimeDelta::seconds(10))
-        );
-
-        clock.advance(Duration::from_secs(10));
-        thread.idle();
-        assert_eq!(stored(&thread.db, "soon"), None, "swept at its time");
-        assert_eq!(index_rows(&thread.db), 0);
-        assert_eq!(thread.next_expiry, None);
-        assert!(stored(&thread.db, "later").is_some());
-        assert!(stored(&thread.db, "kept").is_some());
+        let writer = writer_in(&dir);
+        futures::executor::block_on(writer.write(set("a", 1), now())).expect("write");
+        writer.stop().expect("stop");
+        let refused = futures::executor::block_on(writer.write(set("b", 2), now()));
+        assert!(matches!(refused, Err(KvError::Closed)), "{refused:?}");
+        writer.fail_in_background(Uuid::nil(), 1, now());
+        writer.stop().expect("a second stop");
     }
 }

@@ -1,0 +1,733 @@
+//! What the writer does with a group of commands: run them all in **one redb write transaction
+//! with one commit** — with [`crate::Durability::Immediate`], one fsync for the whole group.
+//! [`crate::writer`] decides who runs a group and when; this module is the group itself, and the
+//! state that lives from one group to the next ([`GroupState`]).
+//!
+//! Replies go out only after the commit, so an acknowledged write is as durable as the
+//! configured durability promises.
+//!
+//! Isolation inside a group: each atomic write is staged in an overlay and applied only if it
+//! commits (see [`crate::txn`]), so a failed check or a refused write leaves no trace and the
+//! others are unaffected. Queue commands read first and write last. A failure of redb itself
+//! while the transaction is being modified abandons the group: its transaction is aborted and
+//! every command in it gets the error (none of them was acknowledged).
+//!
+//! Versionstamps: the state keeps the last version in memory (loaded from `meta` at open); each
+//! committed write takes the next one, in the order the group runs, and the group records the
+//! last one in `meta` in the same transaction. A group that fails to commit gives its versions
+//! back, so versionstamps strictly increase in commit order, across reopens too.
+//!
+//! Between groups (when idle for a second) the writer sweeps expired entries that are due, and in
+//! [`crate::Durability::Deferred`] mode makes unsynced commits durable ([`GroupState::idle`]).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use kv_proto::{AtomicWrite, Clock, CommitResult, KvError};
+use redb::{Database, ReadableTable};
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use crate::error::storage;
+use crate::queue::{self, Taken};
+use crate::store::Notifier;
+use crate::txn::{Effects, Fatal, Tables, commit_write};
+use crate::{Durability, schema};
+
+/// The most commands one transaction groups.
+pub const MAX_GROUP: usize = 512;
+/// How often an idle writer wakes up to sweep and (deferred mode) sync.
+const IDLE_TICK: Duration = Duration::from_secs(1);
+/// In [`Durability::Deferred`] mode, the longest an acknowledged commit stays unsynced.
+pub const DEFERRED_SYNC_INTERVAL: Duration = Duration::from_secs(1);
+/// Most expired entries deleted per group, so a sweep never makes a write wait long.
+const SWEEP_BATCH: usize = 256;
+/// How long sweeping stops after a sweep failed (reads still hide expired entries meanwhile).
+const SWEEP_PAUSE_AFTER_FAILURE: Duration = Duration::from_secs(60);
+
+/// Where a command's answer goes.
+pub(crate) type Reply<T> = oneshot::Sender<Result<T, KvError>>;
+
+/// One change the writer makes, run inside a group.
+pub(crate) enum Command {
+    Write {
+        write: AtomicWrite,
+        now: DateTime<Utc>,
+        reply: Reply<Option<CommitResult>>,
+    },
+    Take {
+        owner: u64,
+        now: DateTime<Utc>,
+        reply: Reply<Taken>,
+    },
+    Finish {
+        id: Uuid,
+        token: u64,
+        success: bool,
+        now: DateTime<Utc>,
+        reply: Option<Reply<()>>,
+    },
+    /// A handle closed: its unfinished messages are failed deliveries.
+    Release {
+        owner: u64,
+        now: DateTime<Utc>,
+        reply: Option<Reply<()>>,
+    },
+    /// Stop: commands after it in the group are answered [`KvError::Closed`].
+    Shutdown,
+}
+
+impl Command {
+    fn now(&self) -> Option<DateTime<Utc>> {
+        match self {
+            Command::Write { now, .. }
+            | Command::Take { now, .. }
+            | Command::Finish { now, .. }
+            | Command::Release { now, .. } => Some(*now),
+            Command::Shutdown => None,
+        }
+    }
+
+    /// Answers the command with `err` without running it.
+    pub(crate) fn reject(self, err: KvError) {
+        match self {
+            Command::Write { reply, .. } => drop(reply.send(Err(err))),
+            Command::Take { reply, .. } => drop(reply.send(Err(err))),
+            Command::Finish { reply, .. } | Command::Release { reply, .. } => {
+                if let Some(reply) = reply {
+                    drop(reply.send(Err(err)));
+                }
+            }
+            Command::Shutdown => {}
+        }
+    }
+}
+
+/// A reply held until the group's commit decides it.
+enum Pending {
+    Write(
+        Reply<Option<CommitResult>>,
+        Result<Option<CommitResult>, KvError>,
+    ),
+    Take(Reply<Taken>, Result<Taken, KvError>),
+    Unit(Option<Reply<()>>, Result<(), KvError>),
+}
+
+impl Pending {
+    /// Sends the command's own result, or the group's error if the group did not commit.
+    fn answer(self, group_error: Option<&KvError>) {
+        match (self, group_error) {
+            (Pending::Write(reply, _), Some(err)) => drop(reply.send(Err(err.clone()))),
+            (Pending::Write(reply, result), None) => drop(reply.send(result)),
+            (Pending::Take(reply, _), Some(err)) => drop(reply.send(Err(err.clone()))),
+            (Pending::Take(reply, result), None) => drop(reply.send(result)),
+            (Pending::Unit(Some(reply), _), Some(err)) => drop(reply.send(Err(err.clone()))),
+            (Pending::Unit(Some(reply), result), None) => drop(reply.send(result)),
+            (Pending::Unit(None, _), _) => {}
+        }
+    }
+}
+
+/// A message handed out and not yet settled.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    owner: u64,
+    token: u64,
+}
+
+/// What the writer keeps from one group to the next. Only the thread leading the writer holds
+/// it (see [`crate::writer`]).
+pub(crate) struct GroupState {
+    db: Arc<Database>,
+    clock: Arc<dyn Clock>,
+    durability: Durability,
+    notifier: Arc<Notifier>,
+    /// The version of the last versionstamp handed out by a committed write.
+    last_version: u64,
+    /// Messages held by live consumers of this process.
+    held: HashMap<Uuid, Held>,
+    /// Handles that closed: they get no more messages.
+    closed_owners: HashSet<u64>,
+    next_token: u64,
+    /// The earliest expiry in the index (a hint: `None` means nothing to sweep).
+    next_expiry: Option<DateTime<Utc>>,
+    /// Commits made with redb's `Durability::None` and not yet followed by a durable one.
+    unsynced: bool,
+    last_sync: Instant,
+    /// Set after a sweep failed: no sweeping until then.
+    sweep_paused_until: Option<Instant>,
+}
+
+/// What a failed group gives back.
+struct Saved {
+    last_version: u64,
+    /// Only saved for groups with queue commands (the only ones that change it).
+    held: Option<HashMap<Uuid, Held>>,
+    next_expiry: Option<DateTime<Utc>>,
+}
+
+impl GroupState {
+    pub(crate) fn prepare(
+        db: Arc<Database>,
+        clock: Arc<dyn Clock>,
+        durability: Durability,
+        notifier: Arc<Notifier>,
+    ) -> Result<Self, KvError> {
+        let layout = schema::inspect(db.as_ref())?;
+        let txn = db.begin_write().map_err(storage)?;
+        if layout == schema::Layout::Empty {
+            schema::initialize(&txn).map_err(storage)?;
+        }
+        let mut last_version = schema::last_version(&txn)?;
+        let recorded_version = last_version;
+        let mut effects = Effects::default();
+        let (dirty, next_expiry) = {
+            let mut tables = Tables::new(&txn);
+            // Problems with single rows are left for inspection; they do not prevent the open.
+            let _undecodable =
+                queue::recover(&mut tables, clock.now(), &mut last_version, &mut effects)
+                    .map_err(|Fatal(err)| err)?;
+            if last_version != recorded_version {
+                tables
+                    .set_last_version(last_version)
+                    .map_err(|Fatal(err)| err)?;
+            }
+            let next_expiry = tables
+                .expiry()
+                .map_err(storage)?
+                .first()
+                .map_err(storage)?
+                .and_then(|(key, _)| crate::codec::decode_time(key.value()).ok());
+            (tables.dirty, next_expiry)
+        };
+        if dirty || layout == schema::Layout::Empty {
+            txn.commit().map_err(storage)?;
+        } else {
+            txn.abort().map_err(storage)?;
+        }
+        Ok(GroupState {
+            db,
+            clock,
+            durability,
+            notifier,
+            last_version,
+            held: HashMap::new(),
+            closed_owners: HashSet::new(),
+            next_token: 0,
+            next_expiry,
+            unsynced: false,
+            last_sync: Instant::now(),
+            sweep_paused_until: None,
+        })
+    }
+
+    pub(crate) fn idle_timeout(&self) -> Duration {
+        if self.unsynced {
+            DEFERRED_SYNC_INTERVAL
+                .saturating_sub(self.last_sync.elapsed())
+                .min(IDLE_TICK)
+        } else {
+            IDLE_TICK
+        }
+    }
+
+    /// Idle work: a sweep if entries are due, a sync if deferred commits wait for one. Failures
+    /// are retried at the next tick; nothing waits on them.
+    pub(crate) fn idle(&mut self) {
+        if self.next_expiry.is_some_and(|at| at <= self.clock.now()) {
+            self.run_group(Vec::new());
+        }
+        if self.unsynced && self.last_sync.elapsed() >= DEFERRED_SYNC_INTERVAL {
+            let _ = self.sync_if_needed();
+        }
+    }
+
+    /// Makes every commit so far durable, with an empty `Immediate` commit.
+    pub(crate) fn sync_if_needed(&mut self) -> Result<(), KvError> {
+        if !self.unsynced {
+            return Ok(());
+        }
+        let txn = self.db.begin_write().map_err(storage)?;
+        txn.commit().map_err(storage)?;
+        self.unsynced = false;
+        self.last_sync = Instant::now();
+        Ok(())
+    }
+
+    /// Whether this group's commit must be durable.
+    fn sync_this_group(&self) -> bool {
+        match self.durability {
+            Durability::Immediate => true,
+            Durability::Deferred => {
+                self.unsynced && self.last_sync.elapsed() >= DEFERRED_SYNC_INTERVAL
+            }
+        }
+    }
+
+    /// Runs a group of commands in one transaction; returns whether the thread must stop.
+    pub(crate) fn run_group(&mut self, group: Vec<Command>) -> bool {
+        let stop = group.iter().any(|c| matches!(c, Command::Shutdown));
+        let sync = self.sync_this_group();
+        let mut txn = match self.db.begin_write() {
+            Ok(txn) => txn,
+            Err(err) => {
+                let err = storage(err);
+                for command in group {
+                    command.reject(err.clone());
+                }
+                return stop;
+            }
+        };
+        if !sync && let Err(err) = txn.set_durability(redb::Durability::None) {
+            let err = storage(err);
+            for command in group {
+                command.reject(err.clone());
+            }
+            return stop;
+        }
+        let touches_queue = group.iter().any(|c| {
+            matches!(
+                c,
+                Command::Take { .. } | Command::Finish { .. } | Command::Release { .. }
+            )
+        });
+        let saved = Saved {
+            last_version: self.last_version,
+            held: touches_queue.then(|| self.held.clone()),
+            next_expiry: self.next_expiry,
+        };
+        let clock_now = self.clock.now();
+        // Never sweep what a command of this group may still see as alive.
+        let sweep_now = group
+            .iter()
+            .filter_map(Command::now)
+            .fold(clock_now, DateTime::min);
+
+        let mut pending = Vec::with_capacity(group.len());
+        let mut effects = Effects::default();
+        let mut fatal: Option<KvError> = None;
+        let dirty = {
+            let mut tables = Tables::new(&txn);
+            let sweep_due = self.next_expiry.is_some_and(|at| at <= sweep_now)
+                && self
+                    .sweep_paused_until
+                    .is_none_or(|until| Instant::now() >= until);
+            if sweep_due && let Err(Fatal(_)) = self.sweep(&mut tables, sweep_now) {
+                // The sweep is housekeeping: it must not take the group's writes down with it.
+                // Start the group again in a fresh transaction, without sweeping for a while.
+                drop(tables);
+                let _ = txn.abort();
+                self.sweep_paused_until = Some(Instant::now() + SWEEP_PAUSE_AFTER_FAILURE);
+                return self.run_group(group);
+            }
+            let mut stopped = false;
+            for command in group {
+                if let Some(err) = &fatal {
+                    command.reject(err.clone());
+                } else if stopped {
+                    command.reject(KvError::Closed);
+                } else if matches!(command, Command::Shutdown) {
+                    stopped = true;
+                } else {
+                    let (reply, failure) = self.run_command(&mut tables, command, &mut effects);
+                    pending.push(reply);
+                    fatal = failure.map(|Fatal(err)| err);
+                }
+            }
+            if fatal.is_none()
+                && self.last_version != saved.last_version
+                && let Err(Fatal(err)) = tables.set_last_version(self.last_version)
+            {
+                fatal = Some(err);
+            }
+            if let Some(at) = tables.earliest_new_expiry
+                && self.next_expiry.is_none_or(|next| at < next)
+            {
+                self.next_expiry = Some(at);
+            }
+            tables.dirty
+        };
+        let outcome = match fatal {
+            Some(err) => {
+                let _ = txn.abort();
+                Err(err)
+            }
+            None if dirty => txn.commit().map_err(storage),
+            None => {
+                let _ = txn.abort();
+                Ok(())
+            }
+        };
+        match &outcome {
+            Ok(()) => {
+                if dirty {
+                    if sync {
+                        self.unsynced = false;
+                        self.last_sync = Instant::now();
+                    } else {
+                        self.unsynced = true;
+                    }
+                }
+                for reply in pending {
+                    reply.answer(None);
+                }
+                if effects.watchers {
+                    self.notifier.notify_watchers();
+                }
+                if effects.queue {
+                    self.notifier.bump_queue();
+                }
+            }
+            Err(err) => {
+                self.last_version = saved.last_version;
+                if let Some(held) = saved.held {
+                    self.held = held;
+                }
+                self.next_expiry = saved.next_expiry;
+                for reply in pending {
+                    reply.answer(Some(err));
+                }
+            }
+        }
+        stop
+    }
+
+    /// Deletes a batch of due entries in the group's transaction and updates the sweep hint.
+    fn sweep(&mut self, tables: &mut Tables<'_>, now: DateTime<Utc>) -> Result<(), Fatal> {
+        self.next_expiry = tables.sweep_expired(now, SWEEP_BATCH)?;
+        Ok(())
+    }
+
+    /// Runs one command inside the group; returns its pending reply, and the failure that
+    /// abandons the group if there was one.
+    fn run_command(
+        &mut self,
+        tables: &mut Tables<'_>,
+        command: Command,
+        effects: &mut Effects,
+    ) -> (Pending, Option<Fatal>) {
+        match command {
+            Command::Write { write, now, reply } => {
+                match commit_write(tables, &write, now, &mut self.last_version, effects) {
+                    Ok(result) => (Pending::Write(reply, result), None),
+                    Err(failure) => (Pending::Write(reply, Err(failure.0.clone())), Some(failure)),
+                }
+            }
+            Command::Take { owner, now, reply } => {
+                if self.closed_owners.contains(&owner) {
+                    return (Pending::Take(reply, Ok(Taken::Closed)), None);
+                }
+                match queue::take_due(tables, now) {
+                    Ok(Ok(Ok(message))) => {
+                        self.next_token += 1;
+                        let token = self.next_token;
+                        self.held.insert(message.id, Held { owner, token });
+                        let taken = Taken::Message {
+                            id: message.id,
+                            token,
+                            payload: message.payload,
+                        };
+                        (Pending::Take(reply, Ok(taken)), None)
+                    }
+                    Ok(Ok(Err(next_at))) => {
+                        (Pending::Take(reply, Ok(Taken::NextAt(next_at))), None)
+                    }
+                    Ok(Err(err)) => (Pending::Take(reply, Err(err)), None),
+                    Err(failure) => (Pending::Take(reply, Err(failure.0.clone())), Some(failure)),
+                }
+            }
+            Command::Finish {
+                id,
+                token,
+                success,
+                now,
+                reply,
+            } => {
+                // A stale handle (its delivery abandoned at close and handed out again) does
+                // nothing.
+                if self.held.get(&id).is_none_or(|h| h.token != token) {
+                    return (Pending::Unit(reply, Ok(())), None);
+                }
+                match queue::settle(tables, id, success, now, &mut self.last_version, effects) {
+                    Ok(result) => {
+                        if result.is_ok() {
+                            self.held.remove(&id);
+                        }
+                        (Pending::Unit(reply, result), None)
+                    }
+                    Err(failure) => (Pending::Unit(reply, Err(failure.0.clone())), Some(failure)),
+                }
+            }
+            Command::Release { owner, now, reply } => {
+                self.closed_owners.insert(owner);
+                let abandoned: Vec<Uuid> = self
+                    .held
+                    .iter()
+                    .filter(|(_, h)| h.owner == owner)
+                    .map(|(id, _)| *id)
+                    .collect();
+                let mut result = Ok(());
+                for id in abandoned {
+                    match queue::settle(tables, id, false, now, &mut self.last_version, effects) {
+                        Ok(Ok(())) => {
+                            self.held.remove(&id);
+                        }
+                        Ok(Err(err)) => result = Err(err),
+                        Err(failure) => {
+                            return (Pending::Unit(reply, Err(failure.0.clone())), Some(failure));
+                        }
+                    }
+                }
+                (Pending::Unit(reply, result), None)
+            }
+            Command::Shutdown => (Pending::Unit(None, Ok(())), None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use kv_proto::{
+        Check, Enqueue, KvValue, ManualClock, MutationKind, Versionstamp, encode_key, key,
+    };
+    use redb::ReadableDatabase;
+
+    use super::*;
+    use crate::codec::EntryRecord;
+    use crate::schema::{ENTRIES, EXPIRY, QUEUE_READY, QUEUE_RUNNING};
+
+    fn k(name: &str) -> Vec<u8> {
+        encode_key(&key![name]).expect("key")
+    }
+
+    fn set(name: &str, n: u64) -> kv_proto::Mutation {
+        kv_proto::Mutation::set(k(name), KvValue::U64(n))
+    }
+
+    fn thread_on(path: &std::path::Path, clock: &ManualClock) -> GroupState {
+        let db = Arc::new(schema::open_database(path, false).expect("open"));
+        GroupState::prepare(
+            db,
+            Arc::new(clock.clone()),
+            Durability::Immediate,
+            Arc::new(Notifier::new()),
+        )
+        .expect("prepare")
+    }
+
+    fn write_command(
+        write: AtomicWrite,
+        now: DateTime<Utc>,
+    ) -> (
+        Command,
+        oneshot::Receiver<Result<Option<CommitResult>, KvError>>,
+    ) {
+        let (reply, answer) = oneshot::channel();
+        (Command::Write { write, now, reply }, answer)
+    }
+
+    fn stored(db: &Database, name: &str) -> Option<(u64, Versionstamp)> {
+        let txn = db.begin_read().expect("read");
+        let table = txn.open_table(ENTRIES).expect("table");
+        let guard = table.get(k(name).as_slice()).expect("get")?;
+        let record = EntryRecord::decode(guard.value()).expect("decode");
+        match record.value().expect("value") {
+            KvValue::U64(n) => Some((n, record.versionstamp)),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    fn rows(db: &Database, table: redb::TableDefinition<&[u8], &[u8]>) -> usize {
+        let txn = db.begin_read().expect("read");
+        let table = txn.open_table(table).expect("table");
+        table.iter().expect("iter").count()
+    }
+
+    /// One group holding a commit, a failed check, a refused write and another commit: the
+    /// failures leave no trace, the commits land with consecutive versionstamps, and the failed
+    /// check saw the group's earlier write.
+    #[test]
+    fn a_failed_or_refused_write_does_not_disturb_its_group() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clock = ManualClock::at_test_epoch();
+        let mut thread = thread_on(&dir.path().join("kv.redb"), &clock);
+        let now = clock.now();
+        let text = KvValue::V8(vec![0xff, 0x0f, b'"', 1, b'x']);
+        let first = AtomicWrite {
+            mutations: vec![
+                set("a", 1),
+                kv_proto::Mutation::set(k("text"), text.clone()),
+            ],
+            ..Default::default()
+        };
+        let check_fails = AtomicWrite {
+            checks: vec![Check {
+                key: k("a"),
+                versionstamp: None,
+            }],
+            mutations: vec![set("b", 2)],
+            enqueues: vec![Enqueue {
+                payload: vec![1],
+                ready_at: now,
+                keys_if_undelivered: vec![],
+                backoff_schedule: None,
+            }],
+        };
+        let refused = AtomicWrite {
+            mutations: vec![
+                set("c", 3),
+                kv_proto::Mutation {
+                    key: k("text"),
+                    kind: MutationKind::Sum {
+                        value: KvValue::U64(1),
+                        min_v8: vec![],
+                        max_v8: vec![],
+                        clamp: false,
+                    },
+                    expire_at: None,
+                },
+            ],
+            ..Default::default()
+        };
+        let second = AtomicWrite {
+            checks: vec![Check {
+                key: k("a"),
+                versionstamp: Some(Versionstamp::from_version(1, 0)),
+            }],
+            mutations: vec![set("d", 4)],
+            ..Default::default()
+        };
+        let mut answers = Vec::new();
+        let mut group = Vec::new();
+        for write in [first, check_fails, refused, second] {
+            let (command, answer) = write_command(write, now);
+            group.push(command);
+            answers.push(answer);
+        }
+        assert!(!thread.run_group(group));
+        let results: Vec<_> = answers
+            .into_iter()
+            .map(|mut a| a.try_recv().expect("answered"))
+            .collect();
+        let stamp = |n| Versionstamp::from_version(n, 0);
+        assert_eq!(
+            results[0].as_ref().expect("first").map(|c| c.versionstamp),
+            Some(stamp(1))
+        );
+        assert_eq!(results[1].as_ref().expect("check fails"), &None);
+        assert!(matches!(results[2], Err(KvError::Mutation { .. })));
+        assert_eq!(
+            results[3].as_ref().expect("second").map(|c| c.versionstamp),
+            Some(stamp(2)),
+            "a failed write hands out no versionstamp"
+        );
+        assert_eq!(stored(&thread.db, "a"), Some((1, stamp(1))));
+        assert_eq!(stored(&thread.db, "d"), Some((4, stamp(2))));
+        assert_eq!(stored(&thread.db, "b"), None);
+        assert_eq!(stored(&thread.db, "c"), None);
+        assert_eq!(rows(&thread.db, QUEUE_READY), 0, "nothing was enqueued");
+    }
+
+    /// A file as a crashed process leaves it (a message moved to running, never finished) gets
+    /// the message requeued, as a failed delivery, when it is opened again.
+    #[test]
+    fn a_message_left_running_by_a_crash_is_requeued_at_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("kv.redb");
+        let clock = ManualClock::at_test_epoch();
+        {
+            let thread = thread_on(&path, &clock);
+            let txn = thread.db.begin_write().expect("txn");
+            {
+                let mut tables = Tables::new(&txn);
+                let message = kv_proto::queue::QueuedMessage::new(
+                    vec![7],
+                    clock.now(),
+                    vec![],
+                    vec![100, 1_000],
+                );
+                tables.insert_ready(&message).expect("enqueue");
+                let taken = queue::take_due(&mut tables, clock.now()).expect("take");
+                assert!(matches!(taken, Ok(Ok(_))));
+            }
+            txn.commit().expect("commit");
+            assert_eq!(rows(&thread.db, QUEUE_RUNNING), 1);
+            assert_eq!(rows(&thread.db, QUEUE_READY), 0);
+        }
+        clock.advance(Duration::from_secs(30));
+        let mut thread = thread_on(&path, &clock);
+        assert_eq!(rows(&thread.db, QUEUE_RUNNING), 0);
+        assert_eq!(rows(&thread.db, QUEUE_READY), 1);
+        let take = |thread: &mut GroupState, now| {
+            let (reply, mut answer) = oneshot::channel();
+            thread.run_group(vec![Command::Take {
+                owner: 1,
+                now,
+                reply,
+            }]);
+            answer.try_recv().expect("answered").expect("take")
+        };
+        match take(&mut thread, clock.now()) {
+            Taken::NextAt(Some(at)) => {
+                assert_eq!(at, clock.now() + chrono::TimeDelta::milliseconds(100));
+            }
+            _ => panic!("the retry waits for its first interval"),
+        }
+        clock.advance(Duration::from_millis(100));
+        match take(&mut thread, clock.now()) {
+            Taken::Message { payload, .. } => assert_eq!(payload, vec![7]),
+            _ => panic!("the message is delivered again"),
+        }
+    }
+
+    /// Expired entries are deleted through the expiry index by the next group after their time,
+    /// and an index row made stale by an overwrite deletes nothing.
+    #[test]
+    fn expired_entries_are_swept_through_the_index() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clock = ManualClock::at_test_epoch();
+        let mut thread = thread_on(&dir.path().join("kv.redb"), &clock);
+        let now = clock.now();
+        let expiring = |name: &str, secs: i64| kv_proto::Mutation {
+            expire_at: Some(now + chrono::TimeDelta::seconds(secs)),
+            ..set(name, 1)
+        };
+        let write = AtomicWrite {
+            mutations: vec![expiring("soon", 10), expiring("later", 100), set("kept", 1)],
+            ..Default::default()
+        };
+        let (command, _answer) = write_command(write, now);
+        thread.run_group(vec![command]);
+        // "later" is rewritten without expiry: its index row goes with the rewrite.
+        let (command, _answer) = write_command(
+            AtomicWrite {
+                mutations: vec![set("later", 2)],
+                ..Default::default()
+            },
+            now,
+        );
+        thread.run_group(vec![command]);
+        let index_rows = |db: &Database| {
+            let txn = db.begin_read().expect("read");
+            let table = txn.open_table(EXPIRY).expect("table");
+            table.iter().expect("iter").count()
+        };
+        assert_eq!(index_rows(&thread.db), 1);
+        assert_eq!(
+            thread.next_expiry,
+            Some(now + chrono::TimeDelta::seconds(10))
+        );
+
+        clock.advance(Duration::from_secs(10));
+        thread.idle();
+        assert_eq!(stored(&thread.db, "soon"), None, "swept at its time");
+        assert_eq!(index_rows(&thread.db), 0);
+        assert_eq!(thread.next_expiry, None);
+        assert!(stored(&thread.db, "later").is_some());
+        assert!(stored(&thread.db, "kept").is_some());
+    }
+}
