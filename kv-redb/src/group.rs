@@ -32,6 +32,7 @@ use uuid::Uuid;
 
 use crate::error::storage;
 use crate::queue::{self, Taken};
+use crate::snapshot::ReadSnapshot;
 use crate::store::Notifier;
 use crate::txn::{Effects, Fatal, Tables, commit_write};
 use crate::{Durability, schema};
@@ -144,6 +145,8 @@ pub(crate) struct GroupState {
     clock: Arc<dyn Clock>,
     durability: Durability,
     notifier: Arc<Notifier>,
+    /// The snapshot reads share; dropped after every commit that changed something.
+    snapshot: Arc<ReadSnapshot>,
     /// The version of the last versionstamp handed out by a committed write.
     last_version: u64,
     /// Messages held by live consumers of this process.
@@ -174,6 +177,7 @@ impl GroupState {
         clock: Arc<dyn Clock>,
         durability: Durability,
         notifier: Arc<Notifier>,
+        snapshot: Arc<ReadSnapshot>,
     ) -> Result<Self, KvError> {
         let layout = schema::inspect(db.as_ref())?;
         let txn = db.begin_write().map_err(storage)?;
@@ -212,6 +216,7 @@ impl GroupState {
             clock,
             durability,
             notifier,
+            snapshot,
             last_version,
             held: HashMap::new(),
             closed_owners: HashSet::new(),
@@ -363,6 +368,8 @@ impl GroupState {
         match &outcome {
             Ok(()) => {
                 if dirty {
+                    // Before any answer: a read that follows an acknowledged write sees it.
+                    self.snapshot.invalidate();
                     if sync {
                         self.unsynced = false;
                         self.last_sync = Instant::now();
@@ -515,6 +522,7 @@ mod tests {
             Arc::new(clock.clone()),
             Durability::Immediate,
             Arc::new(Notifier::new()),
+            Arc::new(ReadSnapshot::default()),
         )
         .expect("prepare")
     }

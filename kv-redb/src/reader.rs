@@ -1,5 +1,6 @@
-//! Reads: each request is one redb read transaction, an MVCC snapshot that never blocks the
-//! writer (nor is blocked by it).
+//! Reads: each request reads one redb read transaction, an MVCC snapshot that never blocks the
+//! writer (nor is blocked by it); entry reads share theirs until the next commit (see
+//! [`crate::snapshot`]).
 //!
 //! Expired entries are filtered here, by the injected clock, so an entry is never visible after
 //! its expiry time even if the sweep has not deleted it yet.
@@ -9,13 +10,12 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use kv_proto::queue::QueuedMessage;
 use kv_proto::{Clock, KvEntry, KvError, ReadRange, ReadRangeOutput, WatchedEntry, is_expired};
-use redb::{Database, ReadOnlyTable, ReadableDatabase, ReadableTable};
+use redb::{Database, ReadableDatabase, ReadableTable};
 
 use crate::codec::{self, EntryRecord};
 use crate::error::storage;
-use crate::schema::{ENTRIES, QUEUE_READY, QUEUE_RUNNING};
-
-type EntriesTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
+use crate::schema::{QUEUE_READY, QUEUE_RUNNING};
+use crate::snapshot::EntriesSnapshot;
 
 /// The time one read request compares expiries with: read from the clock once, and only when
 /// the request meets an entry that expires (most entries never do, and a clock read is a
@@ -43,16 +43,14 @@ impl ReadTime {
 
 /// Answers every range from one snapshot, hiding expired entries.
 pub(crate) fn read_ranges(
-    db: &Database,
+    table: &EntriesSnapshot,
     ranges: Vec<ReadRange>,
     time: &mut ReadTime,
 ) -> Result<Vec<ReadRangeOutput>, KvError> {
-    let txn = db.begin_read().map_err(storage)?;
-    let table = txn.open_table(ENTRIES).map_err(storage)?;
     let mut outputs = Vec::with_capacity(ranges.len());
     for range in ranges {
         outputs.push(ReadRangeOutput {
-            entries: read_range(&table, range, time)?,
+            entries: read_range(table, range, time)?,
         });
     }
     Ok(outputs)
@@ -60,12 +58,10 @@ pub(crate) fn read_ranges(
 
 /// The current state of each watched key, from one snapshot.
 pub(crate) fn read_watched(
-    db: &Database,
+    table: &EntriesSnapshot,
     keys: &[Vec<u8>],
     time: &mut ReadTime,
 ) -> Result<Vec<WatchedEntry>, KvError> {
-    let txn = db.begin_read().map_err(storage)?;
-    let table = txn.open_table(ENTRIES).map_err(storage)?;
     keys.iter()
         .map(|key| {
             let found = match table.get(key.as_slice()).map_err(storage)? {
@@ -115,7 +111,7 @@ pub(crate) fn queued_messages(
 }
 
 fn read_range(
-    table: &EntriesTable,
+    table: &EntriesSnapshot,
     range: ReadRange,
     time: &mut ReadTime,
 ) -> Result<Vec<KvEntry>, KvError> {

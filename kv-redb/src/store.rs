@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use crate::RedbOptions;
 use crate::error::storage;
 use crate::schema;
+use crate::snapshot::{EntriesSnapshot, ReadSnapshot};
 use crate::writer::Writer;
 
 /// Wakes the waiters of every handle on one file after a commit.
@@ -81,6 +82,8 @@ pub(crate) struct Shared {
     pub(crate) writer: Writer,
     /// Wake-ups for watches and queue consumers.
     pub(crate) notifier: Arc<Notifier>,
+    /// The entries snapshot reads share until the next commit.
+    snapshot: Arc<ReadSnapshot>,
     /// Numbers handles, so the writer knows whose messages are whose.
     next_owner: AtomicU64,
     /// Open handles; changed only under the registry lock.
@@ -111,9 +114,20 @@ impl Shared {
         }
     }
 
+    /// Runs `read` on the current snapshot of the entries (see [`crate::snapshot`]), or fails
+    /// with [`KvError::Closed`] once the file has been closed.
+    pub(crate) fn with_entries<T>(
+        &self,
+        read: impl FnOnce(&EntriesSnapshot) -> Result<T, KvError>,
+    ) -> Result<T, KvError> {
+        self.with_db(|db| read(&*self.snapshot.entries(db)?))
+    }
+
     /// Stops the writer (it settles and syncs everything) and closes the file.
     fn shut_down(&self) -> Result<(), KvError> {
         let stopped = self.writer.stop();
+        // The cached snapshot is a read transaction: it must end before the file closes.
+        self.snapshot.invalidate();
         let db = self
             .db
             .write()
@@ -176,17 +190,20 @@ fn open_shared(path: &Path, key: PathBuf, options: &RedbOptions) -> Result<Share
         options.check_integrity_on_open,
     )?);
     let notifier = Arc::new(Notifier::new());
+    let snapshot = Arc::new(ReadSnapshot::default());
     let writer = Writer::start(
         db.clone(),
         options.clock.clone(),
         options.durability,
         notifier.clone(),
+        snapshot.clone(),
     )?;
     Ok(Shared {
         key,
         db: RwLock::new(Some(db)),
         writer,
         notifier,
+        snapshot,
         next_owner: AtomicU64::new(1),
         open_handles: AtomicU64::new(0),
     })

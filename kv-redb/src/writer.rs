@@ -41,6 +41,7 @@ use uuid::Uuid;
 
 use crate::group::{Command, GroupState, MAX_GROUP, Reply};
 use crate::queue::Taken;
+use crate::snapshot::ReadSnapshot;
 use crate::store::Notifier;
 use crate::{Durability, RedbError};
 
@@ -255,8 +256,9 @@ impl Writer {
         clock: Arc<dyn Clock>,
         durability: Durability,
         notifier: Arc<Notifier>,
+        snapshot: Arc<ReadSnapshot>,
     ) -> Result<Self, KvError> {
-        let state = GroupState::prepare(db, clock, durability, notifier)?;
+        let state = GroupState::prepare(db, clock, durability, notifier, snapshot)?;
         let core = Arc::new(Core {
             inbox: Mutex::new(Inbox::default()),
             standby_wake: Condvar::new(),
@@ -404,6 +406,7 @@ mod tests {
             Arc::new(ManualClock::at_test_epoch()),
             Durability::Immediate,
             Arc::new(Notifier::new()),
+            Arc::new(ReadSnapshot::default()),
         )
         .expect("start")
     }
