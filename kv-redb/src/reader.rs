@@ -131,7 +131,9 @@ fn read_range(
     let rows = table
         .range::<&[u8]>(range.start.as_slice()..range.end.as_slice())
         .map_err(storage)?;
-    let mut entries = Vec::with_capacity(limit.min(64));
+    // Room for a typical page of a list (Deno's default batch is 100) without regrowing; a
+    // larger limit grows as entries are found.
+    let mut entries = Vec::with_capacity(limit.min(256));
     let mut take = |row: Result<_, redb::StorageError>| -> Result<bool, KvError> {
         let (key, value): (redb::AccessGuard<&[u8]>, redb::AccessGuard<&[u8]>) =
             row.map_err(storage)?;

@@ -6,7 +6,7 @@
 //! | `deno_kv.expiry` | expiry time + encoded key | `()` | one row per entry that expires, in time order, so sweeps walk only what is due |
 //! | `deno_kv.queue_ready` | ready time + message id | message body | messages waiting for delivery, in due order |
 //! | `deno_kv.queue_running` | message id | deadline + ready time + message body | messages handed to a consumer and not yet finished |
-//! | `deno_kv.meta` | name | `u64` | `schema_version`, and `last_version` (the last versionstamp's version) |
+//! | `deno_kv.meta` | name | `u64` | `schema_version`, and `last_version`: a ceiling no versionstamp's version handed out exceeds (the exact last one after a clean close; see [`crate::group`]) |
 //!
 //! Byte layouts are in [`crate::codec`]. Opening a file never modifies it before it has been
 //! recognised: a file with other tables than these, or with a newer `schema_version`, is refused
@@ -33,7 +33,9 @@ pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("deno_k
 
 /// `meta` row: the layout version of the file.
 pub(crate) const META_SCHEMA_VERSION: &str = "schema_version";
-/// `meta` row: the version of the last versionstamp handed out (commits get larger ones).
+/// `meta` row: no versionstamp handed out has a larger version (commits after an open get larger
+/// ones). The name is from when it held the exact last version, which it still does after a clean
+/// close; files written either way read the same.
 pub(crate) const META_LAST_VERSION: &str = "last_version";
 
 /// The layout this build writes and reads.
@@ -146,8 +148,8 @@ pub(crate) fn initialize(txn: &redb::WriteTransaction) -> Result<(), redb::Error
     Ok(())
 }
 
-/// The last versionstamp version recorded in the file.
-pub(crate) fn last_version(txn: &redb::WriteTransaction) -> Result<u64, RedbError> {
+/// The version ceiling recorded in the file.
+pub(crate) fn version_ceiling(txn: &redb::WriteTransaction) -> Result<u64, RedbError> {
     let meta = txn.open_table(META).map_err(redb::Error::from)?;
     let last = meta
         .get(META_LAST_VERSION)

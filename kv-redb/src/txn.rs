@@ -116,8 +116,9 @@ impl<'t> Tables<'t> {
         Ok(self.running.insert(table))
     }
 
-    /// Records the last versionstamp version handed out.
-    pub(crate) fn set_last_version(&mut self, version: u64) -> Result<(), Fatal> {
+    /// Records the version ceiling: no versionstamp handed out is above it (see
+    /// [`crate::group`]).
+    pub(crate) fn set_version_ceiling(&mut self, version: u64) -> Result<(), Fatal> {
         let mut meta = self.txn.open_table(META).map_err(fatal)?;
         meta.insert(META_LAST_VERSION, version).map_err(fatal)?;
         self.dirty = true;

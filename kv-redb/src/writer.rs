@@ -385,7 +385,7 @@ impl Writer {
         };
         // Taking the state out drops its reference to the database, so the file can close.
         let state = self.core.state().take();
-        let synced = state.map_or(Ok(()), |mut state| state.sync_if_needed());
+        let synced = state.map_or(Ok(()), |mut state| state.close());
         joined.and(synced)
     }
 }
