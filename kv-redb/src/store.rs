@@ -126,15 +126,17 @@ impl Shared {
     /// Stops the writer (it settles and syncs everything) and closes the file.
     fn shut_down(&self) -> Result<(), KvError> {
         let stopped = self.writer.stop();
-        // The cached snapshot is a read transaction: it must end before the file closes.
-        self.snapshot.invalidate();
         let db = self
             .db
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        // Readers hold the lock, not clones, and the stopped writer has let go of its clone: this is the last
-        // reference, so closing here releases the file lock before the registry lock.
+        // No read can start now (they find `None`), so none can cache a snapshot again. The
+        // cached one is a read transaction: it must end before the file closes.
+        self.snapshot.invalidate();
+        // Readers hold the lock, not clones, and the stopped writer has let go of its clone:
+        // this is the last reference, so closing here releases the file lock before the
+        // registry lock.
         let closed = match db.map(Arc::try_unwrap) {
             Some(Ok(db)) => db.close().map_err(storage),
             Some(Err(_)) | None => Ok(()),
