@@ -177,7 +177,6 @@ pub(crate) struct GroupState {
 /// What a failed group gives back.
 struct Saved {
     last_version: u64,
-    version_ceiling: u64,
     /// Only saved for groups with queue commands (the only ones that change it).
     held: Option<HashMap<Uuid, Held>>,
     next_expiry: Option<DateTime<Utc>>,
@@ -277,11 +276,20 @@ impl GroupState {
     }
 
     /// The last commit, when the writer stops: records the exact last version as the ceiling
-    /// (so the next open continues without a gap) and makes everything durable.
+    /// (so the next open continues without a gap) and makes everything durable. If recording
+    /// the ceiling fails, the higher one stays (which is safe) and the sync is still made.
     pub(crate) fn close(&mut self) -> Result<(), KvError> {
         if self.version_ceiling == self.last_version {
             return self.sync_if_needed();
         }
+        match self.lower_ceiling() {
+            Ok(()) => Ok(()),
+            Err(err) => self.sync_if_needed().and(Err(err)),
+        }
+    }
+
+    /// Records the exact last version as the ceiling, in a durable commit.
+    fn lower_ceiling(&mut self) -> Result<(), KvError> {
         let txn = self.db.begin_write().map_err(storage)?;
         {
             let mut tables = Tables::new(&txn);
@@ -335,7 +343,6 @@ impl GroupState {
         });
         let saved = Saved {
             last_version: self.last_version,
-            version_ceiling: self.version_ceiling,
             held: touches_queue.then(|| self.held.clone()),
             next_expiry: self.next_expiry,
         };
@@ -349,6 +356,7 @@ impl GroupState {
         let mut pending = Vec::with_capacity(group.len());
         let mut effects = Effects::default();
         let mut fatal: Option<KvError> = None;
+        let mut raised_ceiling = None;
         let dirty = {
             let mut tables = Tables::new(&txn);
             let sweep_due = self.next_expiry.is_some_and(|at| at <= sweep_now)
@@ -377,10 +385,13 @@ impl GroupState {
                     fatal = failure.map(|Fatal(err)| err);
                 }
             }
+            // The new ceiling is kept in memory only once it is committed (below): a ceiling
+            // above the file's would let later groups commit versions the file does not cover.
             if fatal.is_none() && self.last_version > self.version_ceiling {
-                self.version_ceiling = self.last_version.saturating_add(VERSION_RESERVATION);
-                if let Err(Fatal(err)) = tables.set_version_ceiling(self.version_ceiling) {
-                    fatal = Some(err);
+                let ceiling = self.last_version.saturating_add(VERSION_RESERVATION);
+                match tables.set_version_ceiling(ceiling) {
+                    Ok(()) => raised_ceiling = Some(ceiling),
+                    Err(Fatal(err)) => fatal = Some(err),
                 }
             }
             if let Some(at) = tables.earliest_new_expiry
@@ -403,6 +414,9 @@ impl GroupState {
         };
         match &outcome {
             Ok(()) => {
+                if let Some(ceiling) = raised_ceiling {
+                    self.version_ceiling = ceiling;
+                }
                 if dirty {
                     // Before any answer: a read that follows an acknowledged write sees it.
                     self.snapshot.invalidate();
@@ -425,7 +439,6 @@ impl GroupState {
             }
             Err(err) => {
                 self.last_version = saved.last_version;
-                self.version_ceiling = saved.version_ceiling;
                 if let Some(held) = saved.held {
                     self.held = held;
                 }

@@ -5,9 +5,12 @@
 //! committed by whichever thread *leads* the writer at that moment, one group at a time:
 //!
 //! - **Lead.** A caller whose command finds nobody leading becomes the leader and runs the group
-//!   itself, on its own thread (inside [`kv_proto::run_blocking`], so the async executor is not
-//!   stalled). An uncontended write therefore costs no thread hop and no wake-up: against raw
-//!   redb at one writer, those two hops were most of the difference.
+//!   itself, on its own thread: in place on a multi-thread tokio runtime (with
+//!   [`kv_proto::run_blocking`], so the worker's other tasks move on), inline outside tokio. An
+//!   uncontended write therefore costs no thread hop and no wake-up: against raw redb at one
+//!   writer, those two hops were most of the difference. (On a current-thread runtime the
+//!   standby thread leads instead: leading from there would cost a hop to the blocking pool
+//!   anyway.)
 //! - **Follow.** A caller whose command finds a leader waits for its answer. The leader takes
 //!   every command waiting (up to [`MAX_GROUP`]) as its next group, so commands that arrive while
 //!   a commit is syncing share the next commit and its fsync (group commit, no timer).
@@ -101,6 +104,20 @@ impl Drop for Lead {
     }
 }
 
+/// Closes the writer when dropped during a panic, if armed (see [`Core::lead`]).
+struct CloseOnUnwind<'a> {
+    core: &'a Core,
+    armed: bool,
+}
+
+impl Drop for CloseOnUnwind<'_> {
+    fn drop(&mut self) {
+        if self.armed && std::thread::panicking() {
+            self.core.close();
+        }
+    }
+}
+
 impl Core {
     fn inbox(&self) -> MutexGuard<'_, Inbox> {
         // Every change to the inbox is a push, a drain or a flag: a panic elsewhere cannot leave
@@ -162,6 +179,12 @@ impl Core {
                 let n = inbox.commands.len().min(MAX_GROUP);
                 lead.until = lead.until.saturating_sub(n);
                 inbox.commands.drain(..n).collect()
+            };
+            // A group holding the shutdown closes the writer even if it panics: `stop` waits for
+            // the close, and must not wait forever.
+            let _close_on_unwind = CloseOnUnwind {
+                core: self,
+                armed: group.iter().any(|c| matches!(c, Command::Shutdown)),
             };
             let stop = match self.state().as_mut() {
                 Some(state) => state.run_group(group),
@@ -276,17 +299,27 @@ impl Writer {
         })
     }
 
-    /// Queues a command and waits for its answer, leading the writer if nobody does.
+    /// Queues a command and waits for its answer, leading the writer if nobody does and the
+    /// caller can lead without a thread hop: on a multi-thread tokio runtime (in place), or
+    /// outside any tokio runtime (inline, as reads run there). On a current-thread runtime,
+    /// leading would mean a hop to the blocking pool anyway, so the standby thread leads.
     async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, KvError> {
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        let may_lead = matches!(
+            Handle::try_current().map(|handle| handle.runtime_flavor()),
+            Ok(RuntimeFlavor::MultiThread) | Err(_)
+        );
         let (reply, answer) = oneshot::channel();
-        if let Some(lead) = self.core.submit(make(reply), true) {
+        if let Some(lead) = self.core.submit(make(reply), may_lead) {
             let core = self.core.clone();
             // Should the closure never run, dropping it drops `lead`, which hands the lead on.
-            run_blocking(move || {
+            // Either way the command is answered (or its reply dropped, if its group panicked),
+            // so the answer below, not this result, says what happened to it.
+            let _ = run_blocking(move || {
                 core.lead(lead);
                 Ok(())
             })
-            .await?;
+            .await;
         }
         answer.await.map_err(|_| KvError::Closed)?
     }
@@ -494,6 +527,48 @@ mod tests {
         assert!(matches!(taken, Taken::Closed));
         let other = futures::executor::block_on(writer.take(8, now())).expect("take");
         assert!(matches!(other, Taken::NextAt(None)), "the queue is empty");
+        writer.stop().expect("stop");
+    }
+
+    /// A leader that panics in the group holding the shutdown still closes the writer, so
+    /// `stop` (which waits for the close) returns.
+    #[test]
+    fn a_panic_in_the_shutdown_group_still_closes_the_writer() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let writer = writer_in(&dir);
+        let core = writer.core.clone();
+        let panicked = std::thread::spawn(move || {
+            let _guard = CloseOnUnwind {
+                core: &core,
+                armed: true,
+            };
+            panic!("a group failed in a way nobody planned for");
+        })
+        .join();
+        assert!(panicked.is_err());
+        assert!(writer.core.inbox().closed);
+        writer.stop().expect("stop returns");
+        let refused = futures::executor::block_on(writer.write(set("a", 1), now()));
+        assert!(matches!(refused, Err(KvError::Closed)), "{refused:?}");
+    }
+
+    /// On a current-thread runtime the standby thread leads: writes are answered all the same.
+    #[test]
+    fn on_a_current_thread_runtime_the_standby_thread_commits() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let writer = writer_in(&dir);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let versions = runtime.block_on(async {
+            let mut versions = Vec::new();
+            for i in 0..5 {
+                let committed = writer.write(set("a", i), now()).await.expect("write");
+                versions.push(committed.expect("no checks").versionstamp.version());
+            }
+            versions
+        });
+        assert_eq!(versions, vec![1, 2, 3, 4, 5]);
         writer.stop().expect("stop");
     }
 
