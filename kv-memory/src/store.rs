@@ -11,8 +11,7 @@ use chrono::{DateTime, Utc};
 use kv_proto::queue::{DeliveryFailure, QueuedMessage, after_failed_delivery};
 use kv_proto::{
     AtomicWrite, ChangeSignal, CommitResult, KvEntry, KvError, ReadRange, ReadRangeOutput,
-    StoredEntry, Versionstamp, WatchedEntry, WriteOutcome, WriteTransaction, apply_atomic_write,
-    is_expired,
+    StoredEntry, Versionstamp, WatchedEntry, is_expired, stage_atomic_write,
 };
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -331,29 +330,20 @@ impl State {
     ) -> Result<Option<(CommitResult, bool)>, KvError> {
         self.purge_expired(now);
         let versionstamp = Versionstamp::from_version(self.version + 1, 0);
-        let mut staged = Staged {
-            state: self,
-            writes: BTreeMap::new(),
-            enqueued: Vec::new(),
+        let entries = &self.entries;
+        let read = |key: &[u8]| Ok(entries.get(key).cloned());
+        let Some(staged) = stage_atomic_write(read, write, versionstamp, now)? else {
+            return Ok(None);
         };
-        match apply_atomic_write(&mut staged, write, versionstamp, now)? {
-            WriteOutcome::CheckFailed => Ok(None),
-            WriteOutcome::Committed { enqueued, .. } => {
-                let Staged {
-                    writes,
-                    enqueued: messages,
-                    ..
-                } = staged;
-                for (key, entry) in writes {
-                    self.store(key, entry);
-                }
-                for message in messages {
-                    self.ready.insert((message.ready_at, message.id), message);
-                }
-                self.version += 1;
-                Ok(Some((CommitResult { versionstamp }, enqueued)))
-            }
+        let enqueued = !staged.enqueued.is_empty();
+        for (key, entry) in staged.writes {
+            self.store(key, entry);
         }
+        for message in staged.enqueued {
+            self.ready.insert((message.ready_at, message.id), message);
+        }
+        self.version += 1;
+        Ok(Some((CommitResult { versionstamp }, enqueued)))
     }
 
     fn store(&mut self, key: Vec<u8>, entry: Option<StoredEntry>) {
@@ -419,37 +409,5 @@ impl State {
                 self.entries.remove(&key);
             }
         }
-    }
-}
-
-/// The write transaction kv-proto applies a write to: reads see the staged writes first.
-struct Staged<'a> {
-    state: &'a State,
-    /// `None` marks a delete.
-    writes: BTreeMap<Vec<u8>, Option<StoredEntry>>,
-    enqueued: Vec<QueuedMessage>,
-}
-
-impl WriteTransaction for Staged<'_> {
-    fn get(&mut self, key: &[u8]) -> Result<Option<StoredEntry>, KvError> {
-        Ok(match self.writes.get(key) {
-            Some(staged) => staged.clone(),
-            None => self.state.entries.get(key).cloned(),
-        })
-    }
-
-    fn put(&mut self, key: &[u8], entry: StoredEntry) -> Result<(), KvError> {
-        self.writes.insert(key.to_vec(), Some(entry));
-        Ok(())
-    }
-
-    fn delete(&mut self, key: &[u8]) -> Result<(), KvError> {
-        self.writes.insert(key.to_vec(), None);
-        Ok(())
-    }
-
-    fn enqueue(&mut self, message: QueuedMessage) -> Result<(), KvError> {
-        self.enqueued.push(message);
-        Ok(())
     }
 }

@@ -6,7 +6,9 @@
 //! [`apply_atomic_write`]. If that returns [`WriteOutcome::Committed`] the backend commits its
 //! transaction; on [`WriteOutcome::CheckFailed`] or an error it rolls back (nothing has been
 //! written for a failed check; for an error, mutations before the failing one may have been
-//! written to the transaction and must be discarded).
+//! written to the transaction and must be discarded). An engine that cannot roll back one write
+//! on its own (several writes per transaction, or no transaction at all) uses
+//! [`crate::stage_atomic_write`], which runs this path over an overlay first.
 //!
 //! So the rules — expired entries count as absent, sum/min/max, versionstamped keys, the default
 //! backoff schedule, which writes clear an expiry — live here and not in each backend.

@@ -6,11 +6,11 @@
 //! any table of the transaction is opened, and restoring one rolls back the whole transaction to
 //! that point), so each atomic write runs in two phases instead:
 //!
-//! 1. **Stage.** kv-proto's [`apply_atomic_write`] runs over a [`Staged`] overlay: reads see the
-//!    overlay first, then the group's transaction (so earlier writes of the group are visible);
-//!    puts, deletes and enqueues only go into the overlay. A failed check or a refused mutation
-//!    returns here, and dropping the overlay discards the write: the transaction was never
-//!    touched, so the other writes of the group are unaffected.
+//! 1. **Stage.** kv-proto's [`stage_atomic_write`] runs the write path over an overlay: reads see
+//!    the overlay first, then the group's transaction (so earlier writes of the group are
+//!    visible); puts, deletes and enqueues only go into the overlay. A failed check or a refused
+//!    mutation returns here with nothing to apply: the transaction was never touched, so the
+//!    other writes of the group are unaffected.
 //! 2. **Apply.** A committed overlay is copied into the tables (entries, the expiry index, the
 //!    ready queue). Only redb itself can fail here (I/O, a full disk); such a failure leaves the
 //!    transaction half-written, so it is reported as [`Fatal`] and the writer abandons the whole
@@ -19,14 +19,9 @@
 //! Expired entries are swept through the expiry index ([`Tables::sweep_expired`]) as part of
 //! group transactions, so the sweep never needs a transaction of its own while writes flow.
 
-use std::collections::BTreeMap;
-
 use chrono::{DateTime, Utc};
 use kv_proto::queue::QueuedMessage;
-use kv_proto::{
-    AtomicWrite, CommitResult, KvError, StoredEntry, Versionstamp, WriteOutcome, WriteTransaction,
-    apply_atomic_write,
-};
+use kv_proto::{AtomicWrite, CommitResult, KvError, StoredEntry, Versionstamp, stage_atomic_write};
 use redb::{ReadableTable, Table};
 
 use crate::codec::{self, EntryRecord, TIME_LEN};
@@ -235,39 +230,6 @@ impl<'t> Tables<'t> {
     }
 }
 
-/// kv-proto's view of one atomic write: reads through to the group transaction, writes into
-/// an overlay that is applied only if the whole write succeeds.
-pub(crate) struct Staged<'a, 't> {
-    tables: &'a mut Tables<'t>,
-    /// `None` marks a delete. Ordered, so applying inserts in key order.
-    writes: BTreeMap<Vec<u8>, Option<StoredEntry>>,
-    enqueued: Vec<QueuedMessage>,
-}
-
-impl WriteTransaction for Staged<'_, '_> {
-    fn get(&mut self, key: &[u8]) -> Result<Option<StoredEntry>, KvError> {
-        match self.writes.get(key) {
-            Some(staged) => Ok(staged.clone()),
-            None => self.tables.get_entry(key),
-        }
-    }
-
-    fn put(&mut self, key: &[u8], entry: StoredEntry) -> Result<(), KvError> {
-        self.writes.insert(key.to_vec(), Some(entry));
-        Ok(())
-    }
-
-    fn delete(&mut self, key: &[u8]) -> Result<(), KvError> {
-        self.writes.insert(key.to_vec(), None);
-        Ok(())
-    }
-
-    fn enqueue(&mut self, message: QueuedMessage) -> Result<(), KvError> {
-        self.enqueued.push(message);
-        Ok(())
-    }
-}
-
 /// Runs one validated atomic write against the group transaction as of `now`.
 ///
 /// The write gets version `last_version + 1`; `last_version` moves only if the write commits
@@ -286,35 +248,21 @@ pub(crate) fn commit_write(
         ))));
     };
     let versionstamp = Versionstamp::from_version(version, 0);
-    let mut staged = Staged {
-        tables,
-        writes: BTreeMap::new(),
-        enqueued: Vec::new(),
-    };
-    let outcome = match apply_atomic_write(&mut staged, write, versionstamp, now) {
-        Ok(outcome) => outcome,
+    let staged = match stage_atomic_write(|key| tables.get_entry(key), write, versionstamp, now) {
+        Ok(Some(staged)) => staged,
+        Ok(None) => return Ok(Ok(None)),
         Err(err) => return Ok(Err(err)),
     };
-    match outcome {
-        WriteOutcome::CheckFailed => Ok(Ok(None)),
-        WriteOutcome::Committed { enqueued, .. } => {
-            let Staged {
-                tables,
-                writes,
-                enqueued: messages,
-            } = staged;
-            for (key, entry) in &writes {
-                tables.store_entry(key, entry.as_ref())?;
-            }
-            for message in &messages {
-                tables.insert_ready(message)?;
-            }
-            // Even a write with no mutations takes a versionstamp and counts as a commit.
-            tables.dirty = true;
-            *last_version = version;
-            effects.watchers |= !writes.is_empty();
-            effects.queue |= enqueued;
-            Ok(Ok(Some(CommitResult { versionstamp })))
-        }
+    for (key, entry) in &staged.writes {
+        tables.store_entry(key, entry.as_ref())?;
     }
+    for message in &staged.enqueued {
+        tables.insert_ready(message)?;
+    }
+    // Even a write with no mutations takes a versionstamp and counts as a commit.
+    tables.dirty = true;
+    *last_version = version;
+    effects.watchers |= !staged.writes.is_empty();
+    effects.queue |= !staged.enqueued.is_empty();
+    Ok(Ok(Some(CommitResult { versionstamp })))
 }
