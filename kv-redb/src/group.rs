@@ -183,6 +183,8 @@ struct Saved {
 }
 
 impl GroupState {
+    /// Recognises (or initializes) the file and requeues the messages a previous process left
+    /// running, in one transaction.
     pub(crate) fn prepare(
         db: Arc<Database>,
         clock: Arc<dyn Clock>,

@@ -22,6 +22,7 @@ use tokio::sync::watch;
 
 use crate::RedbOptions;
 use crate::error::storage;
+use crate::group::GroupState;
 use crate::schema;
 use crate::snapshot::{EntriesSnapshot, ReadSnapshot};
 use crate::writer::Writer;
@@ -193,13 +194,13 @@ fn open_shared(path: &Path, key: PathBuf, options: &RedbOptions) -> Result<Share
     )?);
     let notifier = Arc::new(Notifier::new());
     let snapshot = Arc::new(ReadSnapshot::default());
-    let writer = Writer::start(
+    let writer = Writer::start(GroupState::prepare(
         db.clone(),
         options.clock.clone(),
         options.durability,
         notifier.clone(),
         snapshot.clone(),
-    )?;
+    )?)?;
     Ok(Shared {
         key,
         db: RwLock::new(Some(db)),

@@ -37,16 +37,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use kv_proto::{AtomicWrite, Clock, CommitResult, KvError, run_blocking};
-use redb::Database;
+use kv_proto::{AtomicWrite, CommitResult, KvError, run_blocking};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
+use crate::RedbError;
 use crate::group::{Command, GroupState, MAX_GROUP, Reply};
 use crate::queue::Taken;
-use crate::snapshot::ReadSnapshot;
-use crate::store::Notifier;
-use crate::{Durability, RedbError};
 
 /// How soon the standby thread looks again when it could not see the group state (a leader
 /// held it), to keep its idle work on time.
@@ -272,16 +269,8 @@ impl Core {
 }
 
 impl Writer {
-    /// Recognises (or initializes) the file, requeues the messages a previous process left
-    /// running, and starts the standby thread.
-    pub(crate) fn start(
-        db: Arc<Database>,
-        clock: Arc<dyn Clock>,
-        durability: Durability,
-        notifier: Arc<Notifier>,
-        snapshot: Arc<ReadSnapshot>,
-    ) -> Result<Self, KvError> {
-        let state = GroupState::prepare(db, clock, durability, notifier, snapshot)?;
+    /// Starts the writer of a prepared file (see [`GroupState::prepare`]): its standby thread.
+    pub(crate) fn start(state: GroupState) -> Result<Self, KvError> {
         let core = Arc::new(Core {
             inbox: Mutex::new(Inbox::default()),
             standby_wake: Condvar::new(),
@@ -427,21 +416,24 @@ impl Writer {
 mod tests {
     use std::collections::HashSet;
 
-    use kv_proto::{ManualClock, Mutation, Versionstamp, encode_key, key};
+    use kv_proto::{Clock, ManualClock, Mutation, Versionstamp, encode_key, key};
 
     use super::*;
-    use crate::schema;
+    use crate::snapshot::ReadSnapshot;
+    use crate::store::Notifier;
+    use crate::{Durability, schema};
 
     fn writer_in(dir: &tempfile::TempDir) -> Writer {
         let db = schema::open_database(&dir.path().join("kv.redb"), false).expect("open");
-        Writer::start(
+        let state = GroupState::prepare(
             Arc::new(db),
             Arc::new(ManualClock::at_test_epoch()),
             Durability::Immediate,
             Arc::new(Notifier::new()),
             Arc::new(ReadSnapshot::default()),
         )
-        .expect("start")
+        .expect("prepare");
+        Writer::start(state).expect("start")
     }
 
     fn set(name: &str, n: u64) -> AtomicWrite {
