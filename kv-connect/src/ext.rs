@@ -1,15 +1,23 @@
 //! Protocol extensions spoken by this workspace's `kv-server` and `kv-remote` only.
 //!
-//! Deno's client and denokv know nothing of them, and nothing here changes what they see:
+//! Deno's client, denokv and the Node client `@deno/kv` know nothing of them, and a client that
+//! does not ask for an extension sees exactly the KV Connect protocol: extensions are **offered
+//! only to a client that asks for them**.
 //!
-//! - the metadata response carries one extra JSON field, `"kvExtensions"`, listing the
-//!   extensions the server offers ([`EXTENSIONS`], read back with [`Extensions::from_metadata`]); Deno ignores unknown fields;
+//! - **Negotiation**: a client sends the request header [`EXT_HEADER`] (`x-kv-extensions`,
+//!   comma-separated names) on the metadata exchange. The server answers with one extra JSON field,
+//!   [`METADATA_FIELD`] (`"kvExtensions"`), listing the extensions it offers among those asked for
+//!   ([`Extensions::negotiate`]; read back with [`Extensions::from_metadata`]). Without the header
+//!   the metadata has exactly the fields the protocol defines (`version`, `databaseId`,
+//!   `endpoints`, `token`, `expiresAt`): stock clients validate it strictly (`@deno/kv` 0.14
+//!   refuses any other field with "Bad DatabaseMetadata").
 //! - **`expiry/1`**: a client that sends `x-kv-extensions: expiry/1` on a data-path request gets
 //!   every entry's expiry time. The normal protobuf answer is followed by one extra field, number
 //!   [`EXT_FIELD`], which protobuf merges into the message (unknown to other decoders, who skip
 //!   it): for `snapshot_read` a [`SnapshotReadExpiry`] (one list of times per range, one time per
 //!   entry), for each watch frame a [`WatchExpiry`] (one time per key). A time is Unix
-//!   milliseconds; 0 means "no expiry" (or, in a watch frame, "no entry");
+//!   milliseconds; 0 means "no expiry" (or, in a watch frame, "no entry"). Without the header,
+//!   answers and watch frames carry no extension bytes;
 //! - **`enqueue-no-retry/1`**: the protocol cannot say "this message must never be retried" (an
 //!   empty `backoff_schedule` means "the default"). An `atomic_write` body may carry field
 //!   [`EXT_FIELD`] ([`AtomicWriteExt`]): the indexes of the enqueues whose schedule is explicitly
@@ -22,12 +30,23 @@
 //! Appending a field to an encoded message is valid protobuf (a message is a sequence of fields,
 //! and decoders merge them), so the standard messages are encoded by `kv-connect` unchanged and
 //! the extension travels after them.
+//!
+//! ```
+//! use kv_connect::ext::{Extensions, EXTENSIONS};
+//! // What a stock client gets: nothing, because it asks for nothing.
+//! assert_eq!(Extensions::negotiate(None, &EXTENSIONS), Vec::<&str>::new());
+//! // kv-remote asks for everything it speaks and gets what the server offers.
+//! let asked = Extensions::all().header_value();
+//! assert_eq!(Extensions::negotiate(Some(&asked), &EXTENSIONS), EXTENSIONS.to_vec());
+//! ```
 
 /// The field number every extension uses inside a standard message: far above anything the
 /// KV Connect schema uses, so it cannot collide with a future field.
 pub const EXT_FIELD: u32 = 1001;
 
-/// The request header by which a client opts into response extensions (comma-separated).
+/// The request header by which a client asks for extensions (comma-separated names): on the
+/// metadata exchange to have them offered, on a data-path request to have a response extension
+/// (`expiry/1`) applied.
 pub const EXT_HEADER: &str = "x-kv-extensions";
 
 /// The extension name for entry expiry times in responses.
@@ -37,10 +56,11 @@ pub const ENQUEUE_NO_RETRY: &str = "enqueue-no-retry/1";
 /// The extension name for the queue endpoints.
 pub const QUEUE: &str = "queue/1";
 
-/// The metadata response's extra JSON field listing the extensions a server offers.
+/// The metadata response's extra JSON field listing the extensions a server offers to a client
+/// that asked for them with [`EXT_HEADER`]; absent otherwise.
 pub const METADATA_FIELD: &str = "kvExtensions";
 
-/// Every extension kv-server offers, as listed in the metadata's [`METADATA_FIELD`].
+/// Every extension kv-server offers (to a client that asks, see [`Extensions::negotiate`]).
 pub const EXTENSIONS: [&str; 3] = [QUEUE, EXPIRY, ENQUEUE_NO_RETRY];
 
 /// The expiry times of a `snapshot_read` answer (field [`EXT_FIELD`] of `SnapshotReadOutput`).
@@ -87,6 +107,30 @@ pub struct Extensions {
 }
 
 impl Extensions {
+    /// Every extension this crate knows: what kv-remote asks for.
+    pub fn all() -> Self {
+        Extensions {
+            queues: true,
+            expiry: true,
+            enqueue_no_retry: true,
+        }
+    }
+
+    /// The extension names, in [`EXTENSIONS`] order.
+    pub fn names(&self) -> Vec<&'static str> {
+        let wanted = [self.queues, self.expiry, self.enqueue_no_retry];
+        [QUEUE, EXPIRY, ENQUEUE_NO_RETRY]
+            .into_iter()
+            .zip(wanted)
+            .filter_map(|(name, on)| on.then_some(name))
+            .collect()
+    }
+
+    /// The [`EXT_HEADER`] value asking for these extensions, e.g. `queue/1, expiry/1`.
+    pub fn header_value(&self) -> String {
+        self.names().join(", ")
+    }
+
     /// Reads the `"kvExtensions"` field of a metadata response (absent: none).
     pub fn from_metadata(json: &serde_json::Value) -> Self {
         let names: Vec<&str> = json
@@ -99,6 +143,21 @@ impl Extensions {
             expiry: names.contains(&EXPIRY),
             enqueue_no_retry: names.contains(&ENQUEUE_NO_RETRY),
         }
+    }
+
+    /// The server side of the negotiation: the names of `offered` that the client asked for in
+    /// its [`EXT_HEADER`] value(s) (`asked`, comma-separated; `None` when the header is absent),
+    /// in `offered` order. Empty means the metadata must not carry [`METADATA_FIELD`] at all.
+    pub fn negotiate(asked: Option<&str>, offered: &[&'static str]) -> Vec<&'static str> {
+        let Some(asked) = asked else {
+            return Vec::new();
+        };
+        let asked: Vec<&str> = asked.split(',').map(str::trim).collect();
+        offered
+            .iter()
+            .copied()
+            .filter(|name| asked.contains(name))
+            .collect()
     }
 }
 
@@ -157,4 +216,34 @@ pub struct KeepAliveResponse {
     /// Tokens the server no longer holds.
     #[prost(string, repeated, tag = "1")]
     pub unknown_tokens: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offers_only_what_was_asked_for() {
+        assert!(Extensions::negotiate(None, &EXTENSIONS).is_empty());
+        assert!(Extensions::negotiate(Some(""), &EXTENSIONS).is_empty());
+        assert_eq!(
+            Extensions::negotiate(Some(" expiry/1 ,unknown/9"), &EXTENSIONS),
+            vec![EXPIRY]
+        );
+        // An older server that offers less answers with less.
+        assert_eq!(
+            Extensions::negotiate(Some(&Extensions::all().header_value()), &[QUEUE]),
+            vec![QUEUE]
+        );
+    }
+
+    #[test]
+    fn names_round_trip_through_metadata() {
+        let json = serde_json::json!({ METADATA_FIELD: Extensions::all().names() });
+        assert_eq!(Extensions::from_metadata(&json), Extensions::all());
+        assert_eq!(
+            Extensions::from_metadata(&serde_json::json!({})),
+            Extensions::default()
+        );
+    }
 }

@@ -283,6 +283,8 @@ impl Inner {
                     format!("Bearer {}", self.options.access_token),
                 )
                 .header(header::CONTENT_TYPE, "application/json")
+                // Extensions are offered only to a client that asks (denokv ignores the header).
+                .header(ext::EXT_HEADER, Extensions::all().header_value())
                 .body(Full::new(Bytes::from_static(
                     br#"{"supportedVersions":[1,2,3]}"#,
                 )))

@@ -212,6 +212,7 @@ async fn metadata_exchange(
 ) -> Result<Response<ResponseBody>, Failure> {
     // Access first: a stranger learns nothing about versions or databases.
     authorize(request.headers(), &shared.config.access)?;
+    let extensions = offered_extensions(request.headers());
     let body = read_body(request, shared.config.max_body_bytes).await?;
     let exchange =
         MetadataExchangeRequest::parse(&body).map_err(|e| Failure::bad_request(e.message))?;
@@ -250,16 +251,33 @@ async fn metadata_exchange(
     };
     Ok(bytes_response(
         "application/json",
-        with_extensions(metadata.to_json()),
+        with_extensions(metadata.to_json(), &extensions),
     ))
 }
 
-/// The metadata JSON with the extra `"kvExtensions"` field naming this server's protocol
-/// extensions ([`crate::ext`]); Deno and other clients ignore unknown fields.
-fn with_extensions(json: Vec<u8>) -> Vec<u8> {
+/// The extensions to offer in the metadata: those the client asked for in its
+/// [`ext::EXT_HEADER`] header(s), none for a client that did not ask (every stock client).
+fn offered_extensions(headers: &HeaderMap) -> Vec<&'static str> {
+    let asked: Vec<&str> = headers
+        .get_all(ext::EXT_HEADER)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    if asked.is_empty() {
+        return Vec::new();
+    }
+    ext::Extensions::negotiate(Some(&asked.join(",")), &ext::EXTENSIONS)
+}
+
+/// The metadata JSON, with the extra [`ext::METADATA_FIELD`] listing `extensions` when there
+/// are any. With none it is exactly the protocol's fields: `@deno/kv` refuses anything more.
+fn with_extensions(json: Vec<u8>, extensions: &[&'static str]) -> Vec<u8> {
+    if extensions.is_empty() {
+        return json;
+    }
     match serde_json::from_slice::<serde_json::Value>(&json) {
         Ok(serde_json::Value::Object(mut fields)) => {
-            fields.insert("kvExtensions".to_owned(), ext::EXTENSIONS.to_vec().into());
+            fields.insert(ext::METADATA_FIELD.to_owned(), extensions.to_vec().into());
             serde_json::to_vec(&fields).unwrap_or(json)
         }
         _ => json,

@@ -12,8 +12,10 @@
 //!   keep-alives every [`ServerConfig::keep_alive_interval`], and every key in every frame with
 //!   `changed = true` and its full entry (Deno 2.9.6 reads `changed = false` as "deleted");
 //! - `GET /health`: `200 ok`, no token needed;
-//! - protocol extensions for this workspace's `kv-remote` client, advertised in the metadata's
-//!   extra `"kvExtensions"` field and invisible to Deno and denokv clients ([`ext`]): entry expiry
+//! - protocol extensions for this workspace's `kv-remote` client, offered in the metadata's
+//!   extra `"kvExtensions"` field only to a client that asks for them with the
+//!   `x-kv-extensions` request header, so Deno, denokv's clients and Node's `@deno/kv` (which
+//!   refuses unknown metadata fields) see the plain protocol ([`ext`]): entry expiry
 //!   times in answers (`expiry/1`), "never retry" enqueues (`enqueue-no-retry/1`), and queue
 //!   consumption over the network, `POST /v2/queue/dequeue|finish|keepalive` with at-least-once
 //!   delivery through leases ([`queue`]).

@@ -179,6 +179,60 @@ async fn metadata_exchange_negotiates_3_and_checks_the_token() {
     running.shutdown().await.unwrap();
 }
 
+/// Stock clients validate the metadata strictly (`@deno/kv` 0.14 refuses any field beyond the
+/// five the protocol defines): extensions are listed only for a client that asks for them.
+#[tokio::test]
+async fn metadata_offers_extensions_only_when_asked() {
+    let running = start().await;
+    let client = http1_client();
+    let fields = |reply: &Reply| -> Vec<String> {
+        let json: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+        let mut keys: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
+        keys.sort();
+        keys
+    };
+    let plain = send(
+        &client,
+        "POST",
+        url(&running, "/"),
+        &[("authorization", BEARER)],
+        OFFER.to_vec(),
+    )
+    .await;
+    assert_eq!(plain.status, StatusCode::OK, "{}", plain.text());
+    assert_eq!(
+        fields(&plain),
+        ["databaseId", "endpoints", "expiresAt", "token", "version"]
+    );
+    let endpoint: serde_json::Value = serde_json::from_slice(&plain.body).unwrap();
+    let mut endpoint_fields: Vec<&String> = endpoint["endpoints"][0]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    endpoint_fields.sort();
+    assert_eq!(endpoint_fields, ["consistency", "url"]);
+
+    let asked = send(
+        &client,
+        "POST",
+        url(&running, "/"),
+        &[
+            ("authorization", BEARER),
+            ("x-kv-extensions", "expiry/1, no-such/1"),
+            ("x-kv-extensions", "queue/1"),
+        ],
+        OFFER.to_vec(),
+    )
+    .await;
+    let json: serde_json::Value = serde_json::from_slice(&asked.body).unwrap();
+    assert_eq!(
+        json["kvExtensions"],
+        serde_json::json!(["queue/1", "expiry/1"])
+    );
+    running.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn data_path_reads_writes_and_checks() {
     let running = start().await;
