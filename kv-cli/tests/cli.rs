@@ -9,7 +9,7 @@
 //! - failures (missing file, foreign file, bad key, unknown backend, non-empty target, a bad dump
 //!   line) exit non-zero with a clear message, never a panic, and leave no partial target.
 //!
-//! Fixtures: `../shared/fixtures/deno-2.9.6` beside the repository, or `KV_FIXTURES_DIR`.
+//! Fixtures: `fixtures/deno-2.9.6` in the repository, or `KV_FIXTURES_DIR`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -18,7 +18,7 @@ use serde_json::{Value as Json, json};
 
 fn fixtures() -> PathBuf {
     std::env::var_os("KV_FIXTURES_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/deno-2.9.6"),
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/deno-2.9.6"),
         PathBuf::from,
     )
 }

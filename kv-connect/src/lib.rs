@@ -6,8 +6,9 @@
 //! answered by a stream of length-prefixed frames ([`frames`]). [`convert`] turns the wire
 //! messages into kv-proto's requests and results and back, for a server and for a client.
 //!
-//! Field numbers, texts and behaviours follow the project's fact sheet
-//! (`shared/docs/kv-connect.md`), as observed between Deno 2.9.6 and denokv 0.14.
+//! Field numbers, texts and behaviours follow denokv's published protocol description
+//! (`proto/kv-connect.md` in the denokv repository) as observed between Deno 2.9.6 and
+//! denokv 0.14; where the two differ, what Deno 2.9.6 does wins.
 //!
 //! ```
 //! use kv_connect::{convert, pb};

@@ -1,7 +1,7 @@
 //! # kv-remote — a [`Backend`] that talks KV Connect to a remote server
 //!
-//! [`RemoteBackend`] speaks the protocol `Deno.openKv("http://...")` speaks (see the project's
-//! fact sheet `shared/docs/kv-connect.md`) to any compatible server: this workspace's
+//! [`RemoteBackend`] speaks the protocol `Deno.openKv("http://...")` speaks (see the
+//! [`kv_connect`] crate) to any compatible server: this workspace's
 //! `kv-server`, or denokv. Everything above it (the `kv` crate's `Kv` handle, the conformance
 //! suite, tools) works unchanged over the network.
 //!

@@ -1,4 +1,4 @@
-//! Opens the SQLite files written by the real Deno 2.9.6 (`shared/fixtures/deno-2.9.6`, beside the
+//! Opens the SQLite files written by the real Deno 2.9.6 (`fixtures/deno-2.9.6` in the
 //! repository; `KV_FIXTURES_DIR` overrides the location) through [`SqliteBackend`] and checks them
 //! against their manifests:
 //!
@@ -12,8 +12,8 @@
 //! - a read-only open reads everything and refuses writes with [`KvError::ReadOnly`];
 //! - a write through the backend keeps `migration_state` at 3 and advances `data_version`.
 //!
-//! Every test works on a copy of the fixture in a temporary directory; the shared files are never
-//! opened for writing.
+//! Every test works on a copy of the fixture in a temporary directory; the committed files are
+//! never opened for writing.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -40,11 +40,11 @@ const DUE_WAIT: Duration = Duration::from_secs(10);
 fn fixtures_dir() -> PathBuf {
     let dir = match std::env::var_os("KV_FIXTURES_DIR") {
         Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/deno-2.9.6"),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/deno-2.9.6"),
     };
     assert!(
         dir.join("special.manifest.json").is_file() && dir.join("special.sqlite").is_file(),
-        "Deno fixtures not found at {} (clone shared/ beside the repository or set KV_FIXTURES_DIR)",
+        "Deno fixtures not found at {} (they are committed under fixtures/deno-2.9.6; or set KV_FIXTURES_DIR)",
         dir.display()
     );
     dir
@@ -239,7 +239,7 @@ fn copy_fixture(db: &str) -> FixtureCopy {
         let to = dir.path().join(&name);
         std::fs::copy(&from, &to)
             .unwrap_or_else(|e| panic!("copying {} to {}: {e}", from.display(), to.display()));
-        // The shared files are read-only; `fs::copy` carries the mode over.
+        // A checkout may have the files read-only; `fs::copy` carries the mode over.
         let mut permissions = std::fs::metadata(&to).expect("metadata").permissions();
         #[allow(clippy::permissions_set_readonly_false)]
         permissions.set_readonly(false);

@@ -6,7 +6,7 @@
 //! cargo run -p kv --example read_deno_file [PATH]
 //! ```
 //!
-//! PATH defaults to the fixture `../shared/fixtures/deno-2.9.6/values.sqlite` (written by Deno
+//! PATH defaults to the fixture `fixtures/deno-2.9.6/values.sqlite` in the repository (written by Deno
 //! 2.9.6; `KV_FIXTURES_DIR` names another folder), copied to a temp dir first: a read-only open of a file in WAL mode still needs to
 //! create its `-shm` file beside it.
 
@@ -20,10 +20,7 @@ async fn main() -> kv::Result<()> {
         Some(path) => path,
         None => {
             let fixtures = std::env::var_os("KV_FIXTURES_DIR").map_or_else(
-                || {
-                    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                        .join("../../shared/fixtures/deno-2.9.6")
-                },
+                || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/deno-2.9.6"),
                 std::path::PathBuf::from,
             );
             let fixture = fixtures.join("values.sqlite");

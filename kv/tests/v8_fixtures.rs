@@ -1,5 +1,5 @@
-//! Checks `kv::v8` against values written by the real Deno 2.9.6 (`shared/fixtures/deno-2.9.6`
-//! beside the repository; `KV_FIXTURES_DIR` overrides the location).
+//! Checks `kv::v8` against values written by the real Deno 2.9.6 (`fixtures/deno-2.9.6`
+//! in the repository; `KV_FIXTURES_DIR` overrides the location).
 //!
 //! For every entry of `values`, `keys` and `special` (and every queue message of `special`):
 //!
@@ -21,11 +21,11 @@ use serde_json::Value;
 fn fixtures_dir() -> PathBuf {
     let dir = match std::env::var_os("KV_FIXTURES_DIR") {
         Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/deno-2.9.6"),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/deno-2.9.6"),
     };
     assert!(
         dir.join("values.manifest.json").is_file(),
-        "Deno fixtures not found at {} (clone shared/ beside the repository or set KV_FIXTURES_DIR)",
+        "Deno fixtures not found at {} (they are committed under fixtures/deno-2.9.6; or set KV_FIXTURES_DIR)",
         dir.display()
     );
     dir

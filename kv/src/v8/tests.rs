@@ -300,10 +300,7 @@ fn values_the_writer_never_makes_still_read() {
 #[test]
 fn both_readers_agree_on_denos_bytes() {
     let dir = std::env::var_os("KV_FIXTURES_DIR").map_or_else(
-        || {
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../shared/fixtures/deno-2.9.6")
-        },
+        || std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/deno-2.9.6"),
         std::path::PathBuf::from,
     );
     let mut compared = 0;
