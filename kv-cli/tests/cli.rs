@@ -581,3 +581,94 @@ fn dump_then_load_keeps_what_the_tagged_form_drops() {
     assert_eq!(from.messages.len(), deno_values.len());
     assert_eq!(to, from);
 }
+
+/// Runs a system tool (mknod, mkfifo) that must succeed.
+fn run_tool(dir: &Path, program: &str, args: &[&str]) {
+    let status = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    assert!(
+        status.success(),
+        "{program} {args:?} failed (root is needed for mknod)"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn dump_output_streams_into_special_files_and_never_replaces_them() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+    let dir = temp_dir();
+    let path = dir.path();
+    let file_type = |name: &str| {
+        std::fs::symlink_metadata(path.join(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .file_type()
+    };
+    kv_ok(path, &["set", r#"["a"]"#, "1"]);
+    let expected = kv_ok(path, &["dump"]);
+
+    // A character device like /dev/null (1, 3), made here: written into, still a device.
+    run_tool(path, "mknod", &["null", "c", "1", "3"]);
+    let device = std::fs::metadata(path.join("null")).map_or(0, |m| m.rdev());
+    kv_ok(path, &["dump", "-o", "null"]);
+    assert!(file_type("null").is_char_device(), "the device is gone");
+    assert_eq!(
+        std::fs::metadata(path.join("null")).map_or(0, |m| m.rdev()),
+        device
+    );
+
+    // A FIFO: its reader gets the whole dump, and it stays a FIFO.
+    run_tool(path, "mkfifo", &["fifo"]);
+    let fifo = path.join("fifo");
+    let reader = std::thread::spawn(move || std::fs::read_to_string(fifo));
+    kv_ok(path, &["dump", "-o", "fifo"]);
+    assert!(file_type("fifo").is_fifo(), "the FIFO was replaced");
+    let streamed = reader
+        .join()
+        .unwrap_or_else(|_| panic!("the reader panicked"));
+    assert_eq!(streamed.unwrap_or_else(|e| panic!("{e}")), expected);
+
+    // A link to a regular file: the file gets the dump (keeping its permissions), the link
+    // stays a link.
+    std::fs::write(path.join("real.jsonl"), "old").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::set_permissions(path.join("real.jsonl"), PermissionsExt::from_mode(0o600))
+        .unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink("real.jsonl", path.join("link.jsonl"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    kv_ok(path, &["dump", "-o", "link.jsonl"]);
+    assert!(
+        file_type("link.jsonl").is_symlink(),
+        "the link was replaced"
+    );
+    assert_eq!(
+        std::fs::read_to_string(path.join("real.jsonl")).unwrap_or_default(),
+        expected
+    );
+    let mode = std::fs::metadata(path.join("real.jsonl")).map_or(0, |m| m.mode());
+    assert_eq!(
+        mode & 0o777,
+        0o600,
+        "the replaced file keeps its permissions"
+    );
+
+    // A link to nothing and a directory are refused, and nothing is created.
+    std::os::unix::fs::symlink("nowhere.jsonl", path.join("dangling.jsonl"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = kv_fails(path, &["dump", "-o", "dangling.jsonl"]);
+    assert!(err.contains("symbolic link to nothing"), "{err}");
+    assert!(!path.join("nowhere.jsonl").exists());
+    std::fs::create_dir(path.join("folder")).unwrap_or_else(|e| panic!("{e}"));
+    let err = kv_fails(path, &["dump", "-o", "folder"]);
+    assert!(err.contains("is a directory"), "{err}");
+    let leftovers: Vec<_> = std::fs::read_dir(path)
+        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        !leftovers
+            .iter()
+            .any(|n| n.to_string_lossy().contains(".partial-")),
+        "no temporary file: {leftovers:?}"
+    );
+}
