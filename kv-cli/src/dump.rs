@@ -404,3 +404,44 @@ fn parse_header(object: &Map<String, Json>) -> Result<u64, String> {
     }
     Ok(version)
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeDelta;
+
+    use super::*;
+
+    #[test]
+    fn times_keep_every_nanosecond_and_whole_milliseconds_stay_numbers() {
+        let whole = kv_proto::ms_to_datetime(1_795_416_615_502).unwrap();
+        assert_eq!(time_json(whole), json!(1_795_416_615_502_i64));
+        let fine = whole + TimeDelta::nanoseconds(123_456);
+        assert_eq!(time_json(fine), json!("2026-11-23T06:50:15.502123456Z"));
+        for at in [whole, fine] {
+            assert_eq!(parse_time(&time_json(at), "t").unwrap(), at);
+        }
+    }
+
+    #[test]
+    fn a_message_line_reads_back_as_the_enqueue_that_recreates_it() {
+        let key = encode_key(&kv::key!["failed", 1]).unwrap();
+        let payload = kv::v8::from_json(&json!({"job": 1})).unwrap();
+        let KvValue::V8(payload) = payload else {
+            panic!("JSON is stored as V8")
+        };
+        let ready_at = kv_proto::ms_to_datetime(1_795_416_615_502).unwrap();
+        let message = QueuedMessage::new(payload.clone(), ready_at, vec![key.clone()], vec![]);
+        let line = message_json(&message).unwrap();
+        let mut reader = DumpReader::new();
+        let read = reader.read_line(&line.to_string()).unwrap();
+        let expected = Enqueue {
+            payload,
+            ready_at,
+            keys_if_undelivered: vec![key],
+            // An empty schedule (never retry) stays empty, not Deno's default.
+            backoff_schedule: Some(vec![]),
+        };
+        assert_eq!(read, Some(DumpItem::Message(expected, ValueSource::Exact)));
+        assert!(reader.finish().is_ok(), "a headerless dump is format 1");
+    }
+}

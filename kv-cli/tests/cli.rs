@@ -672,3 +672,95 @@ fn dump_output_streams_into_special_files_and_never_replaces_them() {
         "no temporary file: {leftovers:?}"
     );
 }
+
+#[test]
+fn load_refuses_disagreeing_cut_or_newer_dumps_and_warns_about_tagged_values() {
+    let dir = temp_dir();
+    let path = dir.path();
+    kv_ok(
+        path,
+        &["set", r#"["greeting"]"#, "hello", "--type", "string"],
+    );
+    kv_ok(path, &["enqueue", r#"{"job": 1}"#, "--delay", "60000"]);
+    let dump = kv_ok(path, &["dump"]);
+    let load = |name: &str, text: &str| {
+        std::fs::write(path.join(name), text).unwrap_or_else(|e| panic!("{e}"));
+        let db = format!("sqlite:{name}.sqlite3");
+        (kv(path, &["--db", &db, "load", name]), db)
+    };
+    let stderr = |output: &Output| String::from_utf8_lossy(&output.stderr).into_owned();
+
+    // The dump as written loads without a warning.
+    let (output, _) = load("as-is.jsonl", &dump);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(!stderr(&output).contains("warning"), "{}", stderr(&output));
+
+    // An edited value whose bytes were left as they were: refused.
+    let edited = dump.replace(r#"{"string":"hello"}"#, r#"{"string":"howdy"}"#);
+    assert_ne!(edited, dump);
+    let (output, _) = load("edited.jsonl", &edited);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("edited.jsonl, line 2: \"value\" does not describe \"bytes\""),
+        "{}",
+        stderr(&output)
+    );
+
+    // The same edit with the bytes deleted: loaded from the tagged form, with a warning.
+    let without_bytes: String = edited
+        .lines()
+        .map(|line| {
+            let mut json: Json = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}"));
+            if line.contains("greeting")
+                && let Some(object) = json.as_object_mut()
+            {
+                object.remove("bytes");
+            }
+            format!("{json}\n")
+        })
+        .collect();
+    let (output, db) = load("rebuilt.jsonl", &without_bytes);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("warning: 1 V8 values had no \"bytes\""),
+        "{}",
+        stderr(&output)
+    );
+    let howdy = kv_ok(path, &["--db", &db, "get", r#"["greeting"]"#]);
+    assert!(howdy.starts_with(r#"["greeting"] = "howdy""#), "{howdy}");
+
+    // A dump cut before its end line (here: its queued message too) is refused.
+    let cut: String = dump
+        .lines()
+        .take(2)
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let (output, _) = load("cut.jsonl", &cut);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("incomplete"),
+        "{}",
+        stderr(&output)
+    );
+
+    // A dump of a newer format is refused, saying which versions this kv reads.
+    let newer = dump.replacen(r#""version":2"#, r#""version":3"#, 1);
+    let (output, _) = load("newer.jsonl", &newer);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("this dump is format version 3; this kv reads versions 1 to 2"),
+        "{}",
+        stderr(&output)
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(path)
+        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    for refused in ["edited", "cut", "newer"] {
+        assert!(
+            !leftovers.iter().any(|n| n
+                .to_string_lossy()
+                .starts_with(&format!("{refused}.jsonl.sqlite3"))),
+            "{refused}: no target: {leftovers:?}"
+        );
+    }
+}
