@@ -277,7 +277,7 @@ fn read_value(
 
 /// A time as a dump writes it: Unix milliseconds, or RFC 3339 when finer than a millisecond.
 fn time_json(at: DateTime<Utc>) -> Json {
-    if at.timestamp_subsec_nanos() % 1_000_000 == 0 {
+    if at.timestamp_subsec_nanos().is_multiple_of(1_000_000) {
         Json::from(at.timestamp_millis())
     } else {
         Json::from(at.to_rfc3339_opts(SecondsFormat::Nanos, true))

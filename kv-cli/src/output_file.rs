@@ -113,11 +113,11 @@ impl OutputFile {
             }
             _ => {}
         }
-        if let Some((temp, target)) = self.replace.take() {
-            if let Err(err) = std::fs::rename(&temp, &target) {
-                let _ = std::fs::remove_file(&temp);
-                return Err(io_error(err));
-            }
+        if let Some((temp, target)) = self.replace.take()
+            && let Err(err) = std::fs::rename(&temp, &target)
+        {
+            let _ = std::fs::remove_file(&temp);
+            return Err(io_error(err));
         }
         Ok(())
     }

@@ -76,6 +76,17 @@ fn copy_fixture(dir: &Path, name: &str) -> PathBuf {
     to
 }
 
+/// The names of the files in `dir`.
+fn file_names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn lines(text: &str) -> Vec<Json> {
     text.lines()
         .map(|line| {
@@ -382,13 +393,9 @@ fn failures_are_clear_and_leave_no_partial_target() {
     .unwrap_or_else(|e| panic!("{e}"));
     let err = kv_fails(path, &["--db", "sqlite:new.sqlite3", "load", "bad.jsonl"]);
     assert!(err.contains("bad.jsonl, line 2"), "{err}");
-    let leftovers: Vec<_> = std::fs::read_dir(path)
-        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
-        .unwrap_or_default();
+    let leftovers = file_names(path);
     assert!(
-        !leftovers
-            .iter()
-            .any(|n| n.to_string_lossy().starts_with("new.sqlite3")),
+        !leftovers.iter().any(|n| n.starts_with("new.sqlite3")),
         "no target, no temporary file: {leftovers:?}"
     );
 
@@ -471,16 +478,24 @@ fn migrate_moves_everything_between_engines_and_back() {
 #[derive(Debug, PartialEq)]
 struct Stored {
     entries: Vec<(kv::Key, kv::KvValue, Option<i64>)>,
-    messages: Vec<(Vec<u8>, i64, Vec<Vec<u8>>, Vec<u32>)>,
+    messages: Vec<StoredMessage>,
+}
+
+/// A queued message without its id: payload, ready time (ms), undelivered keys, schedule.
+type StoredMessage = (Vec<u8>, i64, Vec<Vec<u8>>, Vec<u32>);
+
+/// Runs a future to completion, for tests that use the `kv` crate directly.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("no runtime: {e}"))
+        .block_on(future)
 }
 
 fn stored(url: &str) -> Stored {
     use futures::TryStreamExt;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("no runtime: {e}"));
-    runtime.block_on(async {
+    block_on(async {
         let kv = kv::Kv::open(url).unwrap_or_else(|e| panic!("{url}: {e}"));
         let entries: Vec<kv::Entry> = kv
             .list(kv::Selector::prefix(kv::key![]), kv::ListOptions::default())
@@ -558,11 +573,7 @@ fn dump_then_load_keeps_what_the_tagged_form_drops() {
     ];
     let dir = temp_dir();
     let source = format!("sqlite:{}", dir.path().join("lossy.sqlite3").display());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("no runtime: {e}"));
-    runtime.block_on(async {
+    block_on(async {
         let kv = kv::Kv::open(&source).unwrap_or_else(|e| panic!("{e}"));
         for (i, hex_bytes) in deno_values.iter().enumerate() {
             let bytes = hex::decode(hex_bytes).unwrap_or_else(|e| panic!("{e}"));
@@ -662,13 +673,9 @@ fn dump_output_streams_into_special_files_and_never_replaces_them() {
     std::fs::create_dir(path.join("folder")).unwrap_or_else(|e| panic!("{e}"));
     let err = kv_fails(path, &["dump", "-o", "folder"]);
     assert!(err.contains("is a directory"), "{err}");
-    let leftovers: Vec<_> = std::fs::read_dir(path)
-        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
-        .unwrap_or_default();
+    let leftovers = file_names(path);
     assert!(
-        !leftovers
-            .iter()
-            .any(|n| n.to_string_lossy().contains(".partial-")),
+        !leftovers.iter().any(|n| n.contains(".partial-")),
         "no temporary file: {leftovers:?}"
     );
 }
@@ -683,27 +690,31 @@ fn load_refuses_disagreeing_cut_or_newer_dumps_and_warns_about_tagged_values() {
     );
     kv_ok(path, &["enqueue", r#"{"job": 1}"#, "--delay", "60000"]);
     let dump = kv_ok(path, &["dump"]);
+    // Loads `text` as the file `name` into `sqlite:NAME.sqlite3`: whether it succeeded, its
+    // stderr, the database URL.
     let load = |name: &str, text: &str| {
         std::fs::write(path.join(name), text).unwrap_or_else(|e| panic!("{e}"));
         let db = format!("sqlite:{name}.sqlite3");
-        (kv(path, &["--db", &db, "load", name]), db)
+        let output = kv(path, &["--db", &db, "load", name]);
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.success(), stderr, db)
     };
-    let stderr = |output: &Output| String::from_utf8_lossy(&output.stderr).into_owned();
+    let refused = |name: &str, text: &str, reason: &str| {
+        let (ok, stderr, _) = load(name, text);
+        assert!(!ok && stderr.contains(reason), "{name}: {stderr}");
+    };
 
     // The dump as written loads without a warning.
-    let (output, _) = load("as-is.jsonl", &dump);
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert!(!stderr(&output).contains("warning"), "{}", stderr(&output));
+    let (ok, stderr, _) = load("as-is.jsonl", &dump);
+    assert!(ok && !stderr.contains("warning"), "{stderr}");
 
     // An edited value whose bytes were left as they were: refused.
     let edited = dump.replace(r#"{"string":"hello"}"#, r#"{"string":"howdy"}"#);
     assert_ne!(edited, dump);
-    let (output, _) = load("edited.jsonl", &edited);
-    assert!(!output.status.success());
-    assert!(
-        stderr(&output).contains("edited.jsonl, line 2: \"value\" does not describe \"bytes\""),
-        "{}",
-        stderr(&output)
+    refused(
+        "edited.jsonl",
+        &edited,
+        "edited.jsonl, line 2: \"value\" does not describe \"bytes\"",
     );
 
     // The same edit with the bytes deleted: loaded from the tagged form, with a warning.
@@ -719,12 +730,10 @@ fn load_refuses_disagreeing_cut_or_newer_dumps_and_warns_about_tagged_values() {
             format!("{json}\n")
         })
         .collect();
-    let (output, db) = load("rebuilt.jsonl", &without_bytes);
-    assert!(output.status.success(), "{}", stderr(&output));
+    let (ok, stderr, db) = load("rebuilt.jsonl", &without_bytes);
     assert!(
-        stderr(&output).contains("warning: 1 V8 values had no \"bytes\""),
-        "{}",
-        stderr(&output)
+        ok && stderr.contains("warning: 1 V8 values had no \"bytes\""),
+        "{stderr}"
     );
     let howdy = kv_ok(path, &["--db", &db, "get", r#"["greeting"]"#]);
     assert!(howdy.starts_with(r#"["greeting"] = "howdy""#), "{howdy}");
@@ -735,32 +744,22 @@ fn load_refuses_disagreeing_cut_or_newer_dumps_and_warns_about_tagged_values() {
         .take(2)
         .map(|line| format!("{line}\n"))
         .collect();
-    let (output, _) = load("cut.jsonl", &cut);
-    assert!(!output.status.success());
-    assert!(
-        stderr(&output).contains("incomplete"),
-        "{}",
-        stderr(&output)
-    );
+    refused("cut.jsonl", &cut, "incomplete");
 
     // A dump of a newer format is refused, saying which versions this kv reads.
     let newer = dump.replacen(r#""version":2"#, r#""version":3"#, 1);
-    let (output, _) = load("newer.jsonl", &newer);
-    assert!(!output.status.success());
-    assert!(
-        stderr(&output).contains("this dump is format version 3; this kv reads versions 1 to 2"),
-        "{}",
-        stderr(&output)
+    refused(
+        "newer.jsonl",
+        &newer,
+        "this dump is format version 3; this kv reads versions 1 to 2",
     );
-    let leftovers: Vec<_> = std::fs::read_dir(path)
-        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
-        .unwrap_or_default();
-    for refused in ["edited", "cut", "newer"] {
+    let leftovers = file_names(path);
+    for name in ["edited", "cut", "newer"] {
         assert!(
-            !leftovers.iter().any(|n| n
-                .to_string_lossy()
-                .starts_with(&format!("{refused}.jsonl.sqlite3"))),
-            "{refused}: no target: {leftovers:?}"
+            !leftovers
+                .iter()
+                .any(|n| n.starts_with(&format!("{name}.jsonl.sqlite3"))),
+            "{name}: no target: {leftovers:?}"
         );
     }
 }
