@@ -10,6 +10,9 @@
 //!   a stream, never renamed over or truncated, so it stays what it was. A stream cannot be
 //!   all or nothing: what was written before a failure stays written;
 //! - a directory: refused.
+//!
+//! Just before the rename, PATH is checked again: if it stopped being a regular file (or
+//! nothing) meanwhile, the dump is refused rather than renamed over it.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, ErrorKind, Write};
@@ -112,6 +115,18 @@ impl OutputFile {
                 return Err(io_error(err));
             }
             _ => {}
+        }
+        if let Some((_, target)) = &self.replace
+            && std::fs::symlink_metadata(target).is_ok_and(|meta| !meta.is_file())
+        {
+            // Something else took the place while the dump was written (dropping `self`
+            // removes the temporary file).
+            return Err(CliError::BadOutput {
+                path: self.path.clone(),
+                reason: "it stopped being a regular file while the dump was written; nothing \
+                         was replaced"
+                    .into(),
+            });
         }
         if let Some((temp, target)) = self.replace.take()
             && let Err(err) = std::fs::rename(&temp, &target)
