@@ -100,14 +100,33 @@ pub enum Command {
         #[arg(long = "if-undelivered", value_name = "KEY")]
         if_undelivered: Vec<String>,
     },
-    /// Write every entry as JSON lines (the manifests' typed key and tagged value forms).
+    /// Back up every entry and queued message as JSON lines, byte for byte.
+    ///
+    /// A header line names the format version; then a line per entry (typed key, encoding,
+    /// versionstamp, expiry, the readable tagged value and, for V8 values, the stored bytes in
+    /// hex), a line per queued message (payload, ready time, keys if undelivered, the backoff
+    /// schedule left) and an end line counting them. `kv load` stores the bytes, so every value
+    /// comes back exactly: the tagged value alone does not hold an error's stack and cause, the
+    /// rest of the buffer a typed array or DataView looks into, or which views share a buffer.
+    /// Expired entries are not dumped. Entries are read a page at a time, not from one
+    /// snapshot: back up a database nothing is writing to.
     Dump {
-        /// Write to this file instead of standard output (all or nothing: the file appears
-        /// only when the dump is complete).
+        /// Write to this file instead of standard output. A regular file, or the file a
+        /// symbolic link points to, is replaced only once the dump is complete (all or nothing,
+        /// keeping its permissions); a FIFO or device (/dev/stdout) is written into as a
+        /// stream and stays what it is; a link to nothing and a directory are refused.
         #[arg(long, short)]
         output: Option<PathBuf>,
     },
     /// Read a dump into a new or empty database (all or nothing).
+    ///
+    /// Entries get new versionstamps and queued messages new ids; entries expired by now are
+    /// skipped. A line's "bytes" are what is stored, and its "value" must still describe them:
+    /// a line whose value was edited but not its bytes is refused (delete "bytes" to load the
+    /// edited value). A V8 value without "bytes" is rebuilt from its tagged form, with a
+    /// warning, since that form does not hold everything V8 stores. Dumps of earlier versions
+    /// (format 1: no header, no bytes, no queue) still load; a dump that stops before its end
+    /// line is refused as incomplete.
     Load {
         /// The dump file, or - for standard input.
         input: PathBuf,
@@ -201,6 +220,7 @@ pub enum ValueType {
     U64,
     /// Hex bytes, stored as a Uint8Array.
     Bytes,
-    /// The tagged JSON form of dumps and manifests (any V8 value, losslessly).
+    /// The tagged JSON form of dumps and manifests (any V8 value; it does not hold an error's
+    /// stack and cause, or the buffer around a typed array or DataView).
     Tagged,
 }

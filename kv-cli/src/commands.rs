@@ -11,9 +11,10 @@ use kv_proto::{AtomicWrite, Enqueue, Mutation, MutationKind, encode_key};
 use serde_json::json;
 
 use crate::cli::{Format, KeyAction, ValueType};
-use crate::dump::DumpEntry;
+use crate::dump::{self, DumpEntry, DumpItem, DumpReader, ValueSource};
 use crate::error::CliError;
 use crate::key_syntax::{parse_key, typed_json};
+use crate::output_file::OutputFile;
 use crate::progress::Progress;
 use crate::store::{Access, Target, open};
 
@@ -278,64 +279,55 @@ fn all_entries(kv: &Kv) -> Result<kv::ListStream, CliError> {
 pub async fn dump(db: &str, output: Option<&Path>) -> Result<(), CliError> {
     let kv = open(db, Access::Read)?;
     let result = match output {
-        None => dump_to(&kv, &mut std::io::stdout().lock(), None).await,
+        None => dump_to(&kv, &mut std::io::stdout().lock(), Path::new("<stdout>")).await,
         Some(path) => {
-            let temp = partial_path(path);
-            let written = async {
-                let file = std::fs::File::create(&temp).map_err(|source| CliError::Io {
-                    path: temp.clone(),
-                    source,
-                })?;
-                let mut writer = std::io::BufWriter::new(file);
-                let count = dump_to(&kv, &mut writer, Some(path)).await?;
-                writer
-                    .into_inner()
-                    .map_err(|e| e.into_error())
-                    .and_then(|file| file.sync_all())
-                    .and_then(|()| std::fs::rename(&temp, path))
-                    .map_err(|source| CliError::Io {
-                        path: path.to_path_buf(),
-                        source,
-                    })?;
-                Ok(count)
+            async {
+                let mut file = OutputFile::create(path)?;
+                let counts = dump_to(&kv, file.writer(), path).await?;
+                file.finish()?;
+                Ok(counts)
             }
-            .await;
-            if written.is_err() {
-                let _ = std::fs::remove_file(&temp);
-            }
-            written
+            .await
         }
     };
     kv.close().await?;
-    let count = result?;
-    if output.is_some() {
-        eprintln!("dumped {count} entries");
+    let (entries, messages) = result?;
+    if let Some(path) = output {
+        eprintln!(
+            "dumped {entries} entries and {messages} queued messages into {}",
+            path.display()
+        );
     }
     Ok(())
 }
 
-async fn dump_to(kv: &Kv, out: &mut impl Write, file: Option<&Path>) -> Result<usize, CliError> {
+/// Writes the dump of `kv` (see [`crate::dump`]) to `out`, named `file` in messages; returns
+/// how many entries and queued messages it holds.
+async fn dump_to(kv: &Kv, out: &mut impl Write, file: &Path) -> Result<(u64, u64), CliError> {
+    let write_error = |source| CliError::Io {
+        path: file.to_path_buf(),
+        source,
+    };
     let progress = Progress::new("dump", None);
+    writeln!(out, "{}", dump::header_line()).map_err(write_error)?;
     let mut entries = all_entries(kv)?;
     let mut count = 0;
     while let Some(entry) = entries.try_next().await? {
         let line = DumpEntry::from_entry(entry).to_json()?;
-        writeln!(out, "{line}").map_err(|source| CliError::Io {
-            path: file.map_or_else(|| PathBuf::from("<stdout>"), Path::to_path_buf),
-            source,
-        })?;
+        writeln!(out, "{line}").map_err(write_error)?;
         count += 1;
         progress.inc(1);
     }
-    out.flush().map_err(stdout_error)?;
+    let messages = kv.queued_messages().await?;
+    for message in &messages {
+        writeln!(out, "{}", dump::message_json(message)?).map_err(write_error)?;
+        progress.inc(1);
+    }
+    let queued = messages.len() as u64;
+    writeln!(out, "{}", dump::end_line(count, queued)).map_err(write_error)?;
+    out.flush().map_err(write_error)?;
     progress.finish();
-    Ok(count)
-}
-
-fn partial_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".partial-{}", std::process::id()));
-    path.with_file_name(name)
+    Ok((count, queued))
 }
 
 /// Writes sets (and enqueues) in commits that stay inside Deno's limits.
@@ -425,33 +417,69 @@ pub async fn load(db: &str, input: &Path) -> Result<(), CliError> {
     let progress = Progress::new("load", size);
     let now = Utc::now();
     let mut writer = BatchWriter::new(target.kv()?);
-    let mut expired = 0;
+    let mut dump = DumpReader::new();
+    let (mut expired, mut messages, mut rebuilt, mut lines) = (0, 0, 0, 0);
     for (index, line) in reader.lines().enumerate() {
         let line = line.map_err(|source| CliError::Io {
             path: input.to_path_buf(),
             source,
         })?;
+        lines = index + 1;
         progress.inc(line.len() as u64 + 1);
         if line.trim().is_empty() {
             continue;
         }
-        let entry = DumpEntry::parse(&line).map_err(|reason| CliError::BadDumpLine {
-            file: name.clone(),
-            line: index + 1,
-            reason,
-        })?;
-        if entry.expires_at.is_some_and(|at| at <= now) {
-            expired += 1;
-            continue;
+        let item = dump
+            .read_line(&line)
+            .map_err(|reason| CliError::BadDumpLine {
+                file: name.clone(),
+                line: lines,
+                reason,
+            })?;
+        match item {
+            None => {}
+            Some(DumpItem::Entry(entry, source)) => {
+                rebuilt += usize::from(source == ValueSource::Tagged);
+                if entry.expires_at.is_some_and(|at| at <= now) {
+                    expired += 1;
+                    continue;
+                }
+                writer.set(entry).await?;
+            }
+            Some(DumpItem::Message(message, source)) => {
+                rebuilt += usize::from(source == ValueSource::Tagged);
+                messages += 1;
+                writer.enqueue(message).await?;
+            }
         }
-        writer.set(entry).await?;
     }
+    dump.finish().map_err(|reason| CliError::BadDumpLine {
+        file: name.clone(),
+        line: lines + 1,
+        reason,
+    })?;
     writer.flush().await?;
     let written = writer.written;
     progress.finish();
     let url = target.url().to_owned();
     target.commit().await?;
-    eprintln!("loaded {written} entries into {url} ({expired} already expired, skipped)");
+    if dump.version() < 2 {
+        eprintln!(
+            "kv: warning: {name} is a format {} dump, from before dumps held queued messages",
+            dump.version()
+        );
+    }
+    if rebuilt > 0 {
+        eprintln!(
+            "kv: warning: {rebuilt} V8 values had no \"bytes\" and were rebuilt from their tagged \
+             form, which does not hold an error's stack and cause, the rest of the buffer a typed \
+             array or DataView looks into, or which views share a buffer"
+        );
+    }
+    eprintln!(
+        "loaded {written} entries and {messages} queued messages into {url} ({expired} already \
+         expired, skipped)"
+    );
     Ok(())
 }
 

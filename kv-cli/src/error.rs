@@ -60,6 +60,15 @@ pub enum CliError {
         source: std::io::Error,
     },
 
+    /// `kv dump -o` refused its output path (a directory, a link to nothing).
+    #[error("cannot dump to {}: {reason}", path.display())]
+    BadOutput {
+        /// The path given.
+        path: PathBuf,
+        /// Why, and what to give instead.
+        reason: String,
+    },
+
     /// `kv serve` refused its configuration (no token, open access off loopback, a bad token).
     #[error("{0}")]
     ServeRefused(String),

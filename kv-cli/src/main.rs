@@ -13,6 +13,7 @@ mod commands;
 mod dump;
 mod error;
 mod key_syntax;
+mod output_file;
 mod progress;
 mod serve;
 mod store;

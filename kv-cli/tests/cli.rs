@@ -76,12 +76,31 @@ fn copy_fixture(dir: &Path, name: &str) -> PathBuf {
     to
 }
 
+/// The names of the files in `dir`.
+fn file_names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn lines(text: &str) -> Vec<Json> {
     text.lines()
         .map(|line| {
             serde_json::from_str(&without_lone_surrogates(line))
                 .unwrap_or_else(|e| panic!("{line}: {e}"))
         })
+        .collect()
+}
+
+/// The entry lines of a dump (not its header, queued messages or end line).
+fn entry_lines(text: &str) -> Vec<Json> {
+    lines(text)
+        .into_iter()
+        .filter(|line| line.get("key").is_some())
         .collect()
 }
 
@@ -125,7 +144,7 @@ fn dump_of_every_fixture_equals_its_manifest() {
     for name in ["keys", "values", "special"] {
         let manifest = read_json(&fixtures().join(format!("{name}.manifest.json")));
         let db = copy_fixture(dir.path(), &format!("{name}.sqlite"));
-        let dumped = lines(&kv_ok(
+        let dumped = entry_lines(&kv_ok(
             dir.path(),
             &["--db", &format!("sqlite:{}", db.display()), "dump"],
         ));
@@ -374,13 +393,9 @@ fn failures_are_clear_and_leave_no_partial_target() {
     .unwrap_or_else(|e| panic!("{e}"));
     let err = kv_fails(path, &["--db", "sqlite:new.sqlite3", "load", "bad.jsonl"]);
     assert!(err.contains("bad.jsonl, line 2"), "{err}");
-    let leftovers: Vec<_> = std::fs::read_dir(path)
-        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
-        .unwrap_or_default();
+    let leftovers = file_names(path);
     assert!(
-        !leftovers
-            .iter()
-            .any(|n| n.to_string_lossy().starts_with("new.sqlite3")),
+        !leftovers.iter().any(|n| n.starts_with("new.sqlite3")),
         "no target, no temporary file: {leftovers:?}"
     );
 
@@ -455,4 +470,296 @@ fn migrate_moves_everything_between_engines_and_back() {
     };
     assert_eq!(dump("redb:copy.redb"), dump(&source));
     assert_eq!(dump("sqlite:back.sqlite3"), dump(&source));
+}
+
+/// What a database holds, as its backend stores it: every live entry (key, encoding and stored
+/// bytes, expiry) and every queued message (payload bytes, ready time, undelivered keys, backoff
+/// schedule; not the id, which a load makes anew).
+#[derive(Debug, PartialEq)]
+struct Stored {
+    entries: Vec<(kv::Key, kv::KvValue, Option<i64>)>,
+    messages: Vec<StoredMessage>,
+}
+
+/// A queued message without its id: payload, ready time (ms), undelivered keys, schedule.
+type StoredMessage = (Vec<u8>, i64, Vec<Vec<u8>>, Vec<u32>);
+
+/// Runs a future to completion, for tests that use the `kv` crate directly.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("no runtime: {e}"))
+        .block_on(future)
+}
+
+fn stored(url: &str) -> Stored {
+    use futures::TryStreamExt;
+    block_on(async {
+        let kv = kv::Kv::open(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        let entries: Vec<kv::Entry> = kv
+            .list(kv::Selector::prefix(kv::key![]), kv::ListOptions::default())
+            .unwrap_or_else(|e| panic!("{url}: {e}"))
+            .try_collect()
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
+        let mut messages: Vec<_> = kv
+            .queued_messages()
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e}"))
+            .into_iter()
+            .map(|m| {
+                (
+                    m.payload,
+                    m.ready_at.timestamp_millis(),
+                    m.keys_if_undelivered,
+                    m.backoff_schedule,
+                )
+            })
+            .collect();
+        messages.sort();
+        kv.close().await.unwrap_or_else(|e| panic!("{url}: {e}"));
+        Stored {
+            entries: entries
+                .into_iter()
+                .map(|e| (e.key, e.value, e.expires_at.map(|at| at.timestamp_millis())))
+                .collect(),
+            messages,
+        }
+    })
+}
+
+/// `kv dump -o` of `url`, then `kv load` of that file into a new SQLite database in `dir`;
+/// returns the new database's URL.
+fn dump_and_load(dir: &Path, url: &str, name: &str) -> String {
+    let dump = format!("{name}.jsonl");
+    kv_ok(dir, &["--db", url, "dump", "-o", &dump]);
+    let loaded = format!(
+        "sqlite:{}",
+        dir.join(format!("{name}-loaded.sqlite3")).display()
+    );
+    kv_ok(dir, &["--db", &loaded, "load", &dump]);
+    loaded
+}
+
+#[test]
+fn dump_then_load_reproduces_every_fixture_byte_for_byte_with_its_queue() {
+    let dir = temp_dir();
+    for name in ["keys", "values", "special", "key_vectors"] {
+        let db = copy_fixture(dir.path(), &format!("{name}.sqlite"));
+        let source = format!("sqlite:{}", db.display());
+        let loaded = dump_and_load(dir.path(), &source, name);
+        let (from, to) = (stored(&source), stored(&loaded));
+        assert!(!from.entries.is_empty(), "{name}: no entries");
+        let queued = if name == "special" { 3 } else { 0 };
+        assert_eq!(from.messages.len(), queued, "{name}: queued messages");
+        assert_eq!(to, from, "{name}: stored bytes, expiry and queue");
+    }
+}
+
+#[test]
+fn dump_then_load_keeps_what_the_tagged_form_drops() {
+    // Bytes Deno 2.9.6 wrote (kv.set) for values whose tagged JSON is not the whole story:
+    let deno_values = [
+        // { window: new Uint16Array(buf, 4, 3), view: new DataView(buf, 2, 5), whole: new
+        // Uint8Array(buf) }, buf a 16-byte ArrayBuffer: windows sharing one buffer.
+        "ff106f220677696e646f774210000102030405060708090a0b0c0d0e0f56570406002204766965775e01563f020500220577686f6c655e0156420010007b03",
+        // new TypeError("boom", { cause: 42 }): a stack and a primitive cause.
+        "ff1072546d2204626f6f6d732236547970654572726f723a20626f6f6d0a2020202061742066696c653a2f2f2f746d702f636c692d67656e2f67656e2e74733a373a31336349542e",
+        // new Error("outer", { cause: "text cause" }).
+        "ff10726d22056f757465727322334572726f723a206f757465720a2020202061742066696c653a2f2f2f746d702f636c692d67656e2f67656e2e74733a393a313463220a746578742063617573652e",
+        // [new Uint8Array(buf, 8, 4)]: a window at an offset into a larger buffer.
+        "ff1041014210000102030405060708090a0b0c0d0e0f5642080400240001",
+    ];
+    let dir = temp_dir();
+    let source = format!("sqlite:{}", dir.path().join("lossy.sqlite3").display());
+    block_on(async {
+        let kv = kv::Kv::open(&source).unwrap_or_else(|e| panic!("{e}"));
+        for (i, hex_bytes) in deno_values.iter().enumerate() {
+            let bytes = hex::decode(hex_bytes).unwrap_or_else(|e| panic!("{e}"));
+            kv.set(kv::key!["lossy", i as i64], kv::KvValue::V8(bytes.clone()))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            kv.enqueue(kv::KvValue::V8(bytes), kv::EnqueueOptions::default())
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        kv.close().await.unwrap_or_else(|e| panic!("{e}"));
+    });
+    let loaded = dump_and_load(dir.path(), &source, "lossy");
+    let (from, to) = (stored(&source), stored(&loaded));
+    assert_eq!(from.entries.len(), deno_values.len());
+    assert_eq!(from.messages.len(), deno_values.len());
+    assert_eq!(to, from);
+}
+
+/// Runs a system tool (mknod, mkfifo) that must succeed.
+fn run_tool(dir: &Path, program: &str, args: &[&str]) {
+    let status = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    assert!(
+        status.success(),
+        "{program} {args:?} failed (root is needed for mknod)"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn dump_output_streams_into_special_files_and_never_replaces_them() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+    let dir = temp_dir();
+    let path = dir.path();
+    let file_type = |name: &str| {
+        std::fs::symlink_metadata(path.join(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .file_type()
+    };
+    kv_ok(path, &["set", r#"["a"]"#, "1"]);
+    let expected = kv_ok(path, &["dump"]);
+
+    // A character device like /dev/null (1, 3), made here: written into, still a device.
+    run_tool(path, "mknod", &["null", "c", "1", "3"]);
+    let device = std::fs::metadata(path.join("null")).map_or(0, |m| m.rdev());
+    kv_ok(path, &["dump", "-o", "null"]);
+    assert!(file_type("null").is_char_device(), "the device is gone");
+    assert_eq!(
+        std::fs::metadata(path.join("null")).map_or(0, |m| m.rdev()),
+        device
+    );
+
+    // A FIFO: its reader gets the whole dump, and it stays a FIFO.
+    run_tool(path, "mkfifo", &["fifo"]);
+    let fifo = path.join("fifo");
+    let reader = std::thread::spawn(move || std::fs::read_to_string(fifo));
+    kv_ok(path, &["dump", "-o", "fifo"]);
+    assert!(file_type("fifo").is_fifo(), "the FIFO was replaced");
+    let streamed = reader
+        .join()
+        .unwrap_or_else(|_| panic!("the reader panicked"));
+    assert_eq!(streamed.unwrap_or_else(|e| panic!("{e}")), expected);
+
+    // A link to a regular file: the file gets the dump (keeping its permissions), the link
+    // stays a link.
+    std::fs::write(path.join("real.jsonl"), "old").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::set_permissions(path.join("real.jsonl"), PermissionsExt::from_mode(0o600))
+        .unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink("real.jsonl", path.join("link.jsonl"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    kv_ok(path, &["dump", "-o", "link.jsonl"]);
+    assert!(
+        file_type("link.jsonl").is_symlink(),
+        "the link was replaced"
+    );
+    assert_eq!(
+        std::fs::read_to_string(path.join("real.jsonl")).unwrap_or_default(),
+        expected
+    );
+    let mode = std::fs::metadata(path.join("real.jsonl")).map_or(0, |m| m.mode());
+    assert_eq!(
+        mode & 0o777,
+        0o600,
+        "the replaced file keeps its permissions"
+    );
+
+    // A link to nothing and a directory are refused, and nothing is created.
+    std::os::unix::fs::symlink("nowhere.jsonl", path.join("dangling.jsonl"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = kv_fails(path, &["dump", "-o", "dangling.jsonl"]);
+    assert!(err.contains("symbolic link to nothing"), "{err}");
+    assert!(!path.join("nowhere.jsonl").exists());
+    std::fs::create_dir(path.join("folder")).unwrap_or_else(|e| panic!("{e}"));
+    let err = kv_fails(path, &["dump", "-o", "folder"]);
+    assert!(err.contains("is a directory"), "{err}");
+    let leftovers = file_names(path);
+    assert!(
+        !leftovers.iter().any(|n| n.contains(".partial-")),
+        "no temporary file: {leftovers:?}"
+    );
+}
+
+#[test]
+fn load_refuses_disagreeing_cut_or_newer_dumps_and_warns_about_tagged_values() {
+    let dir = temp_dir();
+    let path = dir.path();
+    kv_ok(
+        path,
+        &["set", r#"["greeting"]"#, "hello", "--type", "string"],
+    );
+    kv_ok(path, &["enqueue", r#"{"job": 1}"#, "--delay", "60000"]);
+    let dump = kv_ok(path, &["dump"]);
+    // Loads `text` as the file `name` into `sqlite:NAME.sqlite3`: whether it succeeded, its
+    // stderr, the database URL.
+    let load = |name: &str, text: &str| {
+        std::fs::write(path.join(name), text).unwrap_or_else(|e| panic!("{e}"));
+        let db = format!("sqlite:{name}.sqlite3");
+        let output = kv(path, &["--db", &db, "load", name]);
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.success(), stderr, db)
+    };
+    let refused = |name: &str, text: &str, reason: &str| {
+        let (ok, stderr, _) = load(name, text);
+        assert!(!ok && stderr.contains(reason), "{name}: {stderr}");
+    };
+
+    // The dump as written loads without a warning.
+    let (ok, stderr, _) = load("as-is.jsonl", &dump);
+    assert!(ok && !stderr.contains("warning"), "{stderr}");
+
+    // An edited value whose bytes were left as they were: refused.
+    let edited = dump.replace(r#"{"string":"hello"}"#, r#"{"string":"howdy"}"#);
+    assert_ne!(edited, dump);
+    refused(
+        "edited.jsonl",
+        &edited,
+        "edited.jsonl, line 2: \"value\" does not describe \"bytes\"",
+    );
+
+    // The same edit with the bytes deleted: loaded from the tagged form, with a warning.
+    let without_bytes: String = edited
+        .lines()
+        .map(|line| {
+            let mut json: Json = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}"));
+            if line.contains("greeting")
+                && let Some(object) = json.as_object_mut()
+            {
+                object.remove("bytes");
+            }
+            format!("{json}\n")
+        })
+        .collect();
+    let (ok, stderr, db) = load("rebuilt.jsonl", &without_bytes);
+    assert!(
+        ok && stderr.contains("warning: 1 V8 values had no \"bytes\""),
+        "{stderr}"
+    );
+    let howdy = kv_ok(path, &["--db", &db, "get", r#"["greeting"]"#]);
+    assert!(howdy.starts_with(r#"["greeting"] = "howdy""#), "{howdy}");
+
+    // A dump cut before its end line (here: its queued message too) is refused.
+    let cut: String = dump
+        .lines()
+        .take(2)
+        .map(|line| format!("{line}\n"))
+        .collect();
+    refused("cut.jsonl", &cut, "incomplete");
+
+    // A dump of a newer format is refused, saying which versions this kv reads.
+    let newer = dump.replacen(r#""version":2"#, r#""version":3"#, 1);
+    refused(
+        "newer.jsonl",
+        &newer,
+        "this dump is format version 3; this kv reads versions 1 to 2",
+    );
+    let leftovers = file_names(path);
+    for name in ["edited", "cut", "newer"] {
+        assert!(
+            !leftovers
+                .iter()
+                .any(|n| n.starts_with(&format!("{name}.jsonl.sqlite3"))),
+            "{name}: no target: {leftovers:?}"
+        );
+    }
 }

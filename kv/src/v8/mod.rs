@@ -7,7 +7,7 @@
 //!
 //! | form | to a [`KvValue`] | from a [`KvValue`] | lossless |
 //! |---|---|---|---|
-//! | tagged JSON (the fixture manifests' `value_json`) | [`from_tagged_json`] | [`to_tagged_json`] | yes, for what JavaScript can see |
+//! | tagged JSON (the fixture manifests' `value_json`) | [`from_tagged_json`] | [`to_tagged_json`] | nearly: not an error's stack and cause, nor the buffer around a view (see below) |
 //! | plain JSON | [`from_json`] | [`to_json`] | no: `JSON.stringify`'s view |
 //! | any `serde` type | [`to_v8`] | [`from_v8`] | as plain JSON |
 //! | a JavaScript literal, for people | — | [`to_js_literal`] | no |
