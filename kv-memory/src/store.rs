@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use chrono::{DateTime, Utc};
-use kv_proto::queue::{DeliveryFailure, QueuedMessage, after_failed_delivery};
+use kv_proto::queue::{
+    DeliveryFailure, DeliveryOutcome, QueuedMessage, after_delivery, after_failed_delivery,
+};
 use kv_proto::{
     AtomicWrite, ChangeSignal, CommitResult, KvEntry, KvError, ReadRange, ReadRangeOutput,
     StoredEntry, Versionstamp, WatchedEntry, is_expired, stage_atomic_write,
@@ -213,14 +215,15 @@ impl MemoryStore {
         Ok((message, token))
     }
 
-    /// Ends delivery `token` of message `id`: success forgets the message; failure requeues it
-    /// after the next back-off interval or, with none left, writes it to its dead-letter keys. A
-    /// delivery that was already settled (or abandoned and handed out again) is left alone.
+    /// Ends delivery `token` of message `id` (see [`after_delivery`]): success forgets the
+    /// message; failure requeues it after the next back-off interval or, with none left, writes it
+    /// to its dead-letter keys; a delivery nobody received puts it back as it was. A delivery that
+    /// was already settled (or abandoned and handed out again) is left alone.
     pub(crate) fn finish_message(
         &self,
         id: Uuid,
         token: u64,
-        success: bool,
+        outcome: DeliveryOutcome,
         now: DateTime<Utc>,
     ) -> Result<(), KvError> {
         let mut state = self.lock();
@@ -230,10 +233,10 @@ impl MemoryStore {
         let Some(delivery) = state.running.remove(&id) else {
             return Ok(());
         };
-        if success {
+        let Some(next) = after_delivery(&delivery.message, outcome, now) else {
             return Ok(());
-        }
-        let effects = state.fail_delivery(delivery.message, now)?;
+        };
+        let effects = state.apply_failure(next, now)?;
         drop(state);
         self.announce(effects);
         Ok(())
@@ -252,7 +255,8 @@ impl MemoryStore {
         let mut effects = Effects::default();
         for id in abandoned {
             if let Some(delivery) = state.running.remove(&id) {
-                effects = effects.and(state.fail_delivery(delivery.message, now)?);
+                let failure = after_failed_delivery(&delivery.message, now);
+                effects = effects.and(state.apply_failure(failure, now)?);
             }
         }
         drop(state);
@@ -368,13 +372,13 @@ impl State {
         }
     }
 
-    /// Requeues a message whose delivery failed, or dead-letters it when its retries are used up.
-    fn fail_delivery(
+    /// Requeues a message whose delivery ended unsuccessfully, or writes its dead letters.
+    fn apply_failure(
         &mut self,
-        message: QueuedMessage,
+        failure: DeliveryFailure,
         now: DateTime<Utc>,
     ) -> Result<Effects, KvError> {
-        Ok(match after_failed_delivery(&message, now) {
+        Ok(match failure {
             DeliveryFailure::Retry(next) => {
                 self.ready.insert((next.ready_at, next.id), next);
                 Effects {

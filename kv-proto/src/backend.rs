@@ -59,6 +59,14 @@ pub trait Backend: Send + Sync {
     /// Waits for the next due queue message and hands it out; `Ok(None)` once the backend is
     /// closed (including a dequeue already waiting when it closes). The default refuses: backends
     /// without queues need not implement it.
+    ///
+    /// **Cancel-safe.** Dropping the returned future at any await point (a `select!` with a
+    /// timeout, a client that went away) loses no message and parks none: a message the engine
+    /// already took is given back, due again at once and without using up a retry, since no
+    /// consumer saw it ([`crate::queue::DeliveryOutcome::Undelivered`]). Only a handle that
+    /// reached the caller and is dropped unfinished counts as a failed delivery. Engines get this
+    /// by guarding every take with a [`crate::queue::Delivery`] created in the step that takes the
+    /// message, and by running [`crate::queue::next_delivery`].
     async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
         Err(KvError::Unsupported { feature: "queues" })
     }

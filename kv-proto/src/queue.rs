@@ -29,6 +29,12 @@ use uuid::Uuid;
 
 use crate::{DEFAULT_BACKOFF_SCHEDULE, Enqueue, KvError, KvValue, Mutation};
 
+mod delivery;
+mod dequeue;
+
+pub use delivery::{Delivery, DeliveryEngine, DeliveryOutcome, after_delivery};
+pub use dequeue::{Taken, next_delivery};
+
 /// How long a consumer holds a message before it is presumed dead and the message requeued
 /// (Deno: 5 s).
 pub const MESSAGE_DEADLINE: Duration = Duration::from_secs(5);
@@ -125,7 +131,7 @@ pub enum QueueWake {
     Closed,
 }
 
-/// The wait in every engine's dequeue loop, written once: after looking for a due message and
+/// The wait in the dequeue loop ([`next_delivery`]): after looking for a due message and
 /// finding none, wait until the queue changes (`changes`, bumped on every enqueue or requeue),
 /// the next message's ready time `next_due` arrives on `clock`, or the handle closes
 /// (`closed`).
@@ -156,7 +162,8 @@ pub async fn wait_for_queue(
 
 /// A message handed to a consumer. The consumer reads the payload, handles it, and must call
 /// [`QueueMessageHandle::finish`]: `true` deletes it, `false` schedules a retry (or dead-letters
-/// it). A handle dropped without finishing counts as a failure once its deadline passes.
+/// it). A handle dropped without finishing counts as a failed delivery (at once, or once its
+/// deadline passes). Every engine's handle is a [`Delivery`].
 #[async_trait]
 pub trait QueueMessageHandle: Send + Sync {
     /// The V8-serialized payload.
@@ -164,6 +171,14 @@ pub trait QueueMessageHandle: Send + Sync {
 
     /// Reports the outcome. Consumes the handle, so a message cannot be finished twice.
     async fn finish(self: Box<Self>, success: bool) -> Result<(), KvError>;
+
+    /// Gives the message back untouched, for a consumer that never looked at it — a relay (such
+    /// as `kv serve`'s long poll) that could not pass it on: it is due again at once and no retry
+    /// is used up ([`DeliveryOutcome::Undelivered`]). Does not wait. The default drops the
+    /// handle, which counts as a failed delivery.
+    fn release(self: Box<Self>) {
+        drop(self);
+    }
 }
 
 #[cfg(test)]

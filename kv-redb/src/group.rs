@@ -31,13 +31,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use kv_proto::queue::{DeliveryOutcome, Taken};
 use kv_proto::{AtomicWrite, Clock, CommitResult, KvError};
 use redb::{Database, ReadableTable};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::error::storage;
-use crate::queue::{self, Taken};
+use crate::queue::{self, Engine, Found};
 use crate::snapshot::ReadSnapshot;
 use crate::store::Notifier;
 use crate::txn::{Effects, Fatal, Tables, commit_write};
@@ -70,12 +71,14 @@ pub(crate) enum Command {
     Take {
         owner: u64,
         now: DateTime<Utc>,
-        reply: Reply<Taken>,
+        /// Settles the delivery the take creates.
+        engine: Arc<Engine>,
+        reply: Reply<Taken<Engine>>,
     },
     Finish {
         id: Uuid,
         token: u64,
-        success: bool,
+        outcome: DeliveryOutcome,
         now: DateTime<Utc>,
         reply: Option<Reply<()>>,
     },
@@ -121,7 +124,7 @@ enum Pending {
         Reply<Option<CommitResult>>,
         Result<Option<CommitResult>, KvError>,
     ),
-    Take(Reply<Taken>, Result<Taken, KvError>),
+    Take(Reply<Taken<Engine>>, Result<Found, KvError>, Arc<Engine>),
     Unit(Option<Reply<()>>, Result<(), KvError>),
 }
 
@@ -131,8 +134,12 @@ impl Pending {
         match (self, group_error) {
             (Pending::Write(reply, _), Some(err)) => drop(reply.send(Err(err.clone()))),
             (Pending::Write(reply, result), None) => drop(reply.send(result)),
-            (Pending::Take(reply, _), Some(err)) => drop(reply.send(Err(err.clone()))),
-            (Pending::Take(reply, result), None) => drop(reply.send(result)),
+            (Pending::Take(reply, _, _), Some(err)) => drop(reply.send(Err(err.clone()))),
+            // A dequeue dropped meanwhile does not receive its delivery: dropped here, the
+            // guard gives the message back.
+            (Pending::Take(reply, result, engine), None) => {
+                drop(reply.send(result.map(|found| found.into_taken(engine))));
+            }
             (Pending::Unit(Some(reply), _), Some(err)) => drop(reply.send(Err(err.clone()))),
             (Pending::Unit(Some(reply), result), None) => drop(reply.send(result)),
             (Pending::Unit(None, _), _) => {}
@@ -474,33 +481,42 @@ impl GroupState {
                     Err(failure) => (Pending::Write(reply, Err(failure.0.clone())), Some(failure)),
                 }
             }
-            Command::Take { owner, now, reply } => {
+            Command::Take {
+                owner,
+                now,
+                engine,
+                reply,
+            } => {
                 if self.closed_owners.contains(&owner) {
-                    return (Pending::Take(reply, Ok(Taken::Closed)), None);
+                    return (Pending::Take(reply, Ok(Found::Closed), engine), None);
                 }
                 match queue::take_due(tables, now) {
                     Ok(Ok(Ok(message))) => {
                         self.next_token += 1;
                         let token = self.next_token;
                         self.held.insert(message.id, Held { owner, token });
-                        let taken = Taken::Message {
+                        let found = Found::Message {
                             id: message.id,
                             token,
                             payload: message.payload,
                         };
-                        (Pending::Take(reply, Ok(taken)), None)
+                        (Pending::Take(reply, Ok(found), engine), None)
                     }
-                    Ok(Ok(Err(next_at))) => {
-                        (Pending::Take(reply, Ok(Taken::NextAt(next_at))), None)
-                    }
-                    Ok(Err(err)) => (Pending::Take(reply, Err(err)), None),
-                    Err(failure) => (Pending::Take(reply, Err(failure.0.clone())), Some(failure)),
+                    Ok(Ok(Err(next_at))) => (
+                        Pending::Take(reply, Ok(Found::NextAt(next_at)), engine),
+                        None,
+                    ),
+                    Ok(Err(err)) => (Pending::Take(reply, Err(err), engine), None),
+                    Err(failure) => (
+                        Pending::Take(reply, Err(failure.0.clone()), engine),
+                        Some(failure),
+                    ),
                 }
             }
             Command::Finish {
                 id,
                 token,
-                success,
+                outcome,
                 now,
                 reply,
             } => {
@@ -509,7 +525,7 @@ impl GroupState {
                 if self.held.get(&id).is_none_or(|h| h.token != token) {
                     return (Pending::Unit(reply, Ok(())), None);
                 }
-                match queue::settle(tables, id, success, now, &mut self.last_version, effects) {
+                match queue::settle(tables, id, outcome, now, &mut self.last_version, effects) {
                     Ok(result) => {
                         if result.is_ok() {
                             self.held.remove(&id);
@@ -529,7 +545,8 @@ impl GroupState {
                     .collect();
                 let mut result = Ok(());
                 for id in abandoned {
-                    match queue::settle(tables, id, false, now, &mut self.last_version, effects) {
+                    let failed = DeliveryOutcome::Failed;
+                    match queue::settle(tables, id, failed, now, &mut self.last_version, effects) {
                         Ok(Ok(())) => {
                             self.held.remove(&id);
                         }
@@ -727,6 +744,7 @@ mod tests {
             thread.run_group(vec![Command::Take {
                 owner: 1,
                 now,
+                engine: Arc::new(queue::SettlesNothing),
                 reply,
             }]);
             answer.try_recv().expect("answered").expect("take")
@@ -739,7 +757,7 @@ mod tests {
         }
         clock.advance(Duration::from_millis(100));
         match take(&mut thread, clock.now()) {
-            Taken::Message { payload, .. } => assert_eq!(payload, vec![7]),
+            Taken::Message(delivery) => assert_eq!(delivery.hand_over().payload(), vec![7]),
             _ => panic!("the message is delivered again"),
         }
     }

@@ -8,7 +8,7 @@
 //!
 //! Taking a message moves it from ready to running in the same transaction; finishing it deletes
 //! the running row and, for a failure, applies kv-proto's rule
-//! ([`after_failed_delivery`]): back to `queue_ready` after the next back-off interval, or — with
+//! ([`kv_proto::queue::after_failed_delivery`]): back to `queue_ready` after the next back-off interval, or — with
 //! no interval left — its payload written under its dead-letter keys by an ordinary commit.
 //!
 //! **Who holds a running message.** redb locks the file for one process
@@ -22,8 +22,13 @@
 //! detect a dead consumer while the file is open and there is nothing to keep alive; it is
 //! recorded for inspection and for the format's sake.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, TimeDelta, Utc};
-use kv_proto::queue::{DeliveryFailure, MESSAGE_DEADLINE, QueuedMessage, after_failed_delivery};
+use kv_proto::queue::{
+    Delivery, DeliveryEngine, DeliveryFailure, DeliveryOutcome, MESSAGE_DEADLINE, QueuedMessage,
+    Taken, after_delivery,
+};
 use kv_proto::{AtomicWrite, KvError};
 use redb::ReadableTable;
 use uuid::Uuid;
@@ -32,8 +37,19 @@ use crate::codec;
 use crate::error::storage;
 use crate::txn::{Effects, Fatal, Step, Tables, commit_write, fatal};
 
-/// What a dequeue attempt found.
-pub(crate) enum Taken {
+/// One delivery of this engine: the message id, and `token` (its delivery number), which tells
+/// it from a later delivery of the same message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ticket {
+    pub(crate) id: Uuid,
+    pub(crate) token: u64,
+}
+
+/// What settles a handle's deliveries (see `crate::consumer`).
+pub(crate) type Engine = dyn DeliveryEngine<Ticket = Ticket>;
+
+/// What a dequeue attempt found in the file (inside the group, before its commit).
+pub(crate) enum Found {
     /// A message now held by the caller, under `token` (its delivery number).
     Message {
         /// The message id.
@@ -47,6 +63,21 @@ pub(crate) enum Taken {
     NextAt(Option<DateTime<Utc>>),
     /// The asking handle is closed.
     Closed,
+}
+
+impl Found {
+    /// The answer for the consumer, once the group has committed: a taken message becomes a
+    /// [`Delivery`] here, before the answer is sent, so an answer nobody receives (the dequeue
+    /// was dropped) is dropped as a guard that gives the message back.
+    pub(crate) fn into_taken(self, engine: Arc<Engine>) -> Taken<Engine> {
+        match self {
+            Found::Message { id, token, payload } => {
+                Taken::Message(Delivery::new(engine, Ticket { id, token }, payload))
+            }
+            Found::NextAt(next) => Taken::NextAt(next),
+            Found::Closed => Taken::Closed,
+        }
+    }
 }
 
 /// Moves the first message due at `now` from ready to running. Returns the message, or else the
@@ -98,12 +129,13 @@ fn decode_ready(key: &[u8], body: &[u8]) -> Result<QueuedMessage, KvError> {
     codec::decode_message_body(body, id, ready_at)
 }
 
-/// Ends the delivery of running message `id`: success deletes it, failure retries it or
-/// dead-letters it. A message that is not running (already settled) is left alone.
+/// Ends the delivery of running message `id` as `outcome` says (see [`after_delivery`]): success
+/// deletes it, failure retries it or dead-letters it, an undelivered message goes back to
+/// `queue_ready` as it was. A message that is not running (already settled) is left alone.
 pub(crate) fn settle(
     tables: &mut Tables<'_>,
     id: Uuid,
-    success: bool,
+    outcome: DeliveryOutcome,
     now: DateTime<Utc>,
     last_version: &mut u64,
     effects: &mut Effects,
@@ -121,12 +153,14 @@ pub(crate) fn settle(
     let Some(record) = running else {
         return Ok(Ok(()));
     };
-    if !success {
+    if outcome != DeliveryOutcome::Succeeded {
         let message = match codec::decode_running(&record, id) {
             Ok((_deadline, message)) => message,
             Err(err) => return Ok(Err(err)),
         };
-        if let Err(err) = fail_delivery(tables, &message, now, last_version, effects)? {
+        if let Some(failure) = after_delivery(&message, outcome, now)
+            && let Err(err) = apply_failure(tables, failure, now, last_version, effects)?
+        {
             return Ok(Err(err));
         }
     }
@@ -139,15 +173,16 @@ pub(crate) fn settle(
     Ok(Ok(()))
 }
 
-/// Applies kv-proto's retry rule to a message whose delivery failed at `now`.
-fn fail_delivery(
+/// Requeues a message whose delivery ended unsuccessfully, as `failure` says, or writes its dead
+/// letters.
+fn apply_failure(
     tables: &mut Tables<'_>,
-    message: &QueuedMessage,
+    failure: DeliveryFailure,
     now: DateTime<Utc>,
     last_version: &mut u64,
     effects: &mut Effects,
 ) -> Step<()> {
-    match after_failed_delivery(message, now) {
+    match failure {
         DeliveryFailure::Retry(next) => {
             tables.insert_ready(&next)?;
             effects.queue = true;
@@ -191,9 +226,32 @@ pub(crate) fn recover(
                 continue;
             }
         };
-        if let Err(err) = settle(tables, id, false, now, last_version, effects)? {
+        if let Err(err) = settle(
+            tables,
+            id,
+            DeliveryOutcome::Failed,
+            now,
+            last_version,
+            effects,
+        )? {
             problems.push(err);
         }
     }
     Ok(problems)
+}
+
+/// A [`DeliveryEngine`] for tests of the writer alone: it settles nothing.
+#[cfg(test)]
+pub(crate) struct SettlesNothing;
+
+#[cfg(test)]
+#[async_trait::async_trait]
+impl DeliveryEngine for SettlesNothing {
+    type Ticket = Ticket;
+
+    async fn settle(&self, _: Ticket, _: DeliveryOutcome) -> Result<(), KvError> {
+        Ok(())
+    }
+
+    fn settle_in_background(&self, _: Ticket, _: DeliveryOutcome) {}
 }

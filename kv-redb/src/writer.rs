@@ -37,13 +37,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use kv_proto::queue::{DeliveryOutcome, Taken};
 use kv_proto::{AtomicWrite, CommitResult, KvError, run_blocking};
 use tokio::sync::oneshot;
-use uuid::Uuid;
 
 use crate::RedbError;
 use crate::group::{Command, GroupState, MAX_GROUP, Reply};
-use crate::queue::Taken;
+use crate::queue::{Engine, Ticket};
 
 /// How soon the standby thread looks again when it could not see the group state (a leader
 /// held it), to keep its idle work on time.
@@ -322,35 +322,51 @@ impl Writer {
         self.ask(|reply| Command::Write { write, now, reply }).await
     }
 
-    /// Hands the first due message to handle `owner`.
-    pub(crate) async fn take(&self, owner: u64, now: DateTime<Utc>) -> Result<Taken, KvError> {
-        self.ask(|reply| Command::Take { owner, now, reply }).await
+    /// Hands the first due message to handle `owner`, guarded by a delivery that `engine`
+    /// settles.
+    pub(crate) async fn take(
+        &self,
+        owner: u64,
+        now: DateTime<Utc>,
+        engine: Arc<Engine>,
+    ) -> Result<Taken<Engine>, KvError> {
+        self.ask(|reply| Command::Take {
+            owner,
+            now,
+            engine,
+            reply,
+        })
+        .await
     }
 
-    /// Settles delivery `token` of message `id`.
-    pub(crate) async fn finish(
+    /// Settles a delivery as `outcome` says.
+    pub(crate) async fn settle(
         &self,
-        id: Uuid,
-        token: u64,
-        success: bool,
+        ticket: Ticket,
+        outcome: DeliveryOutcome,
         now: DateTime<Utc>,
     ) -> Result<(), KvError> {
         self.ask(|reply| Command::Finish {
-            id,
-            token,
-            success,
+            id: ticket.id,
+            token: ticket.token,
+            outcome,
             now,
             reply: Some(reply),
         })
         .await
     }
 
-    /// Fails delivery `token` of message `id` without waiting (a handle dropped unfinished).
-    pub(crate) fn fail_in_background(&self, id: Uuid, token: u64, now: DateTime<Utc>) {
+    /// [`Writer::settle`] without waiting (from a delivery's `Drop`).
+    pub(crate) fn settle_in_background(
+        &self,
+        ticket: Ticket,
+        outcome: DeliveryOutcome,
+        now: DateTime<Utc>,
+    ) {
         let command = Command::Finish {
-            id,
-            token,
-            success: false,
+            id: ticket.id,
+            token: ticket.token,
+            outcome,
             now,
             reply: None,
         };
@@ -417,6 +433,7 @@ mod tests {
     use std::collections::HashSet;
 
     use kv_proto::{Clock, ManualClock, Mutation, Versionstamp, encode_key, key};
+    use uuid::Uuid;
 
     use super::*;
     use crate::snapshot::ReadSnapshot;
@@ -515,9 +532,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let writer = writer_in(&dir);
         writer.release_in_background(7, now());
-        let taken = futures::executor::block_on(writer.take(7, now())).expect("take");
+        let engine = || Arc::new(crate::queue::SettlesNothing);
+        let taken = futures::executor::block_on(writer.take(7, now(), engine())).expect("take");
         assert!(matches!(taken, Taken::Closed));
-        let other = futures::executor::block_on(writer.take(8, now())).expect("take");
+        let other = futures::executor::block_on(writer.take(8, now(), engine())).expect("take");
         assert!(matches!(other, Taken::NextAt(None)), "the queue is empty");
         writer.stop().expect("stop");
     }
@@ -574,7 +592,11 @@ mod tests {
         writer.stop().expect("stop");
         let refused = futures::executor::block_on(writer.write(set("b", 2), now()));
         assert!(matches!(refused, Err(KvError::Closed)), "{refused:?}");
-        writer.fail_in_background(Uuid::nil(), 1, now());
+        let ticket = Ticket {
+            id: Uuid::nil(),
+            token: 1,
+        };
+        writer.settle_in_background(ticket, DeliveryOutcome::Failed, now());
         writer.stop().expect("a second stop");
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kv_connect::prost::Message;
-use kv_proto::queue::MESSAGE_KEEPALIVE_INTERVAL;
+use kv_proto::queue::{Delivery, DeliveryEngine, DeliveryOutcome, MESSAGE_KEEPALIVE_INTERVAL};
 use kv_proto::{KvError, QueueMessageHandle};
 
 use crate::ext::{
@@ -78,12 +78,9 @@ pub(crate) async fn dequeue(
         {
             let mut state = inner.queue_state();
             if let Some(message) = state.buffer.pop_front() {
-                return Ok(Some(Box::new(RemoteMessage {
-                    inner: Arc::downgrade(inner),
-                    token: message.delivery_token,
-                    payload: message.payload,
-                    settled: false,
-                })));
+                let engine = Arc::new(RemoteDeliveries(Arc::downgrade(inner)));
+                let delivery = Delivery::new(engine, message.delivery_token, message.payload);
+                return Ok(Some(delivery.hand_over()));
             }
             if let Some(err) = state.error.take() {
                 return Err(err);
@@ -225,46 +222,35 @@ fn start_keepalive(inner: &Arc<Inner>) {
     });
 }
 
-/// A message handed to this client.
-struct RemoteMessage {
-    inner: Weak<Inner>,
-    token: String,
-    payload: Vec<u8>,
-    settled: bool,
-}
+/// Settles this client's deliveries on the server; the ticket is the delivery token.
+struct RemoteDeliveries(Weak<Inner>);
 
 #[async_trait]
-impl QueueMessageHandle for RemoteMessage {
-    fn payload(&self) -> &[u8] {
-        &self.payload
-    }
+impl DeliveryEngine for RemoteDeliveries {
+    type Ticket = String;
 
     /// Reports the outcome. If the server no longer held the message (its lease ran out, so it
     /// was already requeued), this is not an error: the message will be delivered again.
-    async fn finish(mut self: Box<Self>, success: bool) -> Result<(), KvError> {
-        self.settled = true;
-        let inner = self.inner.upgrade().ok_or(KvError::Closed)?;
-        if !inner.held().remove(&self.token) {
+    async fn settle(&self, token: String, outcome: DeliveryOutcome) -> Result<(), KvError> {
+        let inner = self.0.upgrade().ok_or(KvError::Closed)?;
+        if !inner.held().remove(&token) {
             // Released by close (reported as failed) or never ours.
             return Err(KvError::Closed);
         }
-        finish_call(&inner, &self.token, success).await.map(|_| ())
+        let success = outcome == DeliveryOutcome::Succeeded;
+        finish_call(&inner, &token, success).await.map(|_| ())
     }
-}
 
-impl Drop for RemoteMessage {
-    /// Dropped unfinished: a failed delivery, reported in the background.
-    fn drop(&mut self) {
-        if self.settled {
-            return;
-        }
-        let Some(inner) = self.inner.upgrade() else {
+    /// A handle dropped unfinished: a failed delivery, reported in the background. (A delivery
+    /// is handed over in the same step that takes it from the buffer, so it is never dropped
+    /// undelivered here; the protocol has no "undelivered" answer, so it would count as failed.)
+    fn settle_in_background(&self, token: String, _outcome: DeliveryOutcome) {
+        let Some(inner) = self.0.upgrade() else {
             return;
         };
-        if !inner.held().remove(&self.token) {
+        if !inner.held().remove(&token) {
             return;
         }
-        let token = std::mem::take(&mut self.token);
         // Without a runtime to report from, the server requeues when the lease runs out.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {

@@ -24,15 +24,30 @@
 //! forward; the `kv-remote` client renews every 2 s while it holds messages. A client that
 //! disappears (crash, lost network) stops renewing: a sweeper drops the handle once its lease has
 //! passed, which the backend counts as a failed delivery, so the message is retried per its
-//! back-off schedule. A dequeue answer lost on the way (the client gave up, the connection
-//! broke) is covered the same way. Shutting the server down drops every held handle (failed
-//! deliveries, retried later).
+//! back-off schedule. Shutting the server down drops every held handle (failed deliveries,
+//! retried later).
+//!
+//! **A long poll that ends without a message parks none.** The poll waits on the backend's
+//! `dequeue_next_message` and drops that future when `wait_ms` runs out, the server shuts down,
+//! or the client goes away; backends are cancel-safe, so a message taken just then goes back to
+//! the queue at once, with no retry used. Once the long poll has a message, the answer's body is
+//! a guard ([`DeliveryBody`]): dropped before the connection took its bytes (the client left
+//! mid-response, the connection broke), it gives the message back the same way — released
+//! through [`QueueMessageHandle::release`], as nobody saw it. Bytes the connection took but that
+//! never reached the client cannot be told from delivered ones: that message comes back when its
+//! lease runs out, as a failed delivery (one back-off interval used).
 
 use std::collections::HashMap;
+use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::BodyExt;
 use hyper::StatusCode;
+use hyper::body::{Body, Frame, SizeHint};
 use kv_proto::{Backend, KvError, QueueMessageHandle};
 use prost::Message;
 use tokio::time::Instant;
@@ -70,16 +85,18 @@ struct Held {
     deadline: Instant,
 }
 
-/// Messages handed out over the network and not yet finished, by delivery token.
+/// Messages handed out over the network and not yet finished, by delivery token. Clones share
+/// the same table.
+#[derive(Clone)]
 pub(crate) struct Deliveries {
-    held: Mutex<HashMap<String, Held>>,
+    held: Arc<Mutex<HashMap<String, Held>>>,
     lease: Duration,
 }
 
 impl Deliveries {
     pub(crate) fn new(lease: Duration) -> Self {
         Deliveries {
-            held: Mutex::new(HashMap::new()),
+            held: Arc::new(Mutex::new(HashMap::new())),
             lease,
         }
     }
@@ -143,6 +160,48 @@ impl Deliveries {
     pub(crate) fn release_all(&self) {
         let all: Vec<Held> = self.lock().drain().map(|(_, h)| h).collect();
         drop(all);
+    }
+}
+
+/// The body of a dequeue answer: the encoded [`DequeueResponse`], and a guard that gives the
+/// delivery back (released, as nobody saw it) if the body is dropped before the connection took
+/// its bytes.
+struct DeliveryBody {
+    bytes: Option<Bytes>,
+    /// Where the delivery is held, until the bytes are taken.
+    unsent: Option<(Deliveries, Uuid, String)>,
+}
+
+impl Body for DeliveryBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        // Taken by the connection: from here on a lost answer is covered by the lease.
+        self.unsent = None;
+        Poll::Ready(self.bytes.take().map(|bytes| Ok(Frame::data(bytes))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.bytes.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let len = self.bytes.as_ref().map_or(0, Bytes::len);
+        SizeHint::with_exact(u64::try_from(len).unwrap_or(u64::MAX))
+    }
+}
+
+impl Drop for DeliveryBody {
+    fn drop(&mut self) {
+        if let Some((deliveries, database, token)) = self.unsent.take()
+            && let Some(handle) = deliveries.take(database, &token)
+        {
+            handle.release();
+        }
     }
 }
 
@@ -211,14 +270,19 @@ pub(crate) async fn handle(
                     let delivery_token = shared.deliveries.hold(database, handle);
                     let lease_ms =
                         u32::try_from(shared.config.queue_lease.as_millis()).unwrap_or(u32::MAX);
-                    Ok(protobuf_response(
-                        DequeueResponse {
-                            delivery_token,
-                            payload,
-                            lease_ms,
-                        }
-                        .encode_to_vec(),
-                    ))
+                    let answer = DequeueResponse {
+                        delivery_token: delivery_token.clone(),
+                        payload,
+                        lease_ms,
+                    }
+                    .encode_to_vec();
+                    let body = DeliveryBody {
+                        bytes: Some(Bytes::from(answer)),
+                        unsent: Some((shared.deliveries.clone(), database, delivery_token)),
+                    };
+                    let mut response = protobuf_response(Vec::new());
+                    *response.body_mut() = body.boxed_unsync();
+                    Ok(response)
                 }
                 // The database was closed under us: 503, nothing was taken.
                 Some(Ok(None)) => Err(kv_failure(shared, &KvError::Closed)),
@@ -248,5 +312,74 @@ pub(crate) async fn handle(
                 KeepAliveResponse { unknown_tokens }.encode_to_vec(),
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::poll_fn;
+
+    use kv_memory::{MemoryBackend, MemoryStore};
+    use kv_proto::{AtomicWrite, Clock, Enqueue, ManualClock};
+
+    use super::*;
+
+    /// A store with one message due now, a backend on it, and the message taken and held as the
+    /// long poll holds it; returns the answer's body.
+    async fn held_answer(deliveries: &Deliveries, database: Uuid) -> (MemoryBackend, DeliveryBody) {
+        let clock = ManualClock::at_test_epoch();
+        let kv = MemoryBackend::open(&MemoryStore::new(), Arc::new(clock.clone()));
+        let write = AtomicWrite {
+            enqueues: vec![Enqueue {
+                payload: vec![7],
+                ready_at: clock.now(),
+                keys_if_undelivered: vec![],
+                backoff_schedule: Some(vec![1_000]),
+            }],
+            ..Default::default()
+        };
+        kv.atomic_write(write).await.unwrap().unwrap();
+        let handle = kv.dequeue_next_message().await.unwrap().unwrap();
+        let token = deliveries.hold(database, handle);
+        let body = DeliveryBody {
+            bytes: Some(Bytes::from_static(b"answer")),
+            unsent: Some((deliveries.clone(), database, token)),
+        };
+        (kv, body)
+    }
+
+    /// An answer dropped before the connection took it (the client left mid-response) gives the
+    /// message back at once, its schedule untouched; one whose bytes were taken stays held under
+    /// its lease.
+    #[tokio::test]
+    async fn an_answer_never_sent_releases_its_message() {
+        let deliveries = Deliveries::new(Duration::from_secs(5));
+        let database = Uuid::new_v4();
+
+        let (kv, body) = held_answer(&deliveries, database).await;
+        drop(body);
+        assert!(
+            deliveries.lock().is_empty(),
+            "the delivery is no longer held"
+        );
+        let queued = kv.queued_messages().await.unwrap();
+        assert_eq!(queued.len(), 1);
+        assert_eq!(queued[0].backoff_schedule, vec![1_000], "no retry was used");
+        let again = tokio::time::timeout(Duration::from_secs(5), kv.dequeue_next_message())
+            .await
+            .expect("due at once, without moving the clock")
+            .unwrap()
+            .unwrap();
+        assert_eq!(again.payload(), [7]);
+
+        let (_kv, mut body) = held_answer(&deliveries, database).await;
+        let frame = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+        assert!(frame.is_some());
+        drop(body);
+        assert_eq!(
+            deliveries.lock().len(),
+            1,
+            "sent: held until finished or lease"
+        );
     }
 }

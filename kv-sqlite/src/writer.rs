@@ -16,14 +16,16 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
 use kv_proto::next_group;
 use kv_proto::queue::{
-    DeliveryFailure, MESSAGE_DEADLINE, MESSAGE_KEEPALIVE_INTERVAL, after_failed_delivery,
+    Delivery, DeliveryEngine, DeliveryFailure, DeliveryOutcome, MESSAGE_DEADLINE,
+    MESSAGE_KEEPALIVE_INTERVAL, Taken, after_delivery, after_failed_delivery,
 };
 use kv_proto::{
     AtomicWrite, ChangeSignal, Clock, CommitResult, KvError, Versionstamp, WriteOutcome,
-    apply_atomic_write,
+    apply_atomic_write, ms_to_datetime,
 };
 use rusqlite::{Connection, ErrorCode, params};
 use tokio::sync::{oneshot, watch};
@@ -49,12 +51,24 @@ fn held_registry() -> std::sync::MutexGuard<'static, HashMap<PathBuf, HashSet<St
     HELD.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// What a dequeue attempt found.
-pub(crate) enum Taken {
-    /// A message now held by the caller.
+/// What a dequeue attempt found in the file (inside the group, before its commit).
+enum Found {
+    /// A message moved to `queue_running` for this handle.
     Message { id: String, payload: Vec<u8> },
     /// Nothing due; the next message is due at this time (ms), if any.
     NextAt(Option<i64>),
+}
+
+impl Found {
+    /// The answer for the consumer, once the group has committed: a taken message becomes a
+    /// [`Delivery`] here, on the writer thread, so an answer nobody receives (the dequeue was
+    /// dropped) is dropped as a guard that gives the message back.
+    fn into_taken(self, engine: Arc<Writer>) -> Taken<Writer> {
+        match self {
+            Found::Message { id, payload } => Taken::Message(Delivery::new(engine, id, payload)),
+            Found::NextAt(next) => Taken::NextAt(next.and_then(ms_to_datetime)),
+        }
+    }
 }
 
 enum Command {
@@ -65,11 +79,13 @@ enum Command {
     },
     Take {
         now: DateTime<Utc>,
-        reply: oneshot::Sender<Result<Taken, KvError>>,
+        /// Settles the delivery the take creates.
+        engine: Arc<Writer>,
+        reply: oneshot::Sender<Result<Taken<Writer>, KvError>>,
     },
     Finish {
         id: String,
-        success: bool,
+        outcome: DeliveryOutcome,
         now: DateTime<Utc>,
         reply: Option<oneshot::Sender<Result<(), KvError>>>,
     },
@@ -141,30 +157,14 @@ impl Writer {
         self.ask(|reply| Command::Write { write, now, reply }).await
     }
 
-    pub(crate) async fn take_message(&self, now: DateTime<Utc>) -> Result<Taken, KvError> {
-        self.ask(|reply| Command::Take { now, reply }).await
-    }
-
-    pub(crate) async fn finish_message(&self, id: String, success: bool) -> Result<(), KvError> {
-        let now = self.clock.now();
-        self.ask(|reply| Command::Finish {
-            id,
-            success,
-            now,
-            reply: Some(reply),
-        })
-        .await
-    }
-
-    /// A failed delivery reported without waiting (a message handle dropped unfinished).
-    pub(crate) fn fail_message_in_background(&self, id: String) {
-        let now = self.clock.now();
-        let _ = self.commands.send(Command::Finish {
-            id,
-            success: false,
-            now,
-            reply: None,
-        });
+    /// Takes the first message due at `now`, guarded by a [`Delivery`] settled through this
+    /// writer.
+    pub(crate) async fn take_message(
+        self: &Arc<Self>,
+        now: DateTime<Utc>,
+    ) -> Result<Taken<Writer>, KvError> {
+        let engine = self.clone();
+        self.ask(|reply| Command::Take { now, engine, reply }).await
     }
 
     pub(crate) fn subscribe_queue(&self) -> watch::Receiver<u64> {
@@ -208,6 +208,34 @@ impl Writer {
     }
 }
 
+/// The writer settles the deliveries it hands out; the ticket is the message id.
+#[async_trait]
+impl DeliveryEngine for Writer {
+    type Ticket = String;
+
+    async fn settle(&self, id: String, outcome: DeliveryOutcome) -> Result<(), KvError> {
+        let now = self.clock.now();
+        self.ask(|reply| Command::Finish {
+            id,
+            outcome,
+            now,
+            reply: Some(reply),
+        })
+        .await
+    }
+
+    fn settle_in_background(&self, id: String, outcome: DeliveryOutcome) {
+        let now = self.clock.now();
+        // A closed writer has given up every message it held (failed at shutdown): nothing to do.
+        let _ = self.commands.send(Command::Finish {
+            id,
+            outcome,
+            now,
+            reply: None,
+        });
+    }
+}
+
 /// Which waiters a committed group must wake.
 #[derive(Debug, Default, Clone, Copy)]
 struct Effects {
@@ -222,8 +250,9 @@ enum Pending {
         Result<Option<CommitResult>, KvError>,
     ),
     Take(
-        oneshot::Sender<Result<Taken, KvError>>,
-        Result<Taken, KvError>,
+        oneshot::Sender<Result<Taken<Writer>, KvError>>,
+        Result<Found, KvError>,
+        Arc<Writer>,
     ),
     Unit(
         Option<oneshot::Sender<Result<(), KvError>>>,
@@ -308,24 +337,24 @@ impl WriterThread {
                         in_savepoint(&tx, |conn| commit_write(conn, &write, now, &mut effects));
                     pending.push(Pending::Write(reply, result));
                 }
-                Command::Take { now, reply } => {
+                Command::Take { now, engine, reply } => {
                     let registry_key = &self.registry_key;
                     let result = in_savepoint(&tx, |conn| {
                         take_message(conn, now, registry_key, &mut effects)
                     });
-                    if let Ok(Taken::Message { id, .. }) = &result {
+                    if let Ok(Found::Message { id, .. }) = &result {
                         newly_held.push(id.clone());
                     }
-                    pending.push(Pending::Take(reply, result));
+                    pending.push(Pending::Take(reply, result, engine));
                 }
                 Command::Finish {
                     id,
-                    success,
+                    outcome,
                     now,
                     reply,
                 } => {
                     let result = in_savepoint(&tx, |conn| {
-                        finish_message(conn, &id, success, now, &mut effects)
+                        finish_message(conn, &id, outcome, now, &mut effects)
                     });
                     released.push(id);
                     pending.push(Pending::Unit(reply, result));
@@ -334,7 +363,7 @@ impl WriterThread {
                     let own: Vec<String> = self.held.iter().chain(&newly_held).cloned().collect();
                     let result = in_savepoint(&tx, |conn| {
                         for id in &own {
-                            finish_message(conn, id, false, now, &mut effects)?;
+                            finish_message(conn, id, DeliveryOutcome::Failed, now, &mut effects)?;
                         }
                         Ok(())
                     });
@@ -499,7 +528,7 @@ trait Keep {
     }
 }
 impl Keep for () {}
-impl Keep for Taken {}
+impl Keep for Found {}
 impl Keep for Option<CommitResult> {
     fn keep(&self) -> bool {
         self.is_some()
@@ -552,7 +581,7 @@ fn take_message(
     now: DateTime<Utc>,
     registry_key: &Path,
     effects: &mut Effects,
-) -> Result<Taken, KvError> {
+) -> Result<Found, KvError> {
     requeue_dead_messages(conn, now, registry_key, effects)?;
     let due = {
         let mut stmt = conn.prepare_cached(SELECT_DUE).map_err(storage)?;
@@ -566,7 +595,7 @@ fn take_message(
         let next: Option<i64> = conn
             .query_row("select min(ts) from queue", [], |row| row.get(0))
             .map_err(storage)?;
-        return Ok(Taken::NextAt(next));
+        return Ok(Found::NextAt(next));
     };
     conn.execute(
         "delete from queue where ts = ?1 and id = ?2",
@@ -575,7 +604,7 @@ fn take_message(
     .map_err(storage)?;
     let message = row.to_message()?;
     insert_queue_row(conn, "queue_running", deadline_ms(now), &row.id, &message)?;
-    Ok(Taken::Message {
+    Ok(Found::Message {
         id: row.id,
         payload: row.data,
     })
@@ -613,10 +642,13 @@ fn requeue_dead_messages(
     Ok(())
 }
 
+/// Ends the delivery of running message `id` as `outcome` says (see
+/// [`kv_proto::queue::after_delivery`]). An undelivered message goes back to `queue` due now
+/// (`queue_running` does not keep its ready time), with its schedule untouched.
 fn finish_message(
     conn: &Connection,
     id: &str,
-    success: bool,
+    outcome: DeliveryOutcome,
     now: DateTime<Utc>,
     effects: &mut Effects,
 ) -> Result<(), KvError> {
@@ -632,10 +664,10 @@ fn finish_message(
     let Some(row) = running else { return Ok(()) };
     conn.execute("delete from queue_running where id = ?1", [id])
         .map_err(storage)?;
-    if !success {
-        fail_delivery(conn, &row, now, effects)?;
+    match after_delivery(&row.to_message()?, outcome, now) {
+        Some(failure) => apply_failure(conn, &row, failure, now, effects),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Applies kv-proto's retry rule to a message whose delivery failed.
@@ -645,7 +677,24 @@ fn fail_delivery(
     now: DateTime<Utc>,
     effects: &mut Effects,
 ) -> Result<(), KvError> {
-    match after_failed_delivery(&row.to_message()?, now) {
+    apply_failure(
+        conn,
+        row,
+        after_failed_delivery(&row.to_message()?, now),
+        now,
+        effects,
+    )
+}
+
+/// Requeues the message as `failure` says, or writes its dead letters.
+fn apply_failure(
+    conn: &Connection,
+    row: &QueueRow,
+    failure: DeliveryFailure,
+    now: DateTime<Utc>,
+    effects: &mut Effects,
+) -> Result<(), KvError> {
+    match failure {
         DeliveryFailure::Retry(next) => {
             insert_queue_row(
                 conn,
@@ -672,8 +721,12 @@ fn answer(pending: Pending, commit_error: Option<&KvError>) {
     match (pending, commit_error) {
         (Pending::Write(reply, _), Some(err)) => drop(reply.send(Err(err.clone()))),
         (Pending::Write(reply, result), None) => drop(reply.send(result)),
-        (Pending::Take(reply, _), Some(err)) => drop(reply.send(Err(err.clone()))),
-        (Pending::Take(reply, result), None) => drop(reply.send(result)),
+        (Pending::Take(reply, _, _), Some(err)) => drop(reply.send(Err(err.clone()))),
+        // A dequeue dropped meanwhile does not receive its delivery: dropped here, the guard
+        // gives the message back.
+        (Pending::Take(reply, result, engine), None) => {
+            drop(reply.send(result.map(|found| found.into_taken(engine))));
+        }
         (Pending::Unit(Some(reply), _), Some(err)) => drop(reply.send(Err(err.clone()))),
         (Pending::Unit(Some(reply), result), None) => drop(reply.send(result)),
         (Pending::Unit(None, _), _) => {}

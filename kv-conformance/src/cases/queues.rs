@@ -18,11 +18,13 @@ use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
 use super::cases;
+
+mod cancel;
 use crate::support::*;
 use crate::{Case, Env};
 
 pub(crate) fn cases() -> Vec<Case> {
-    cases![
+    let mut all = cases![
         QUEUES =>
             enqueued_message_is_delivered_with_its_exact_payload,
             finished_message_is_never_delivered_again,
@@ -47,7 +49,9 @@ pub(crate) fn cases() -> Vec<Case> {
         QUEUES_REOPEN =>
             consumers_on_two_handles_together_get_each_message_once,
             message_held_by_a_crashed_consumer_is_redelivered_after_reopen,
-    ]
+    ];
+    all.extend(cancel::cases());
+    all
 }
 
 /// How long to wait for a delivery that must happen.
