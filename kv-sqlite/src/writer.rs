@@ -22,8 +22,8 @@ use kv_proto::queue::{
     DeliveryFailure, MESSAGE_DEADLINE, MESSAGE_KEEPALIVE_INTERVAL, after_failed_delivery,
 };
 use kv_proto::{
-    AtomicWrite, ChangeSignal, Clock, CommitResult, KvError, Versionstamp, WriteOutcome,
-    apply_atomic_write,
+    AtomicWrite, ChangeSignal, ChangedKeys, Clock, CommitResult, KvError, Versionstamp,
+    WriteOutcome, apply_atomic_write,
 };
 use rusqlite::{Connection, ErrorCode, params};
 use tokio::sync::{oneshot, watch};
@@ -209,9 +209,10 @@ impl Writer {
 }
 
 /// Which waiters a committed group must wake.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 struct Effects {
-    watchers: bool,
+    /// The entries written: their watches wake.
+    changed: ChangedKeys,
     queue: bool,
 }
 
@@ -271,7 +272,8 @@ impl WriterThread {
             && version != self.last_data_version
         {
             self.last_data_version = version;
-            self.signal.notify();
+            // Another process committed; which keys it wrote is unknown.
+            self.signal.notify_all();
             self.queue_changes.send_modify(|n| *n += 1);
         }
         if !self.held.is_empty() && self.last_keepalive.elapsed() >= MESSAGE_KEEPALIVE_INTERVAL {
@@ -361,9 +363,7 @@ impl WriterThread {
             answer(reply, committed.as_ref().err());
         }
         if committed.is_ok() {
-            if effects.watchers {
-                self.signal.notify();
-            }
+            self.signal.notify_changed(&effects.changed);
             if effects.queue {
                 self.queue_changes.send_modify(|n| *n += 1);
             }
@@ -401,9 +401,7 @@ impl WriterThread {
         if effects.queue {
             self.queue_changes.send_modify(|n| *n += 1);
         }
-        if effects.watchers {
-            self.signal.notify();
-        }
+        self.signal.notify_changed(&effects.changed);
         Ok(())
     }
 }
@@ -530,8 +528,11 @@ fn commit_write(
     let versionstamp = next_version(conn)?;
     match apply_atomic_write(&mut SqlTransaction { conn }, write, versionstamp, now)? {
         WriteOutcome::CheckFailed => Ok(None),
-        WriteOutcome::Committed { enqueued, .. } => {
-            effects.watchers = true;
+        WriteOutcome::Committed {
+            changed_keys,
+            enqueued,
+        } => {
+            effects.changed.extend(changed_keys);
             effects.queue |= enqueued;
             Ok(Some(CommitResult { versionstamp }))
         }
