@@ -68,6 +68,8 @@ struct Held {
     database: Uuid,
     handle: Box<dyn QueueMessageHandle>,
     deadline: Instant,
+    /// Keeps the database open while the message is held (see [`crate::databases`]).
+    _backend: Arc<dyn Backend>,
 }
 
 /// Messages handed out over the network and not yet finished, by delivery token.
@@ -91,12 +93,18 @@ impl Deliveries {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn hold(&self, database: Uuid, handle: Box<dyn QueueMessageHandle>) -> String {
+    fn hold(
+        &self,
+        database: Uuid,
+        backend: Arc<dyn Backend>,
+        handle: Box<dyn QueueMessageHandle>,
+    ) -> String {
         let token = Uuid::new_v4().simple().to_string();
         let held = Held {
             database,
             handle,
             deadline: Instant::now() + self.lease,
+            _backend: backend,
         };
         self.lock().insert(token.clone(), held);
         token
@@ -208,7 +216,7 @@ pub(crate) async fn handle(
                 }
                 Some(Ok(Some(handle))) => {
                     let payload = handle.payload().to_vec();
-                    let delivery_token = shared.deliveries.hold(database, handle);
+                    let delivery_token = shared.deliveries.hold(database, backend.clone(), handle);
                     let lease_ms =
                         u32::try_from(shared.config.queue_lease.as_millis()).unwrap_or(u32::MAX);
                     Ok(protobuf_response(
