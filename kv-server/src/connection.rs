@@ -165,7 +165,8 @@ pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, _slot: OwnedSe
 /// Answers a connection over the cap with a plain-text `503` (one write attempt, never waiting
 /// on the peer) and closes it.
 pub(crate) fn refuse(stream: TcpStream, cap: usize) {
-    let text = format!("Too many connections to this server (the cap is {cap}); try again later.\n");
+    let text =
+        format!("Too many connections to this server (the cap is {cap}); try again later.\n");
     let answer = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n\
          content-length: {}\r\nconnection: close\r\nretry-after: 1\r\n\r\n{text}",

@@ -7,8 +7,8 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Weak};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use common::*;
@@ -49,7 +49,10 @@ async fn request(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &
 /// `GET /health` on a fresh connection.
 async fn health(addr: SocketAddr) -> TcpStream {
     let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream.write_all(b"GET /health HTTP/1.1\r\nhost: test\r\n\r\n").await.unwrap();
+    stream
+        .write_all(b"GET /health HTTP/1.1\r\nhost: test\r\n\r\n")
+        .await
+        .unwrap();
     stream
 }
 
@@ -117,9 +120,18 @@ async fn silent_and_preface_only_connections_are_closed_when_idle() {
         .unwrap();
     let mut kept_alive = health(running.addr).await;
     assert_eq!(response(&mut kept_alive).await.0, 200);
-    assert!(closed_by_server(&mut silent).await, "a silent connection stayed open");
-    assert!(closed_by_server(&mut preface).await, "an HTTP/2 preface-only connection stayed open");
-    assert!(closed_by_server(&mut kept_alive).await, "an idle keep-alive connection stayed open");
+    assert!(
+        closed_by_server(&mut silent).await,
+        "a silent connection stayed open"
+    );
+    assert!(
+        closed_by_server(&mut preface).await,
+        "an HTTP/2 preface-only connection stayed open"
+    );
+    assert!(
+        closed_by_server(&mut kept_alive).await,
+        "an idle keep-alive connection stayed open"
+    );
     running.shutdown().await.unwrap();
 }
 
@@ -127,8 +139,14 @@ async fn silent_and_preface_only_connections_are_closed_when_idle() {
 async fn slow_headers_and_slow_bodies_time_out() {
     let running = start_with(quick_config(), Databases::new(memory())).await;
     let mut slow_head = TcpStream::connect(running.addr).await.unwrap();
-    slow_head.write_all(b"POST /v2/watch HTTP/1.1\r\nhost: x\r\n").await.unwrap();
-    assert!(closed_by_server(&mut slow_head).await, "half a request head kept the connection");
+    slow_head
+        .write_all(b"POST /v2/watch HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    assert!(
+        closed_by_server(&mut slow_head).await,
+        "half a request head kept the connection"
+    );
 
     let body = watch_body();
     let mut slow_body = TcpStream::connect(running.addr).await.unwrap();
@@ -136,7 +154,10 @@ async fn slow_headers_and_slow_bodies_time_out() {
     slow_body.write_all(head.as_bytes()).await.unwrap();
     slow_body.write_all(&body[..1]).await.unwrap();
     let (status, text) = response(&mut slow_body).await;
-    assert_eq!((status, text.as_str()), (408, "Request body not received within 0.3 seconds."));
+    assert_eq!(
+        (status, text.as_str()),
+        (408, "Request body not received within 0.3 seconds.")
+    );
     running.shutdown().await.unwrap();
 }
 
@@ -152,7 +173,10 @@ async fn connections_over_the_cap_get_a_clear_refusal() {
     let mut third = health(running.addr).await;
     assert_eq!(
         response(&mut third).await,
-        (503, "Too many connections to this server (the cap is 2); try again later.\n".into())
+        (
+            503,
+            "Too many connections to this server (the cap is 2); try again later.\n".into()
+        )
     );
     assert!(closed_by_server(&mut third).await);
     // A slot frees when a connection ends.
@@ -195,7 +219,10 @@ async fn request_bodies_share_a_memory_budget() {
 /// The status of a streamed response (no content-length to wait for).
 async fn response_status_line(stream: &mut TcpStream) -> u16 {
     let mut buf = [0u8; 12];
-    timeout(PATIENCE, stream.read_exact(&mut buf)).await.unwrap().unwrap();
+    timeout(PATIENCE, stream.read_exact(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
     String::from_utf8_lossy(&buf[9..12]).parse().unwrap()
 }
 
@@ -211,7 +238,10 @@ async fn watches_over_the_cap_are_refused_with_a_4xx() {
     let mut third = request(running.addr, "/v2/watch", &data_headers(), &watch_body()).await;
     assert_eq!(
         response(&mut third).await,
-        (429, "Too many watches on this server (the cap is 2); close some and try again.".into())
+        (
+            429,
+            "Too many watches on this server (the cap is 2); close some and try again.".into()
+        )
     );
     drop(first);
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -270,7 +300,10 @@ async fn named_databases_are_capped_closed_when_idle_and_reopened() {
     };
     let id_of = |(status, body): (u16, String)| {
         assert_eq!(status, 200, "{body}");
-        DatabaseMetadata::parse(body.as_bytes()).unwrap().database_id.to_string()
+        DatabaseMetadata::parse(body.as_bytes())
+            .unwrap()
+            .database_id
+            .to_string()
     };
     let a = id_of(exchange("a").await);
     let b = id_of(exchange("b").await);
@@ -280,7 +313,10 @@ async fn named_databases_are_capped_closed_when_idle_and_reopened() {
     assert_eq!((status_a, status_b), (200, 200));
     assert_eq!(
         exchange("c").await,
-        (503, "Too many databases open on this server (the cap is 2); try again later.".into())
+        (
+            503,
+            "Too many databases open on this server (the cap is 2); try again later.".into()
+        )
     );
     // Released and idle: closed by the sweeper.
     drop((watch_a, watch_b));
@@ -297,7 +333,10 @@ async fn named_databases_are_capped_closed_when_idle_and_reopened() {
     };
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while closed() < 2 {
-        assert!(tokio::time::Instant::now() < deadline, "idle databases were never closed");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "idle databases were never closed"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Their ids still work: the database is opened again.
