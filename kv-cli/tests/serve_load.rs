@@ -214,6 +214,11 @@ fn kv_serve_stays_responsive_under_idle_connections_and_watches() {
     });
     let mut latencies = normal.join().unwrap();
     let threads = server.threads();
+    eprintln!(
+        "serve_load: {refused} of {IDLE_CONNECTIONS} idle connections refused or closed, \
+         {watches_started} watches started, {} timed requests, {threads} server threads",
+        latencies.len()
+    );
     drop(server);
     assert_eq!(
         watches_started, WATCHES,

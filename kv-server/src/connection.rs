@@ -111,6 +111,9 @@ impl Body for TrackedBody {
 /// Serves one accepted connection; `_slot` is its place under the connection cap.
 pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, _slot: OwnedSemaphorePermit) {
     let _ = stream.set_nodelay(true);
+    if !first_bytes_arrive(&shared, &stream).await {
+        return;
+    }
     let connection_dbs = Arc::new(ConnectionDatabases::default());
     let activity = Activity::new();
     let service = {
@@ -160,6 +163,21 @@ pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, _slot: OwnedSe
         }
     }
     connection_dbs.close_all().await;
+}
+
+/// Waits for the peer's first bytes, for at most the header timeout: a peer that connects and
+/// never speaks has not even begun a request's headers, so it is closed as a slow request head
+/// would be (not kept for the whole idle timeout, holding a place under the connection cap).
+/// `false`: close the connection (silent, closed by the peer, or the server is shutting down).
+async fn first_bytes_arrive(shared: &Shared, stream: &TcpStream) -> bool {
+    let mut first = [0u8; 1];
+    let mut shutdown = shared.shutdown.clone();
+    tokio::select! {
+        peeked = tokio::time::timeout(shared.config.resources.header_timeout, stream.peek(&mut first)) => {
+            matches!(peeked, Ok(Ok(n)) if n > 0)
+        }
+        _ = shutdown.wait_for(|stop| *stop) => false,
+    }
 }
 
 /// Answers a connection over the cap with a plain-text `503` (one write attempt, never waiting

@@ -9,9 +9,9 @@
 //! | resource | limit ([`ResourceLimits`] field) | default | over the limit |
 //! |---|---|---|---|
 //! | open connections | `max_connections` | 1,000 | `503` "Too many connections …" written once, connection closed |
-//! | time to send a request's headers (HTTP/1.1) | `header_timeout` | 10 s | connection closed (hyper answers `408` when it can) |
+//! | time to send a request's headers (HTTP/1.1), and for a new connection to send its first byte (any protocol) | `header_timeout` | 10 s | connection closed (hyper answers `408` when it can) |
 //! | time to send a request's body | `body_timeout` | 30 s | `408` "Request body not received within …" |
-//! | a connection with no request in flight (HTTP/1.1 keep-alive, HTTP/2 with no streams, a TCP connection that never spoke) | `idle_timeout` | 60 s | closed (HTTP/2: `GOAWAY` first) |
+//! | a connection with no request in flight (HTTP/1.1 keep-alive, HTTP/2 with no streams) | `idle_timeout` | 60 s | closed (HTTP/2: `GOAWAY` first) |
 //! | a dead HTTP/2 peer | `keep_alive_timeout` after a ping every `keep_alive_interval` of the [`crate::ServerConfig`] | 20 s | closed |
 //! | request bodies buffered at once, all connections together | `max_body_memory` | 64 MiB | `503` "The server is buffering too many request bodies …" |
 //! | one request body | [`crate::ServerConfig::max_body_bytes`] | 1.06 MiB | `413` |

@@ -135,6 +135,43 @@ async fn silent_and_preface_only_connections_are_closed_when_idle() {
     running.shutdown().await.unwrap();
 }
 
+/// A peer that connects and never sends a byte gets the header timeout, not the (longer) idle
+/// timeout: it must not hold a place under the connection cap for long.
+#[tokio::test]
+async fn a_silent_connection_gets_the_header_timeout() {
+    let mut config = config();
+    config.resources.header_timeout = Duration::from_millis(200);
+    config.resources.idle_timeout = Duration::from_secs(3600);
+    let running = start_with(config, Databases::new(memory())).await;
+    let mut silent = TcpStream::connect(running.addr).await.unwrap();
+    let mut http2 = TcpStream::connect(running.addr).await.unwrap();
+    http2
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    assert!(
+        closed_by_server(&mut silent).await,
+        "a connection that never spoke was kept for the idle timeout"
+    );
+    // An HTTP/2 connection with no stream is idle, not slow: the idle timeout governs it.
+    let mut buf = [0u8; 256];
+    let stays_open = timeout(Duration::from_secs(1), async {
+        loop {
+            match http2.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {} // the server's SETTINGS and their acknowledgement
+            }
+        }
+    })
+    .await
+    .is_err();
+    assert!(
+        stays_open,
+        "an idle HTTP/2 connection was closed by the header timeout"
+    );
+    running.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn slow_headers_and_slow_bodies_time_out() {
     let running = start_with(quick_config(), Databases::new(memory())).await;
