@@ -172,6 +172,42 @@ pub struct ServeArgs {
     /// DENO_KV_PATH_PREFIX=http://HOST:PORT/ephemeral/).
     #[arg(long)]
     pub ephemeral: bool,
+    /// Resource limits that protect the server from hostile or broken clients.
+    #[command(flatten)]
+    pub limits: ServeLimits,
+}
+
+/// `kv serve`'s resource policy (see the kv-server crate's `resources` module). A client over a
+/// cap gets a plain-text refusal, never a hang. At start the server raises its soft open-file
+/// limit to the hard limit.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Resource limits")]
+pub struct ServeLimits {
+    /// Connections served at once; more get "503 Too many connections" and are closed. Lowered
+    /// to half the open-file limit when that is lower.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub max_connections: usize,
+    /// Seconds a connection may stay open with no request in flight (a watch counts as one).
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    pub idle_timeout: f64,
+    /// Seconds a client may take to send a request's headers (HTTP/1.1).
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub header_timeout: f64,
+    /// Seconds a client may take to send a request's body (408 after).
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub body_timeout: f64,
+    /// Bytes of request bodies buffered at once across all connections (503 beyond).
+    #[arg(long, value_name = "BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub max_body_memory: usize,
+    /// Watch streams open at once (429 beyond).
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub max_watches: usize,
+    /// --db-dir databases open at once (503 beyond, when all are in use).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub max_open_databases: usize,
+    /// Seconds an unused --db-dir database stays open (it reopens on next use).
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    pub database_idle_timeout: f64,
 }
 
 /// `kv key ...`.

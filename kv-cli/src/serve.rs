@@ -7,12 +7,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use kv::BackendUrl;
 use kv_proto::{Backend, Clock, SystemClock};
-use kv_server::{Access, Databases, Server, ServerConfig};
+use kv_server::{Access, Databases, ResourceLimits, Server, ServerConfig};
 
-use crate::cli::ServeArgs;
+use crate::cli::{ServeArgs, ServeLimits};
 use crate::error::CliError;
 
 /// Runs the server until Ctrl-C or SIGTERM, then shuts down gracefully and closes the database.
@@ -44,7 +45,9 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
     }
     let mut config = ServerConfig::new(access);
     config.ephemeral = args.ephemeral;
+    config.resources = resource_limits(&args.limits, raise_open_file_limit())?;
     let open = config.access == Access::Open;
+    let limits = config.resources.clone();
     let server = Server::new(config, databases)?;
     let serving = |source| CliError::Serve {
         addr: args.addr,
@@ -54,6 +57,10 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
         .await
         .map_err(serving)?;
     let local = listener.local_addr().map_err(serving)?;
+    eprintln!(
+        "kv serve: at most {} connections, {} watches, {} --db-dir databases open",
+        limits.max_connections, limits.max_watches, limits.max_open_databases
+    );
     eprintln!(
         "kv serve: serving {db} at http://{local}/ ({}){}{}",
         if open {
@@ -76,6 +83,49 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
     let closed = default.close().await;
     outcome.map_err(serving)?;
     Ok(closed?)
+}
+
+/// Raises the soft open-file limit to the hard limit (the default soft limit, often 1024, is what
+/// a server runs out of first); returns the limit in force, if known.
+fn raise_open_file_limit() -> Option<u64> {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => Some(limit),
+        Err(err) => {
+            eprintln!("kv serve: cannot raise the open-file limit: {err}");
+            rlimit::getrlimit(rlimit::Resource::NOFILE)
+                .ok()
+                .map(|(soft, _)| soft)
+        }
+    }
+}
+
+/// The server's limits from the flags; `max_connections` is lowered to half the open-file
+/// limit, so that the other half stays for databases, watches' files and refusals.
+fn resource_limits(
+    flags: &ServeLimits,
+    open_files: Option<u64>,
+) -> Result<ResourceLimits, CliError> {
+    let seconds = |name: &str, secs: f64| {
+        Duration::try_from_secs_f64(secs)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| {
+                CliError::ServeRefused(format!("--{name} must be a positive number of seconds"))
+            })
+    };
+    let half_of_files = open_files
+        .and_then(|n| usize::try_from(n / 2).ok())
+        .unwrap_or(usize::MAX);
+    Ok(ResourceLimits {
+        max_connections: flags.max_connections.min(half_of_files),
+        header_timeout: seconds("header-timeout", flags.header_timeout)?,
+        body_timeout: seconds("body-timeout", flags.body_timeout)?,
+        idle_timeout: seconds("idle-timeout", flags.idle_timeout)?,
+        max_body_memory: flags.max_body_memory,
+        max_watches: flags.max_watches,
+        max_open_databases: flags.max_open_databases,
+        database_idle_timeout: seconds("database-idle-timeout", flags.database_idle_timeout)?,
+    })
 }
 
 /// Opens `/db/NAME` as DIR/NAME.<ext> with --db's backend and options (memory: a new store).

@@ -12,8 +12,8 @@ use kv_proto::queue::{
     DeliveryFailure, DeliveryOutcome, QueuedMessage, after_delivery, after_failed_delivery,
 };
 use kv_proto::{
-    AtomicWrite, ChangeSignal, CommitResult, KvEntry, KvError, ReadRange, ReadRangeOutput,
-    StoredEntry, Versionstamp, WatchedEntry, is_expired, stage_atomic_write,
+    AtomicWrite, ChangeSignal, ChangedKeys, CommitResult, KvEntry, KvError, ReadRange,
+    ReadRangeOutput, StoredEntry, Versionstamp, WatchedEntry, is_expired, stage_atomic_write,
 };
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -27,7 +27,7 @@ pub struct MemoryStore {
 #[derive(Default)]
 struct Shared {
     state: Mutex<State>,
-    /// One signal per open handle; notified after every commit.
+    /// One signal per open handle; told the keys of every commit.
     watchers: Mutex<Vec<Weak<ChangeSignal>>>,
     /// Bumped whenever a message becomes available (enqueue or requeue).
     queue_changes: QueueChanges,
@@ -103,14 +103,18 @@ impl MemoryStore {
         watchers.push(Arc::downgrade(signal));
     }
 
-    fn notify_watchers(&self) {
+    /// Wakes the watches of the changed keys, on every handle.
+    fn notify_watchers(&self, changed: &ChangedKeys) {
+        if changed.is_empty() {
+            return;
+        }
         let watchers = self
             .shared
             .watchers
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         for signal in watchers.iter().filter_map(Weak::upgrade) {
-            signal.notify();
+            signal.notify_changed(changed);
         }
     }
 
@@ -162,13 +166,10 @@ impl MemoryStore {
             let mut state = self.lock();
             state.commit(write, now)?
         };
-        let Some((result, enqueued)) = outcome else {
+        let Some((result, effects)) = outcome else {
             return Ok(None);
         };
-        self.notify_watchers();
-        if enqueued {
-            self.notify_queue();
-        }
+        self.announce(effects);
         Ok(Some(result))
     }
 
@@ -268,25 +269,23 @@ impl MemoryStore {
         if effects.queue {
             self.notify_queue();
         }
-        if effects.watchers {
-            self.notify_watchers();
-        }
+        self.notify_watchers(&effects.changed);
     }
 }
 
 /// Which waiters a change must wake.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 struct Effects {
     queue: bool,
-    watchers: bool,
+    /// The entries written: their watches wake.
+    changed: ChangedKeys,
 }
 
 impl Effects {
-    fn and(self, other: Effects) -> Effects {
-        Effects {
-            queue: self.queue || other.queue,
-            watchers: self.watchers || other.watchers,
-        }
+    fn and(mut self, other: Effects) -> Effects {
+        self.queue |= other.queue;
+        self.changed.merge(other.changed);
+        self
     }
 }
 
@@ -326,12 +325,12 @@ impl State {
     }
 
     /// Applies a write through kv-proto's write path on a staging overlay; only a successful
-    /// write touches the state. Returns the result and whether messages were enqueued.
+    /// write touches the state. Returns the result and the waiters to wake.
     fn commit(
         &mut self,
         write: &AtomicWrite,
         now: DateTime<Utc>,
-    ) -> Result<Option<(CommitResult, bool)>, KvError> {
+    ) -> Result<Option<(CommitResult, Effects)>, KvError> {
         self.purge_expired(now);
         let versionstamp = Versionstamp::from_version(self.version + 1, 0);
         let entries = &self.entries;
@@ -339,7 +338,11 @@ impl State {
         let Some(staged) = stage_atomic_write(read, write, versionstamp, now)? else {
             return Ok(None);
         };
-        let enqueued = !staged.enqueued.is_empty();
+        let mut effects = Effects {
+            queue: !staged.enqueued.is_empty(),
+            changed: ChangedKeys::new(),
+        };
+        effects.changed.extend(staged.writes.keys().cloned());
         for (key, entry) in staged.writes {
             self.store(key, entry);
         }
@@ -347,7 +350,7 @@ impl State {
             self.ready.insert((message.ready_at, message.id), message);
         }
         self.version += 1;
-        Ok(Some((CommitResult { versionstamp }, enqueued)))
+        Ok(Some((CommitResult { versionstamp }, effects)))
     }
 
     fn store(&mut self, key: Vec<u8>, entry: Option<StoredEntry>) {
@@ -383,22 +386,19 @@ impl State {
                 self.ready.insert((next.ready_at, next.id), next);
                 Effects {
                     queue: true,
-                    watchers: false,
+                    changed: ChangedKeys::new(),
                 }
             }
             DeliveryFailure::DeadLetter { mutations } if mutations.is_empty() => Effects::default(),
             DeliveryFailure::DeadLetter { mutations } => {
-                self.commit(
-                    &AtomicWrite {
-                        mutations,
-                        ..Default::default()
-                    },
-                    now,
-                )?;
-                Effects {
-                    queue: false,
-                    watchers: true,
-                }
+                let write = AtomicWrite {
+                    mutations,
+                    ..Default::default()
+                };
+                // Dead-letter writes have no checks: they always commit.
+                self.commit(&write, now)?
+                    .map(|(_, effects)| effects)
+                    .unwrap_or_default()
             }
         })
     }

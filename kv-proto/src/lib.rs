@@ -58,7 +58,7 @@ pub use selector::ListSelector;
 pub use staged::{StagedCommit, stage_atomic_write};
 pub use value::{KvValue, ValueEncoding, ValueError};
 pub use versionstamp::{Versionstamp, VersionstampParseError};
-pub use watch::{ChangeSignal, WatchReader, WatchedEntry, watch_stream};
+pub use watch::{ChangeSignal, ChangedKeys, WatchReader, WatchedEntry, watch_stream};
 pub use write::{
     AtomicWrite, Check, CommitResult, DEFAULT_BACKOFF_SCHEDULE, Enqueue, Mutation, MutationKind,
 };

@@ -439,9 +439,7 @@ impl GroupState {
                 for reply in pending {
                     reply.answer(None);
                 }
-                if effects.watchers {
-                    self.notifier.notify_watchers();
-                }
+                self.notifier.notify_watchers(&effects.changed);
                 if effects.queue {
                     self.notifier.bump_queue();
                 }

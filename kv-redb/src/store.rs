@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, RwLock, Weak};
 
-use kv_proto::{ChangeSignal, KvError};
+use kv_proto::{ChangeSignal, ChangedKeys, KvError};
 use redb::Database;
 use tokio::sync::watch;
 
@@ -29,7 +29,7 @@ use crate::writer::Writer;
 
 /// Wakes the waiters of every handle on one file after a commit.
 pub(crate) struct Notifier {
-    /// One signal per handle; notified after every commit that changed entries.
+    /// One signal per handle; told the keys of every commit that changed entries.
     watchers: Mutex<Vec<Weak<ChangeSignal>>>,
     /// Bumped whenever a message becomes ready (enqueue or retry).
     queue: watch::Sender<u64>,
@@ -55,10 +55,13 @@ impl Notifier {
         watchers.push(Arc::downgrade(signal));
     }
 
-    /// Wakes every handle's watch streams.
-    pub(crate) fn notify_watchers(&self) {
+    /// Wakes the watch streams of the changed keys, on every handle.
+    pub(crate) fn notify_watchers(&self, changed: &ChangedKeys) {
+        if changed.is_empty() {
+            return;
+        }
         for signal in self.watchers().iter().filter_map(Weak::upgrade) {
-            signal.notify();
+            signal.notify_changed(changed);
         }
     }
 

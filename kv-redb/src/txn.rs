@@ -21,7 +21,9 @@
 
 use chrono::{DateTime, Utc};
 use kv_proto::queue::QueuedMessage;
-use kv_proto::{AtomicWrite, CommitResult, KvError, StoredEntry, Versionstamp, stage_atomic_write};
+use kv_proto::{
+    AtomicWrite, ChangedKeys, CommitResult, KvError, StoredEntry, Versionstamp, stage_atomic_write,
+};
 use redb::{ReadableTable, Table};
 
 use crate::codec::{self, EntryRecord, TIME_LEN};
@@ -44,10 +46,10 @@ pub(crate) fn fatal(err: impl Into<redb::Error>) -> Fatal {
 type BytesTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
 
 /// Which waiters a committed group must wake.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Effects {
-    /// Entries changed: wake watches.
-    pub(crate) watchers: bool,
+    /// The entries written: their watches wake.
+    pub(crate) changed: ChangedKeys,
     /// A message became ready: wake queue consumers.
     pub(crate) queue: bool,
 }
@@ -262,7 +264,7 @@ pub(crate) fn commit_write(
     // Even a write with no mutations takes a versionstamp and counts as a commit.
     tables.dirty = true;
     *last_version = version;
-    effects.watchers |= !staged.writes.is_empty();
+    effects.changed.extend(staged.writes.keys().cloned());
     effects.queue |= !staged.enqueued.is_empty();
     Ok(Ok(Some(CommitResult { versionstamp })))
 }

@@ -17,9 +17,10 @@ use kv_connect::metadata::{
 use kv_connect::{convert, prost::Message};
 use kv_proto::{Backend, KvError, LimitKind};
 use subtle::ConstantTimeEq;
+use tokio::sync::OwnedSemaphorePermit;
 use uuid::Uuid;
 
-use crate::databases::{ConnectionDatabases, DatabaseRef};
+use crate::databases::{ConnectionDatabases, DatabaseRef, Opened};
 use crate::ext;
 use crate::queue::QueueMethod;
 use crate::{Access, Shared};
@@ -173,8 +174,59 @@ fn authorize(headers: &HeaderMap, access: &Access) -> Result<(), Failure> {
 
 // ---- bodies -----------------------------------------------------------------------------------------
 
-/// Reads the whole body, at most `max` bytes (413 beyond).
-async fn read_body(request: Request<Incoming>, max: usize) -> Result<Bytes, Failure> {
+/// A request body read whole, holding its share of the server's body memory budget
+/// ([`crate::ResourceLimits::max_body_memory`]) until dropped.
+pub(crate) struct ReadBody {
+    bytes: Vec<u8>,
+    _budget: OwnedSemaphorePermit,
+}
+
+impl std::ops::Deref for ReadBody {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// Reads the whole body: at most [`crate::ServerConfig::max_body_bytes`] (413 beyond), within
+/// [`crate::ResourceLimits::body_timeout`] (408 after), and only while the server's body memory
+/// budget lasts (503 once it is spent: the bytes are counted as they arrive).
+async fn read_body(request: Request<Incoming>, shared: &Shared) -> Result<ReadBody, Failure> {
+    let limits = &shared.config.resources;
+    let timeout = limits.body_timeout;
+    let over_budget = || {
+        Failure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "The server is buffering too many request bodies at once (the cap is {} bytes); \
+                 try again later.",
+                limits.max_body_memory
+            ),
+        )
+    };
+    let budget = shared.budgets.body_bytes(0).ok_or_else(over_budget)?;
+    let read = read_body_within(request, shared.config.max_body_bytes, budget, |bytes| {
+        shared.budgets.body_bytes(bytes).ok_or_else(over_budget)
+    });
+    tokio::time::timeout(timeout, read).await.map_err(|_| {
+        Failure::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "Request body not received within {} seconds.",
+                timeout.as_secs_f64()
+            ),
+        )
+    })?
+}
+
+/// Reads frames into one buffer, at most `max` bytes, taking budget for each frame first.
+async fn read_body_within(
+    request: Request<Incoming>,
+    max: usize,
+    mut budget: OwnedSemaphorePermit,
+    mut take_budget: impl FnMut(usize) -> Result<OwnedSemaphorePermit, Failure>,
+) -> Result<ReadBody, Failure> {
     let too_large = || {
         Failure::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -195,11 +247,23 @@ async fn read_body(request: Request<Incoming>, max: usize) -> Result<Bytes, Fail
     {
         return Err(too_large());
     }
-    match Limited::new(request.into_body(), max).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(err) if err.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Err(_) => Err(Failure::bad_request("Failed to read the request body.")),
+    let mut body = Limited::new(request.into_body(), max);
+    let mut bytes = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(err) if err.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
+            Err(_) => return Err(Failure::bad_request("Failed to read the request body.")),
+        };
+        if let Ok(data) = frame.into_data() {
+            budget.merge(take_budget(data.len())?);
+            bytes.extend_from_slice(&data);
+        }
     }
+    Ok(ReadBody {
+        bytes,
+        _budget: budget,
+    })
 }
 
 // ---- metadata exchange ------------------------------------------------------------------------------
@@ -213,18 +277,16 @@ async fn metadata_exchange(
     // Access first: a stranger learns nothing about versions or databases.
     authorize(request.headers(), &shared.config.access)?;
     let extensions = offered_extensions(request.headers());
-    let body = read_body(request, shared.config.max_body_bytes).await?;
+    let body = read_body(request, shared).await?;
     let exchange =
         MetadataExchangeRequest::parse(&body).map_err(|e| Failure::bad_request(e.message))?;
     let version = negotiate_version(&exchange.supported_versions)
         .ok_or_else(|| Failure::bad_request(TEXT_NO_COMMON_VERSION))?;
     let database_id = match database {
         DatabaseRef::Default => Uuid::nil(),
-        DatabaseRef::Named(name) => shared
-            .databases
-            .named(&name)
-            .map_err(|err| internal(shared, &err))?
-            .ok_or_else(|| Failure::new(StatusCode::NOT_FOUND, "Resource not found."))?,
+        DatabaseRef::Named(name) => opened(shared, shared.databases.named(&name), || {
+            Failure::new(StatusCode::NOT_FOUND, "Resource not found.")
+        })?,
         DatabaseRef::Ephemeral(key) => connection.ephemeral(&key),
         DatabaseRef::Scratch(rest) => shared.databases.scratch(&rest).ok_or_else(|| {
             Failure::new(
@@ -298,23 +360,22 @@ async fn data_path(
     if !matches!(version, Some(b"2" | b"3")) {
         return Err(Failure::bad_request("Expected protocol version 2."));
     }
-    let (database, backend) = headers
+    let invalid_id = || Failure::bad_request("Invalid database id.");
+    let database = headers
         .get("x-denokv-database-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| Uuid::parse_str(v).ok())
-        .and_then(|id| {
-            connection
-                .by_id(&id)
-                .or_else(|| shared.databases.by_id(&id))
-                .map(|backend| (id, backend))
-        })
-        .ok_or_else(|| Failure::bad_request("Invalid database id."))?;
+        .ok_or_else(invalid_id)?;
+    let backend = match connection.by_id(&database) {
+        Some(backend) => backend,
+        None => opened(shared, shared.databases.by_id(&database), invalid_id)?,
+    };
     let expiry = ext::requested(headers, ext::EXPIRY);
-    let body = read_body(request, shared.config.max_body_bytes).await?;
+    let body = read_body(request, shared).await?;
     match method {
         DataMethod::SnapshotRead => snapshot_read(&body, backend.as_ref(), shared, expiry).await,
         DataMethod::AtomicWrite => atomic_write(&body, backend.as_ref(), shared).await,
-        DataMethod::Watch => watch(&body, backend.as_ref(), shared, expiry),
+        DataMethod::Watch => watch(&body, backend, shared, expiry),
         DataMethod::Queue(method) => {
             crate::queue::handle(method, &body, backend, database, shared).await
         }
@@ -390,9 +451,12 @@ async fn atomic_write(
     Ok(bytes_response(PROTOBUF, output.encode_to_vec()))
 }
 
+/// Starts a watch stream; it holds a slot under [`crate::ResourceLimits::max_watches`] (429
+/// beyond: a 4xx, so Deno's client reports an error instead of retrying) and keeps `backend`
+/// open while it runs.
 fn watch(
     body: &[u8],
-    backend: &dyn Backend,
+    backend: Arc<dyn Backend>,
     shared: &Shared,
     expiry: bool,
 ) -> Result<Response<ResponseBody>, Failure> {
@@ -402,6 +466,15 @@ fn watch(
         .limits
         .validate_watch(&keys)
         .map_err(|e| kv_failure(shared, &e))?;
+    let slot = shared.budgets.watch().ok_or_else(|| {
+        Failure::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "Too many watches on this server (the cap is {}); close some and try again.",
+                shared.config.resources.max_watches
+            ),
+        )
+    })?;
     let stream = if keys.is_empty() {
         None
     } else {
@@ -414,9 +487,12 @@ fn watch(
     let body = crate::watch::watch_body(
         stream,
         keys.len(),
-        shared.config.keep_alive_interval,
-        shared.shutdown.clone(),
-        expiry,
+        crate::watch::WatchOptions {
+            keep_alive_every: shared.config.keep_alive_interval,
+            shutdown: shared.shutdown.clone(),
+            expiry,
+            held: (slot, backend),
+        },
     );
     let mut response = Response::new(body);
     response.headers_mut().insert(
@@ -468,6 +544,24 @@ pub(crate) fn kv_failure(shared: &Shared, err: &KvError) -> Failure {
             "The server is temporarially unavailable, try again later.",
         ),
         KvError::Storage { .. } | KvError::Corrupt { .. } => internal(shared, err),
+    }
+}
+
+/// What a database lookup found, as the database or the answer to give instead: `unknown()`
+/// when there is no such database, `503` naming the cap when too many are open.
+fn opened<T>(
+    shared: &Shared,
+    lookup: Result<Opened<T>, KvError>,
+    unknown: impl FnOnce() -> Failure,
+) -> Result<T, Failure> {
+    match lookup {
+        Ok(Opened::Ready(found)) => Ok(found),
+        Ok(Opened::Unknown) => Err(unknown()),
+        Ok(Opened::TooManyOpen { cap }) => Err(Failure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("Too many databases open on this server (the cap is {cap}); try again later."),
+        )),
+        Err(err) => Err(internal(shared, &err)),
     }
 }
 

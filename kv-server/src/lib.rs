@@ -25,6 +25,11 @@
 //! than [`MAX_BODY_BYTES`] get 413; malformed requests 400 with a plain-text reason; Deno's limits
 //! ([`kv_proto::Limits`], 100 checks as Deno's client allows) are enforced with denokv's texts.
 //!
+//! Hostile clients: every resource a client can make the server hold — connections, time to send
+//! headers and bodies, idle connections, body memory, watch streams, open `/db/NAME` databases —
+//! is capped by [`ResourceLimits`] ([`ServerConfig::resources`]), with a clear refusal over the
+//! cap; the [`resources`] module documents the policy and its defaults.
+//!
 //! ```no_run
 //! # async fn run() -> std::io::Result<()> {
 //! use std::sync::Arc;
@@ -37,24 +42,26 @@
 //! # }
 //! ```
 
+mod connection;
 pub mod databases;
 pub mod ext;
 mod handler;
 pub mod queue;
+pub mod resources;
 mod watch;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use kv_proto::Limits;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch as signal;
 use tokio::task::JoinSet;
 
-pub use databases::{DatabaseOpener, Databases};
+pub use connection::HTTP2_PING_INTERVAL;
+pub use databases::{DatabaseOpener, Databases, Opened};
+pub use resources::ResourceLimits;
 
 /// The largest request body accepted (413 above it): 1 MiB plus 64 KiB. The largest valid
 /// request is an atomic write within Deno's limits: 819 200 bytes of keys and values (check keys
@@ -111,6 +118,8 @@ pub struct ServerConfig {
     pub queue_lease: Duration,
     /// The longest a `queue/dequeue` long poll waits before answering 204 (25 s).
     pub queue_max_wait: Duration,
+    /// Caps and timeouts protecting the server from its clients ([`resources`]).
+    pub resources: ResourceLimits,
 }
 
 impl ServerConfig {
@@ -127,6 +136,7 @@ impl ServerConfig {
             log_errors: true,
             queue_lease: kv_proto::queue::MESSAGE_DEADLINE,
             queue_max_wait: Duration::from_secs(25),
+            resources: ResourceLimits::default(),
         }
     }
 }
@@ -155,6 +165,8 @@ pub(crate) struct Shared {
     pub(crate) shutdown: signal::Receiver<bool>,
     /// Queue messages held by network consumers.
     pub(crate) deliveries: queue::Deliveries,
+    /// What clients hold of the [`ResourceLimits`].
+    pub(crate) budgets: resources::Budgets,
 }
 
 /// A KV Connect server; see the [crate documentation](crate).
@@ -180,6 +192,7 @@ impl Server {
     /// Serves connections from `listener` until `shutdown` completes, then shuts down
     /// gracefully: stops accepting, ends watch streams, lets in-flight requests finish (for at
     /// most [`ServerConfig::shutdown_grace`]), and closes the databases it opened itself.
+    /// Connections over [`ResourceLimits::max_connections`] are answered `503` and closed.
     ///
     /// Refuses to start ([`ConfigError::OpenNotLoopback`], as an I/O error of kind
     /// `PermissionDenied`) if access is open and the listener is not on a loopback address.
@@ -196,22 +209,32 @@ impl Server {
             ));
         }
         let (stop, stopped) = signal::channel(false);
+        let mut databases = self.databases;
+        databases.max_open = self.config.resources.max_open_databases;
+        databases.idle_timeout = self.config.resources.database_idle_timeout;
         let shared = Arc::new(Shared {
             deliveries: queue::Deliveries::new(self.config.queue_lease),
+            budgets: resources::Budgets::new(&self.config.resources),
             config: self.config,
-            databases: self.databases,
+            databases,
             shutdown: stopped,
         });
         let sweeper = tokio::spawn(queue::sweep(shared.clone()));
+        let database_sweeper = tokio::spawn(databases::sweep_idle(shared.clone()));
         let mut connections = JoinSet::new();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, _peer)) => {
-                        connections.spawn(serve_connection(shared.clone(), stream));
-                    }
+                    Ok((stream, _peer)) => match shared.budgets.connection() {
+                        Some(slot) => {
+                            connections.spawn(connection::serve(shared.clone(), stream, slot));
+                        }
+                        None => {
+                            connection::refuse(stream, shared.config.resources.max_connections);
+                        }
+                    },
                     Err(err) => {
                         // Out of file descriptors and the like: wait instead of spinning.
                         if shared.config.log_errors {
@@ -234,37 +257,9 @@ impl Server {
             while connections.join_next().await.is_some() {}
         }
         let _ = sweeper.await;
+        let _ = database_sweeper.await;
         shared.deliveries.release_all();
         shared.databases.close_opened().await;
         Ok(())
     }
-}
-
-/// One TCP connection: HTTP/1.1 or HTTP/2 (detected from the preface), until it closes or the
-/// server shuts down.
-async fn serve_connection(shared: Arc<Shared>, stream: TcpStream) {
-    let _ = stream.set_nodelay(true);
-    let connection_dbs = Arc::new(databases::ConnectionDatabases::default());
-    let service = {
-        let shared = shared.clone();
-        let connection_dbs = connection_dbs.clone();
-        service_fn(move |request| handler::handle(request, shared.clone(), connection_dbs.clone()))
-    };
-    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new());
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(200);
-    let connection = builder.serve_connection(TokioIo::new(stream), service);
-    tokio::pin!(connection);
-    let mut shutdown = shared.shutdown.clone();
-    tokio::select! {
-        _ = connection.as_mut() => {}
-        () = async { let _ = shutdown.wait_for(|stop| *stop).await; } => {
-            connection.as_mut().graceful_shutdown();
-            let _ = connection.as_mut().await;
-        }
-    }
-    connection_dbs.close_all().await;
 }

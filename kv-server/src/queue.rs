@@ -83,6 +83,8 @@ struct Held {
     database: Uuid,
     handle: Box<dyn QueueMessageHandle>,
     deadline: Instant,
+    /// Keeps the database open while the message is held (see [`crate::databases`]).
+    _backend: Arc<dyn Backend>,
 }
 
 /// Messages handed out over the network and not yet finished, by delivery token. Clones share
@@ -108,12 +110,18 @@ impl Deliveries {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn hold(&self, database: Uuid, handle: Box<dyn QueueMessageHandle>) -> String {
+    fn hold(
+        &self,
+        database: Uuid,
+        backend: Arc<dyn Backend>,
+        handle: Box<dyn QueueMessageHandle>,
+    ) -> String {
         let token = Uuid::new_v4().simple().to_string();
         let held = Held {
             database,
             handle,
             deadline: Instant::now() + self.lease,
+            _backend: backend,
         };
         self.lock().insert(token.clone(), held);
         token
@@ -267,7 +275,7 @@ pub(crate) async fn handle(
                 }
                 Some(Ok(Some(handle))) => {
                     let payload = handle.payload().to_vec();
-                    let delivery_token = shared.deliveries.hold(database, handle);
+                    let delivery_token = shared.deliveries.hold(database, backend.clone(), handle);
                     let lease_ms =
                         u32::try_from(shared.config.queue_lease.as_millis()).unwrap_or(u32::MAX);
                     let answer = DequeueResponse {
@@ -328,7 +336,11 @@ mod tests {
     /// long poll holds it; returns the answer's body.
     async fn held_answer(deliveries: &Deliveries, database: Uuid) -> (MemoryBackend, DeliveryBody) {
         let clock = ManualClock::at_test_epoch();
-        let kv = MemoryBackend::open(&MemoryStore::new(), Arc::new(clock.clone()));
+        let store = MemoryStore::new();
+        let kv = MemoryBackend::open(&store, Arc::new(clock.clone()));
+        // What a held message keeps open: a handle on its database.
+        let database_handle: Arc<dyn Backend> =
+            Arc::new(MemoryBackend::open(&store, Arc::new(clock.clone())));
         let write = AtomicWrite {
             enqueues: vec![Enqueue {
                 payload: vec![7],
@@ -340,7 +352,7 @@ mod tests {
         };
         kv.atomic_write(write).await.unwrap().unwrap();
         let handle = kv.dequeue_next_message().await.unwrap().unwrap();
-        let token = deliveries.hold(database, handle);
+        let token = deliveries.hold(database, database_handle, handle);
         let body = DeliveryBody {
             bytes: Some(Bytes::from_static(b"answer")),
             unsent: Some((deliveries.clone(), database, token)),

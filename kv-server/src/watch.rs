@@ -1,6 +1,7 @@
 //! The watch response body: length-prefixed frames, keep-alives, and an end on shutdown.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -9,7 +10,8 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use kv_connect::convert::watch_output;
 use kv_connect::frames::{KEEP_ALIVE, encode_frame};
-use kv_proto::{KvEntry, WatchKeyOutput, WatchStream};
+use kv_proto::{Backend, KvEntry, WatchKeyOutput, WatchStream};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::watch as signal;
 use tokio::time::{Instant, Interval, MissedTickBehavior, interval_at};
 
@@ -29,16 +31,34 @@ struct State {
     empty_pending: bool,
     /// Append the `expiry/1` extension to every frame.
     expiry: bool,
+    /// Held while the stream lives: its slot under the watch cap, and its database (kept open).
+    _held: (OwnedSemaphorePermit, Arc<dyn Backend>),
+}
+
+/// How a watch response behaves.
+pub(crate) struct WatchOptions {
+    /// Interval of keep-alive frames.
+    pub(crate) keep_alive_every: Duration,
+    /// Ends the stream when the server shuts down.
+    pub(crate) shutdown: signal::Receiver<bool>,
+    /// Append the `expiry/1` extension to every frame.
+    pub(crate) expiry: bool,
+    /// Held until the stream ends: the watch-cap slot and the database.
+    pub(crate) held: (OwnedSemaphorePermit, Arc<dyn Backend>),
 }
 
 /// The body of a watch response over `stream` (`None` for a zero-key watch).
 pub(crate) fn watch_body(
     stream: Option<WatchStream>,
     keys: usize,
-    keep_alive_every: Duration,
-    shutdown: signal::Receiver<bool>,
-    expiry: bool,
+    options: WatchOptions,
 ) -> ResponseBody {
+    let WatchOptions {
+        keep_alive_every,
+        shutdown,
+        expiry,
+        held,
+    } = options;
     let mut keep_alive = interval_at(Instant::now() + keep_alive_every, keep_alive_every);
     keep_alive.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let state = State {
@@ -48,6 +68,7 @@ pub(crate) fn watch_body(
         keep_alive,
         shutdown,
         expiry,
+        _held: held,
     };
     let frames = futures::stream::unfold(state, next_frame)
         .map(|bytes| Ok::<_, Infallible>(Frame::data(Bytes::from(bytes))));

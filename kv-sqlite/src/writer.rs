@@ -24,8 +24,8 @@ use kv_proto::queue::{
     MESSAGE_KEEPALIVE_INTERVAL, Taken, after_delivery, after_failed_delivery,
 };
 use kv_proto::{
-    AtomicWrite, ChangeSignal, Clock, CommitResult, KvError, Versionstamp, WriteOutcome,
-    apply_atomic_write, ms_to_datetime,
+    AtomicWrite, ChangeSignal, ChangedKeys, Clock, CommitResult, KvError, Versionstamp,
+    WriteOutcome, apply_atomic_write, ms_to_datetime,
 };
 use rusqlite::{Connection, ErrorCode, params};
 use tokio::sync::{oneshot, watch};
@@ -237,9 +237,10 @@ impl DeliveryEngine for Writer {
 }
 
 /// Which waiters a committed group must wake.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 struct Effects {
-    watchers: bool,
+    /// The entries written: their watches wake.
+    changed: ChangedKeys,
     queue: bool,
 }
 
@@ -300,7 +301,8 @@ impl WriterThread {
             && version != self.last_data_version
         {
             self.last_data_version = version;
-            self.signal.notify();
+            // Another process committed; which keys it wrote is unknown.
+            self.signal.notify_all();
             self.queue_changes.send_modify(|n| *n += 1);
         }
         if !self.held.is_empty() && self.last_keepalive.elapsed() >= MESSAGE_KEEPALIVE_INTERVAL {
@@ -390,9 +392,7 @@ impl WriterThread {
             answer(reply, committed.as_ref().err());
         }
         if committed.is_ok() {
-            if effects.watchers {
-                self.signal.notify();
-            }
+            self.signal.notify_changed(&effects.changed);
             if effects.queue {
                 self.queue_changes.send_modify(|n| *n += 1);
             }
@@ -430,9 +430,7 @@ impl WriterThread {
         if effects.queue {
             self.queue_changes.send_modify(|n| *n += 1);
         }
-        if effects.watchers {
-            self.signal.notify();
-        }
+        self.signal.notify_changed(&effects.changed);
         Ok(())
     }
 }
@@ -559,8 +557,11 @@ fn commit_write(
     let versionstamp = next_version(conn)?;
     match apply_atomic_write(&mut SqlTransaction { conn }, write, versionstamp, now)? {
         WriteOutcome::CheckFailed => Ok(None),
-        WriteOutcome::Committed { enqueued, .. } => {
-            effects.watchers = true;
+        WriteOutcome::Committed {
+            changed_keys,
+            enqueued,
+        } => {
+            effects.changed.extend(changed_keys);
             effects.queue |= enqueued;
             Ok(Some(CommitResult { versionstamp }))
         }

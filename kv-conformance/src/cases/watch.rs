@@ -21,6 +21,7 @@ pub(crate) fn cases() -> Vec<Case> {
         delete_emits_changed_none,
         sum_emits_the_new_total,
         commit_touching_no_watched_key_emits_nothing,
+        every_key_of_a_commit_wakes_its_watches_and_no_other,
         write_whose_check_fails_emits_nothing,
         expiry_emits_changed_none_when_the_clock_reaches_it,
         emissions_follow_commit_order_and_end_at_the_final_state,
@@ -204,6 +205,46 @@ async fn commit_touching_no_watched_key_emits_nothing(env: Env) {
         next_emission(&mut stream).await,
         vec![changed(entry(&watched, KvValue::U64(4), stamp))]
     );
+}
+
+/// A commit wakes the watches of every key it writes (set, delete, sum alike), each watch
+/// separately, and none of the watches of keys it did not write.
+async fn every_key_of_a_commit_wakes_its_watches_and_no_other(env: Env) {
+    let (a, b, c, d) = (key!["a"], key!["b"], key!["c"], key!["d"]);
+    set(&*env.kv, &b, KvValue::U64(2)).await;
+    set(&*env.kv, &c, KvValue::U64(40)).await;
+    let mut streams: Vec<WatchStream> = [&a, &b, &c, &d]
+        .into_iter()
+        .map(|k| watch(&*env.kv, std::slice::from_ref(k)))
+        .collect();
+    for stream in &mut streams {
+        next_emission(stream).await;
+    }
+    let stamp = commit(
+        &*env.kv,
+        AtomicWrite {
+            mutations: vec![
+                Mutation::set(enc(&a), KvValue::U64(1)),
+                Mutation::delete(enc(&b)),
+                Mutation::sum(enc(&c), KvValue::U64(2)),
+            ],
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(
+        next_emission(&mut streams[0]).await,
+        vec![changed(entry(&a, KvValue::U64(1), stamp))]
+    );
+    assert_eq!(
+        next_emission(&mut streams[1]).await,
+        vec![WatchKeyOutput::Changed(None)]
+    );
+    assert_eq!(
+        next_emission(&mut streams[2]).await,
+        vec![changed(entry(&c, KvValue::U64(42), stamp))]
+    );
+    assert_quiet(&mut streams[3], "after a commit that did not write d").await;
 }
 
 async fn write_whose_check_fails_emits_nothing(env: Env) {

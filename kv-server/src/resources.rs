@@ -1,0 +1,106 @@
+//! The resource policy: what one server lets its clients hold, and how long.
+//!
+//! A server must survive hostile or broken clients: silent TCP connections, clients that send
+//! headers or bodies a byte at a time, thousands of idle watches, a flood of `/db/NAME` names.
+//! Every resource a client can make the server hold is bounded, and every refusal is an HTTP
+//! answer with a plain-text reason (or, for a connection over the cap, that answer written once
+//! and the connection closed), never a silent hang:
+//!
+//! | resource | limit ([`ResourceLimits`] field) | default | over the limit |
+//! |---|---|---|---|
+//! | open connections | `max_connections` | 1,000 | `503` "Too many connections …" written once, connection closed |
+//! | time to send a request's headers (HTTP/1.1), and for a new connection to send its first byte (any protocol) | `header_timeout` | 10 s | connection closed (hyper answers `408` when it can) |
+//! | time to send a request's body | `body_timeout` | 30 s | `408` "Request body not received within …" |
+//! | a connection with no request in flight (HTTP/1.1 keep-alive, HTTP/2 with no streams) | `idle_timeout` | 60 s | closed (HTTP/2: `GOAWAY` first) |
+//! | a dead HTTP/2 peer | `keep_alive_timeout` after a ping every `keep_alive_interval` of the [`crate::ServerConfig`] | 20 s | closed |
+//! | request bodies buffered at once, all connections together | `max_body_memory` | 64 MiB | `503` "The server is buffering too many request bodies …" |
+//! | one request body | [`crate::ServerConfig::max_body_bytes`] | 1.06 MiB | `413` |
+//! | watch streams open at once | `max_watches` | 10,000 | `429` "Too many watches …" (Deno's client reports it as an error) |
+//! | `/db/NAME` databases open at once (`kv serve --db-dir`) | `max_open_databases` | 64 | `503` "Too many databases open …" |
+//! | an open `/db/NAME` database nobody uses (no request, watch or held queue message) | `database_idle_timeout` | 60 s | closed; reopened on next use |
+//!
+//! A watch stream counts as a request in flight, so a connection carrying only a watch is not
+//! idle (the watch's keep-alive frames also keep it alive for the client).
+//!
+//! `kv serve` raises its soft open-file limit to the hard limit at start, and lowers
+//! `max_connections` to half the open-file limit when that is lower, so that refusing a
+//! connection never itself fails for want of a descriptor.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The limits of the [resource policy](self); part of [`crate::ServerConfig`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceLimits {
+    /// Connections served at once; above it a connection gets a `503` text and is closed.
+    pub max_connections: usize,
+    /// How long an HTTP/1.1 client may take to send a request's headers.
+    pub header_timeout: Duration,
+    /// How long a client may take to send a request's whole body.
+    pub body_timeout: Duration,
+    /// How long a connection may stay open with no request in flight.
+    pub idle_timeout: Duration,
+    /// Bytes of request bodies buffered at once across all connections.
+    pub max_body_memory: usize,
+    /// Watch streams open at once across all connections.
+    pub max_watches: usize,
+    /// `/db/NAME` databases (those opened on first use) open at once.
+    pub max_open_databases: usize,
+    /// How long an unused `/db/NAME` database stays open.
+    pub database_idle_timeout: Duration,
+}
+
+impl Default for ResourceLimits {
+    fn default() -> Self {
+        ResourceLimits {
+            max_connections: 1000,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            max_body_memory: 64 * 1024 * 1024,
+            max_watches: 10_000,
+            max_open_databases: 64,
+            database_idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The budgets of one running server (the counting side of [`ResourceLimits`]).
+pub(crate) struct Budgets {
+    connections: Arc<Semaphore>,
+    body_bytes: Arc<Semaphore>,
+    watches: Arc<Semaphore>,
+}
+
+/// Permits never exceed what a tokio semaphore can count.
+fn semaphore(permits: usize) -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(permits.min(Semaphore::MAX_PERMITS)))
+}
+
+impl Budgets {
+    pub(crate) fn new(limits: &ResourceLimits) -> Self {
+        Budgets {
+            connections: semaphore(limits.max_connections),
+            body_bytes: semaphore(limits.max_body_memory),
+            watches: semaphore(limits.max_watches),
+        }
+    }
+
+    /// A connection slot, or `None` when `max_connections` are open.
+    pub(crate) fn connection(&self) -> Option<OwnedSemaphorePermit> {
+        self.connections.clone().try_acquire_owned().ok()
+    }
+
+    /// `bytes` more of the body budget, or `None` when it is spent.
+    pub(crate) fn body_bytes(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        let bytes = u32::try_from(bytes).ok()?;
+        self.body_bytes.clone().try_acquire_many_owned(bytes).ok()
+    }
+
+    /// A watch slot, or `None` when `max_watches` are open.
+    pub(crate) fn watch(&self) -> Option<OwnedSemaphorePermit> {
+        self.watches.clone().try_acquire_owned().ok()
+    }
+}
