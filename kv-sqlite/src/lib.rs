@@ -95,6 +95,26 @@ pub enum SqliteError {
         /// What gave it away.
         reason: String,
     },
+    /// A read-only open of a WAL-mode file whose WAL holds commits, in a directory where SQLite
+    /// cannot create the WAL index (`-shm`) it needs to read them.
+    #[error(
+        "cannot read {} read-only: its write-ahead log holds commits and SQLite cannot create the \
+         log's index (-shm) beside it (read-only directory); open it once where it can be written \
+         (or by a process that may write the directory) to checkpoint the log",
+        path.display()
+    )]
+    WalNeedsWritableDirectory {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// A read-only open that needs to name the file as an immutable SQLite URI and cannot.
+    #[error("cannot open {} read-only as immutable: {reason}", path.display())]
+    ImmutablePath {
+        /// The database file.
+        path: PathBuf,
+        /// Why the path cannot be named.
+        reason: String,
+    },
     /// A background thread could not be started.
     #[error("cannot start the writer thread: {0}")]
     Thread(#[from] std::io::Error),
