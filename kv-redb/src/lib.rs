@@ -215,6 +215,7 @@ impl Backend for RedbBackend {
             durable: true,
             queues: true,
             watch: true,
+            integrity_check: true,
         }
     }
 

@@ -41,6 +41,7 @@
 //! # Ok(()) }
 //! ```
 
+mod integrity;
 mod queue;
 mod reader;
 mod schema;
@@ -53,9 +54,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use kv_proto::{
-    AtomicWrite, Backend, Capabilities, ChangeSignal, Clock, CommitResult, KvError, Limits,
-    QueueMessageHandle, QueuedMessage, ReadRangeOutput, SnapshotRead, SystemClock, WatchReader,
-    WatchStream, watch_stream,
+    AtomicWrite, Backend, Capabilities, ChangeSignal, Clock, CommitResult, IntegrityReport,
+    KvError, Limits, QueueMessageHandle, QueuedMessage, ReadRangeOutput, SnapshotRead, SystemClock,
+    WatchReader, WatchStream, watch_stream,
 };
 use thiserror::Error;
 
@@ -259,6 +260,7 @@ impl Backend for SqliteBackend {
             durable: true,
             queues: !self.options.read_only,
             watch: true,
+            integrity_check: true,
         }
     }
 
@@ -294,6 +296,13 @@ impl Backend for SqliteBackend {
         let now_ms = self.options.clock.now_ms();
         let readers = self.readers.clone();
         run_blocking(move || readers.queued_messages(now_ms)).await
+    }
+
+    /// SQLite's `integrity_check`, then every entry and queued message decoded.
+    async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
+        self.ensure_open()?;
+        let readers = self.readers.clone();
+        run_blocking(move || readers.check_integrity()).await
     }
 
     fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {

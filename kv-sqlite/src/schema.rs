@@ -120,7 +120,8 @@ fn deno_kv_columns(version: i64) -> &'static [&'static str] {
 /// version this crate knows. Anything else (another application's tables, a `kv` table of
 /// another shape, a newer schema) is an error, and the caller must leave the file untouched.
 pub(crate) fn inspect(conn: &Connection) -> Result<Layout, SqliteError> {
-    let objects: i64 = conn.query_row("select count(*) from sqlite_master", [], |row| row.get(0))?;
+    let objects: i64 =
+        conn.query_row("select count(*) from sqlite_master", [], |row| row.get(0))?;
     if objects == 0 {
         return Ok(Layout::Empty);
     }
@@ -174,12 +175,10 @@ pub(crate) fn check_readable(conn: &Connection) -> Result<(), SqliteError> {
         Layout::Empty => Err(SqliteError::NotDenoKv {
             reason: "it has no migration_state table".into(),
         }),
-        Layout::Deno { version } if version < SCHEMA_VERSION => {
-            Err(SqliteError::NeedsMigration {
-                found: version,
-                supported: SCHEMA_VERSION,
-            })
-        }
+        Layout::Deno { version } if version < SCHEMA_VERSION => Err(SqliteError::NeedsMigration {
+            found: version,
+            supported: SCHEMA_VERSION,
+        }),
         Layout::Deno { .. } => Ok(()),
     }
 }

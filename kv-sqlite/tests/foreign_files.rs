@@ -32,7 +32,11 @@ fn sqlite_file(dir: &tempfile::TempDir, sql: &str) -> PathBuf {
 fn assert_refused_untouched(path: &Path) -> KvError {
     let before = std::fs::read(path).expect("read");
     let err = SqliteBackend::open(path).expect_err("a file that is not ours is refused");
-    assert_eq!(std::fs::read(path).expect("read"), before, "the bytes changed");
+    assert_eq!(
+        std::fs::read(path).expect("read"),
+        before,
+        "the bytes changed"
+    );
     for suffix in ["-wal", "-shm", "-journal"] {
         assert!(
             !side_file(path, suffix).exists(),
@@ -205,7 +209,12 @@ fn a_wal_with_commits_in_a_read_only_directory_is_explained() {
         kv.close().await
     })
     .expect("copy while open");
-    assert!(std::fs::metadata(side_file(&path, "-wal")).expect("wal").len() > 0);
+    assert!(
+        std::fs::metadata(side_file(&path, "-wal"))
+            .expect("wal")
+            .len()
+            > 0
+    );
     set_directory_mode(dir.path(), false);
     set_directory_mode(&data, false);
     let out = run_unprivileged(
