@@ -16,7 +16,10 @@ fn kv(dir: &Path, db: &str, args: &[&str]) -> Output {
         .output()
         .unwrap_or_else(|e| panic!("cannot run kv: {e}"));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!stderr.contains("panicked"), "kv {args:?} panicked:\n{stderr}");
+    assert!(
+        !stderr.contains("panicked"),
+        "kv {args:?} panicked:\n{stderr}"
+    );
     output
 }
 
@@ -86,7 +89,11 @@ fn a_damaged_sqlite_file_is_refused_by_dump_stats_and_migrate_and_reported_by_ch
     load(dir.path(), "sqlite:kv.sqlite3", 400);
     let healthy = kv(dir.path(), "sqlite:kv.sqlite3", &["check"]);
     assert!(healthy.status.success(), "{}", text(&healthy.stderr));
-    assert!(text(&healthy.stdout).contains(r#""entries":400"#), "{}", text(&healthy.stdout));
+    assert!(
+        text(&healthy.stdout).contains(r#""entries":400"#),
+        "{}",
+        text(&healthy.stdout)
+    );
 
     damage_two_leaf_pages(&dir.path().join("kv.sqlite3"));
     for args in [
@@ -100,7 +107,11 @@ fn a_damaged_sqlite_file_is_refused_by_dump_stats_and_migrate_and_reported_by_ch
             "kv {args:?} succeeded on a damaged file:\n{}",
             text(&out.stdout)
         );
-        assert!(text(&out.stderr).contains("is damaged"), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("is damaged"),
+            "{}",
+            text(&out.stderr)
+        );
     }
     assert!(!dir.path().join("copy.sqlite3").exists(), "no partial copy");
     let check = kv(dir.path(), "sqlite:kv.sqlite3", &["check"]);
@@ -115,7 +126,11 @@ fn check_counts_a_healthy_redb_file() {
     load(dir.path(), "redb:kv.redb", 10);
     let out = kv(dir.path(), "redb:kv.redb", &["check"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains(r#""entries":10"#), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains(r#""entries":10"#),
+        "{}",
+        text(&out.stdout)
+    );
 }
 
 fn files_in(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
@@ -140,20 +155,31 @@ fn reading_commands_do_not_change_redb_files() {
     std::fs::remove_file(dir.path().join("input.jsonl")).expect("rm");
     let before = files_in(dir.path());
     for args in [
-        &["stats"][..],
-        &["dump"][..],
         &["list"][..],
         &["get", r#"["item", 3n]"#][..],
+        &["stats"][..],
+        &["dump"][..],
         &["check"][..],
     ] {
         let out = kv(dir.path(), "redb:kv.redb", args);
         assert!(out.status.success(), "kv {args:?}: {}", text(&out.stderr));
-        assert_eq!(files_in(dir.path()), before, "kv {args:?} changed the directory");
+        assert_eq!(
+            files_in(dir.path()),
+            before,
+            "kv {args:?} changed the directory"
+        );
     }
 
     let empty = dir.path().join("empty.redb");
     std::fs::write(&empty, b"").expect("create");
     let out = kv(dir.path(), "redb:empty.redb", &["stats"]);
-    assert!(!out.status.success(), "stats of a zero-length file has nothing to read");
-    assert_eq!(std::fs::read(&empty).expect("read").len(), 0, "it was initialised");
+    assert!(
+        !out.status.success(),
+        "stats of a zero-length file has nothing to read"
+    );
+    assert_eq!(
+        std::fs::read(&empty).expect("read").len(),
+        0,
+        "it was initialised"
+    );
 }

@@ -26,7 +26,7 @@ pub(crate) async fn next_message(
         }
         // Marked seen before looking, so a change between the look and the wait still wakes us.
         changes.borrow_and_update();
-        let next_at = match shared.writer.take(owner, clock.now()).await {
+        let next_at = match shared.writer()?.take(owner, clock.now()).await {
             Ok(Taken::Message { id, token, payload }) => {
                 return Ok(Some(Box::new(RedbMessage {
                     shared: shared.clone(),
@@ -67,7 +67,7 @@ impl QueueMessageHandle for RedbMessage {
     async fn finish(mut self: Box<Self>, success: bool) -> Result<(), KvError> {
         self.settled = true;
         self.shared
-            .writer
+            .writer()?
             .finish(self.id, self.token, success, self.clock.now())
             .await
     }
@@ -76,10 +76,10 @@ impl QueueMessageHandle for RedbMessage {
 impl Drop for RedbMessage {
     /// Dropped without `finish`: the consumer gave up, which is a failed delivery.
     fn drop(&mut self) {
-        if !self.settled {
-            self.shared
-                .writer
-                .fail_in_background(self.id, self.token, self.clock.now());
+        if !self.settled
+            && let Ok(writer) = self.shared.writer()
+        {
+            writer.fail_in_background(self.id, self.token, self.clock.now());
         }
     }
 }
