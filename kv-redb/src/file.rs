@@ -198,3 +198,164 @@ pub(crate) fn needs_reopen(err: &KvError) -> bool {
         ))
     )
 }
+
+#[cfg(test)]
+mod tests {
+    //! Issue 14, defect 4: a failed write (a full disk) must not leave the backend answering
+    //! "Previous I/O error occurred" forever. The file is opened through a backend that fails
+    //! every write and sync while a switch is on, as a full disk would.
+
+    use std::ops::Bound;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use kv_proto::{
+        AtomicWrite, Backend, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
+    };
+    use redb::backends::FileBackend;
+    use redb::{BackendError, StorageBackend};
+
+    use super::*;
+    use crate::{RedbBackend, RedbOptions};
+
+    /// redb's file backend, with writes that fail while `full` is set.
+    #[derive(Debug)]
+    struct DiskThatFills {
+        file: FileBackend,
+        full: Arc<AtomicBool>,
+    }
+
+    impl DiskThatFills {
+        fn check(&self) -> Result<(), std::io::Error> {
+            if self.full.load(Ordering::SeqCst) {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::StorageFull,
+                    "No space left on device",
+                ))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    impl StorageBackend for DiskThatFills {
+        fn len(&self) -> Result<u64, std::io::Error> {
+            self.file.len()
+        }
+        fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+            self.file.read(offset, out)
+        }
+        fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+            self.check()?;
+            self.file.set_len(len)
+        }
+        fn sync_data(&self) -> Result<(), std::io::Error> {
+            self.check()?;
+            self.file.sync_data()
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+            self.check()?;
+            self.file.write(offset, data)
+        }
+        fn close(&self) -> Result<(), std::io::Error> {
+            self.file.close()
+        }
+        fn try_lock_range(&self, a: Bound<u64>, b: Bound<u64>) -> Result<bool, BackendError> {
+            self.file.try_lock_range(a, b)
+        }
+        fn try_lock_shared_range(
+            &self,
+            a: Bound<u64>,
+            b: Bound<u64>,
+        ) -> Result<bool, BackendError> {
+            self.file.try_lock_shared_range(a, b)
+        }
+        fn lock_range(&self, a: Bound<u64>, b: Bound<u64>) -> Result<(), BackendError> {
+            self.file.lock_range(a, b)
+        }
+        fn lock_shared_range(&self, a: Bound<u64>, b: Bound<u64>) -> Result<(), BackendError> {
+            self.file.lock_shared_range(a, b)
+        }
+        fn unlock_range(&self, a: Bound<u64>, b: Bound<u64>) -> Result<(), BackendError> {
+            self.file.unlock_range(a, b)
+        }
+        fn query_lock_range(&self, a: Bound<u64>, b: Bound<u64>) -> Result<bool, BackendError> {
+            self.file.query_lock_range(a, b)
+        }
+    }
+
+    /// Opens (and reopens) files on a [`DiskThatFills`] sharing one switch.
+    struct FillingStorage {
+        full: Arc<AtomicBool>,
+    }
+
+    impl OpenStorage for FillingStorage {
+        fn open(&self, path: &Path, _first: bool, _check: bool) -> Result<Database, RedbError> {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)
+                .map_err(|err| RedbError::Redb(err.into()))?;
+            let backend = DiskThatFills {
+                file: FileBackend::new(file).map_err(|err| RedbError::Redb(err.into()))?,
+                full: self.full.clone(),
+            };
+            Database::builder()
+                .create_with_backend(backend)
+                .map_err(|err| RedbError::Redb(err.into()))
+        }
+    }
+
+    fn set(name: &str, n: u64) -> AtomicWrite {
+        AtomicWrite {
+            mutations: vec![Mutation::set(
+                encode_key(&key![name]).expect("key"),
+                KvValue::U64(n),
+            )],
+            ..Default::default()
+        }
+    }
+
+    async fn names(kv: &RedbBackend) -> Vec<String> {
+        let read = SnapshotRead {
+            ranges: vec![ReadRange::prefix(&key![], 100).expect("range")],
+            ..Default::default()
+        };
+        let out = kv.snapshot_read(read).await.expect("read");
+        out[0]
+            .entries
+            .iter()
+            .map(|entry| format!("{:?}", kv_proto::decode_key(&entry.key).expect("key")))
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_succeed_again_once_the_disk_has_room() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("kv.redb");
+        let full = Arc::new(AtomicBool::new(false));
+        let storage = Arc::new(FillingStorage { full: full.clone() });
+        let kv =
+            RedbBackend::open_with_storage(&path, RedbOptions::default(), storage).expect("open");
+        kv.atomic_write(set("a", 1)).await.expect("write a");
+
+        full.store(true, Ordering::SeqCst);
+        for name in ["b", "c"] {
+            let failed = kv.atomic_write(set(name, 2)).await;
+            assert!(matches!(failed, Err(KvError::Storage { .. })), "{failed:?}");
+        }
+
+        full.store(false, Ordering::SeqCst);
+        kv.atomic_write(set("d", 3))
+            .await
+            .expect("a write after the disk has room again");
+        let expected = vec![format!("{:?}", key!["a"]), format!("{:?}", key!["d"])];
+        assert_eq!(names(&kv).await, expected, "failed writes left nothing");
+        kv.close().await.expect("a clean close");
+
+        let reopened = RedbBackend::open(&path).expect("reopen");
+        assert_eq!(names(&reopened).await, expected);
+        reopened.close().await.expect("close");
+    }
+}
