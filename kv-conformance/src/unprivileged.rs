@@ -76,3 +76,28 @@ pub fn set_directory_mode(path: &std::path::Path, writable: bool) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .expect("change the directory's permissions");
 }
+
+/// Makes `dirs` read-only (and traversable), runs the test `test` through [`run_unprivileged`],
+/// makes them writable again (so they can be cleaned up), and asserts that the child succeeded.
+///
+/// # Panics
+///
+/// If the child fails (its stderr is in the message).
+pub fn assert_succeeds_in_read_only_dirs(
+    test: &str,
+    argument: impl AsRef<OsStr>,
+    dirs: &[&std::path::Path],
+) {
+    for dir in dirs {
+        set_directory_mode(dir, false);
+    }
+    let out = run_unprivileged(test, argument);
+    for dir in dirs {
+        set_directory_mode(dir, true);
+    }
+    assert!(
+        out.status.success(),
+        "the unprivileged child failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

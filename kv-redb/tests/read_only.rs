@@ -5,7 +5,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use kv_conformance::unprivileged::{child_argument, run_unprivileged, set_directory_mode};
+use kv_conformance::unprivileged::{assert_succeeds_in_read_only_dirs, child_argument};
 use kv_proto::{
     AtomicWrite, Backend, KvError, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
 };
@@ -67,18 +67,11 @@ fn a_read_only_file_in_a_read_only_directory_is_read_untouched() {
     })
     .expect("write");
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).expect("chmod");
-    set_directory_mode(dir.path(), false);
-    set_directory_mode(&data, false);
     let before = std::fs::read(&path).expect("read");
-    let out = run_unprivileged(
+    assert_succeeds_in_read_only_dirs(
         "a_read_only_file_in_a_read_only_directory_is_read_untouched",
         &path,
-    );
-    set_directory_mode(&data, true);
-    assert!(
-        out.status.success(),
-        "child: {}",
-        String::from_utf8_lossy(&out.stderr)
+        &[dir.path(), &data],
     );
     // And as this process (root on CI), which could write: still not a byte changed.
     assert_eq!(read_a(&path).expect("read"), Some(KvValue::U64(1)));

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kv_conformance::unprivileged::{child_argument, run_unprivileged, set_directory_mode};
+use kv_conformance::unprivileged::{assert_succeeds_in_read_only_dirs, child_argument};
 use kv_proto::{
     AtomicWrite, Backend, KvError, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
 };
@@ -159,18 +159,11 @@ fn the_read_only_view_reads_a_file_in_a_read_only_directory() {
     let path = data.join("kv.sqlite3");
     deno_file_with_one_entry(&path).expect("write");
     assert!(!side_file(&path, "-wal").exists(), "closed cleanly");
-    set_directory_mode(dir.path(), false);
-    set_directory_mode(&data, false);
     let before = std::fs::read(&path).expect("read");
-    let out = run_unprivileged(
+    assert_succeeds_in_read_only_dirs(
         "the_read_only_view_reads_a_file_in_a_read_only_directory",
         &path,
-    );
-    set_directory_mode(&data, true);
-    assert!(
-        out.status.success(),
-        "child: {}",
-        String::from_utf8_lossy(&out.stderr)
+        &[dir.path(), &data],
     );
     assert_eq!(std::fs::read(&path).expect("read"), before);
     assert!(!side_file(&path, "-shm").exists());
@@ -215,17 +208,9 @@ fn a_wal_with_commits_in_a_read_only_directory_is_explained() {
             .len()
             > 0
     );
-    set_directory_mode(dir.path(), false);
-    set_directory_mode(&data, false);
-    let out = run_unprivileged(
+    assert_succeeds_in_read_only_dirs(
         "a_wal_with_commits_in_a_read_only_directory_is_explained",
         &path,
-    );
-    set_directory_mode(&data, true);
-    set_directory_mode(dir.path(), true);
-    assert!(
-        out.status.success(),
-        "child: {}",
-        String::from_utf8_lossy(&out.stderr)
+        &[dir.path(), &data],
     );
 }
