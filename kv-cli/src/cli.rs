@@ -133,6 +133,10 @@ pub enum Command {
     },
     /// Count entries, their size, expiring entries and queued messages.
     Stats,
+    /// Check the database for damage: the engine's own check, then every entry and queued
+    /// message read and decoded. Prints a summary (exit 0) or every problem found (exit 1).
+    /// `dump`, `stats` and `migrate` run the same check first and refuse a damaged database.
+    Check,
     /// Copy every entry and queued message from the database (--db) into a new or empty
     /// target (all or nothing).
     Migrate {

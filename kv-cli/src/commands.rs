@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::Utc;
 use futures::{StreamExt, TryStreamExt};
 use kv::{EnqueueOptions, Entry, Kv, KvValue, ListOptions, MaybeEntry, Selector, key};
-use kv_proto::{AtomicWrite, Enqueue, Mutation, MutationKind, encode_key};
+use kv_proto::{AtomicWrite, Enqueue, IntegrityReport, Mutation, MutationKind, encode_key};
 use serde_json::json;
 
 use crate::cli::{Format, KeyAction, ValueType};
@@ -275,9 +275,64 @@ fn all_entries(kv: &Kv) -> Result<kv::ListStream, CliError> {
     )?)
 }
 
+/// The integrity check of `kv`, or `None` if its backend has none (a remote database).
+async fn integrity(kv: &Kv) -> Result<Option<IntegrityReport>, CliError> {
+    let backend = kv.backend();
+    if !backend.capabilities().integrity_check {
+        return Ok(None);
+    }
+    Ok(Some(backend.check_integrity().await?))
+}
+
+/// Opens `db` for reading all of it: runs the integrity check first and refuses a damaged
+/// database, so a dump, a count or a copy is never silently short.
+async fn open_intact(db: &str) -> Result<Kv, CliError> {
+    let kv = open(db, Access::Read)?;
+    match integrity(&kv).await {
+        Ok(report) if report.as_ref().is_none_or(IntegrityReport::is_ok) => Ok(kv),
+        failed => {
+            kv.close().await?;
+            Err(match failed {
+                Ok(report) => CliError::Damaged {
+                    db: db.to_owned(),
+                    problems: report.map(|r| r.problems).unwrap_or_default(),
+                },
+                Err(err) => err,
+            })
+        }
+    }
+}
+
+/// `kv check`.
+pub async fn check(db: &str) -> Result<(), CliError> {
+    let kv = open(db, Access::Read)?;
+    let report = kv.backend().check_integrity().await;
+    kv.close().await?;
+    let report = report?;
+    if !report.is_ok() {
+        let mut out = std::io::stdout().lock();
+        for problem in &report.problems {
+            writeln!(out, "{problem}").map_err(stdout_error)?;
+        }
+        return Err(CliError::Damaged {
+            db: db.to_owned(),
+            problems: report.problems,
+        });
+    }
+    println!(
+        "{}",
+        json!({
+            "ok": true,
+            "entries": report.entries_checked,
+            "queued_messages": report.messages_checked,
+        })
+    );
+    Ok(())
+}
+
 /// `kv dump`.
 pub async fn dump(db: &str, output: Option<&Path>) -> Result<(), CliError> {
-    let kv = open(db, Access::Read)?;
+    let kv = open_intact(db).await?;
     let result = match output {
         None => dump_to(&kv, &mut std::io::stdout().lock(), Path::new("<stdout>")).await,
         Some(path) => {
@@ -485,7 +540,7 @@ pub async fn load(db: &str, input: &Path) -> Result<(), CliError> {
 
 /// `kv migrate`.
 pub async fn migrate(db: &str, target_url: &str) -> Result<(), CliError> {
-    let source = open(db, Access::Read)?;
+    let source = open_intact(db).await?;
     let result = async {
         let target = Target::create(target_url).await?;
         let progress = Progress::new("migrate", None);
@@ -527,7 +582,7 @@ pub async fn migrate(db: &str, target_url: &str) -> Result<(), CliError> {
 
 /// `kv stats`.
 pub async fn stats(db: &str) -> Result<(), CliError> {
-    let kv = open(db, Access::Read)?;
+    let kv = open_intact(db).await?;
     let result = async {
         let mut entries = all_entries(&kv)?;
         let (mut count, mut key_bytes, mut value_bytes, mut expiring) = (0u64, 0u64, 0u64, 0u64);

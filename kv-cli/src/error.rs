@@ -82,6 +82,21 @@ pub enum CliError {
         source: std::io::Error,
     },
 
+    /// The database failed its integrity check: it is damaged, and a command that reads all of
+    /// it (`dump`, `stats`, `migrate`) would give an incomplete or wrong answer.
+    #[error(
+        "{db} is damaged ({} problem(s) found; first: {}); nothing was read. \
+         `kv --db {db} check` lists every problem",
+        problems.len(),
+        problems.first().map_or("", String::as_str)
+    )]
+    Damaged {
+        /// The database URL.
+        db: String,
+        /// What the check found.
+        problems: Vec<String>,
+    },
+
     /// `kv get` of a key that does not exist.
     #[error("no entry at {0}")]
     NotFound(String),

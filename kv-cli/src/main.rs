@@ -91,6 +91,7 @@ async fn run(db: &str, command: Command) -> Result<(), CliError> {
         Command::Dump { output } => commands::dump(db, output.as_deref()).await,
         Command::Load { input } => commands::load(db, &input).await,
         Command::Stats => commands::stats(db).await,
+        Command::Check => commands::check(db).await,
         Command::Migrate { target } => commands::migrate(db, &target).await,
         Command::Key { action } => commands::key(action),
         Command::Serve(args) => serve::serve(db, args).await,

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use async_trait::async_trait;
 use futures::StreamExt;
 use kv_proto::{
-    AtomicWrite, Backend, Capabilities, CommitResult, KvError, MutationKind, QueueMessageHandle,
-    ReadRangeOutput, SnapshotRead, Versionstamp, WatchStream,
+    AtomicWrite, Backend, Capabilities, CommitResult, IntegrityReport, KvError, MutationKind,
+    QueueMessageHandle, ReadRangeOutput, SnapshotRead, Versionstamp, WatchStream,
 };
 
 use crate::{BackendFactory, TestContext};
@@ -151,6 +151,10 @@ impl FaultyBackend {
 impl Backend for FaultyBackend {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
+    }
+
+    async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
+        self.inner.check_integrity().await
     }
 
     async fn snapshot_read(&self, mut read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError> {

@@ -32,6 +32,8 @@ pub mod faults;
 mod harness;
 pub mod model;
 pub mod support;
+#[cfg(unix)]
+pub mod unprivileged;
 
 use std::process::ExitCode;
 use std::sync::Arc;

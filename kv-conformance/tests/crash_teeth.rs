@@ -341,6 +341,7 @@ impl Backend for LogBackend {
             durable: true,
             queues: true,
             watch: false,
+            integrity_check: false,
         }
     }
 

@@ -68,6 +68,7 @@ impl Backend for TinyBackend {
             durable: false,
             queues: false,
             watch: false,
+            integrity_check: false,
         }
     }
 

@@ -36,9 +36,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use kv_proto::{
-    AtomicWrite, Backend, Capabilities, ChangeSignal, Clock, CommitResult, KvError, Limits,
-    QueueMessageHandle, QueuedMessage, ReadRangeOutput, SnapshotRead, SystemClock, WatchReader,
-    WatchStream, watch_stream,
+    AtomicWrite, Backend, Capabilities, ChangeSignal, Clock, CommitResult, IntegrityReport,
+    KvError, Limits, QueueMessageHandle, QueuedMessage, ReadRangeOutput, SnapshotRead, SystemClock,
+    WatchReader, WatchStream, watch_stream,
 };
 
 pub use store::MemoryStore;
@@ -108,6 +108,7 @@ impl Backend for MemoryBackend {
             durable: false,
             queues: true,
             watch: true,
+            integrity_check: true,
         }
     }
 
@@ -132,6 +133,11 @@ impl Backend for MemoryBackend {
     async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
         self.ensure_open()?;
         Ok(self.store.queued_messages(self.clock.now()))
+    }
+
+    async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
+        self.ensure_open()?;
+        Ok(self.store.integrity_report())
     }
 
     fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {

@@ -12,8 +12,9 @@ use kv_proto::queue::{
     DeliveryFailure, DeliveryOutcome, QueuedMessage, after_delivery, after_failed_delivery,
 };
 use kv_proto::{
-    AtomicWrite, ChangeSignal, ChangedKeys, CommitResult, KvEntry, KvError, ReadRange,
-    ReadRangeOutput, StoredEntry, Versionstamp, WatchedEntry, is_expired, stage_atomic_write,
+    AtomicWrite, ChangeSignal, ChangedKeys, CommitResult, IntegrityReport, KvEntry, KvError,
+    ReadRange, ReadRangeOutput, StoredEntry, Versionstamp, WatchedEntry, is_expired,
+    stage_atomic_write,
 };
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -124,6 +125,17 @@ impl MemoryStore {
 
     fn notify_queue(&self) {
         self.shared.queue_changes.0.send_modify(|n| *n += 1);
+    }
+
+    /// The integrity check of a store that lives in memory: nothing can be damaged, so it only
+    /// counts what it holds (entries expired but not yet removed included).
+    pub(crate) fn integrity_report(&self) -> IntegrityReport {
+        let state = self.lock();
+        IntegrityReport {
+            entries_checked: state.entries.len() as u64,
+            messages_checked: (state.ready.len() + state.running.len()) as u64,
+            problems: Vec::new(),
+        }
     }
 
     /// Answers every range from one snapshot (the lock is held throughout).

@@ -20,7 +20,10 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use crate::queue::{QueueMessageHandle, QueuedMessage};
-use crate::{AtomicWrite, CommitResult, KvError, ReadRangeOutput, SnapshotRead, WatchKeyOutput};
+use crate::{
+    AtomicWrite, CommitResult, IntegrityReport, KvError, ReadRangeOutput, SnapshotRead,
+    WatchKeyOutput,
+};
 
 /// What a backend offers beyond reads and writes, so a conformance suite (or a program) knows
 /// what it may rely on.
@@ -32,6 +35,8 @@ pub struct Capabilities {
     pub queues: bool,
     /// [`Backend::watch`] works.
     pub watch: bool,
+    /// [`Backend::check_integrity`] works.
+    pub integrity_check: bool,
 }
 
 /// Emissions of a watch: one `Vec` per change, with one [`WatchKeyOutput`] per watched key in the
@@ -86,6 +91,17 @@ pub trait Backend: Send + Sync {
     fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {
         let _ = keys;
         Err(KvError::Unsupported { feature: "watch" })
+    }
+
+    /// Reads the whole store and reports what is damaged: the engine's structural check, then
+    /// every entry and queued message decoded (see [`IntegrityReport`]). Problems found are the
+    /// report's content, not an error; an error means the check itself could not run. It changes
+    /// nothing, and works on a read-only handle. The default refuses: backends without a check
+    /// need not implement it.
+    async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
+        Err(KvError::Unsupported {
+            feature: "integrity checks",
+        })
     }
 
     /// Closes the backend: pending dequeues return `None`, watch streams end, and every later

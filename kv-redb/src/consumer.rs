@@ -23,14 +23,15 @@ impl DeliveryEngine for RedbDeliveries {
 
     async fn settle(&self, ticket: Ticket, outcome: DeliveryOutcome) -> Result<(), KvError> {
         let now = self.clock.now();
-        self.shared.writer.settle(ticket, outcome, now).await
+        self.shared.writer()?.settle(ticket, outcome, now).await
     }
 
     fn settle_in_background(&self, ticket: Ticket, outcome: DeliveryOutcome) {
         let now = self.clock.now();
-        self.shared
-            .writer
-            .settle_in_background(ticket, outcome, now);
+        // Only a writable open hands out deliveries, so there is always a writer here.
+        if let Ok(writer) = self.shared.writer() {
+            writer.settle_in_background(ticket, outcome, now);
+        }
     }
 }
 
@@ -46,7 +47,8 @@ pub(crate) async fn next_message(
         shared: shared.clone(),
         clock: clock.clone(),
     });
-    let take = |now| shared.writer.take(owner, now, engine.clone());
+    let writer = shared.writer()?;
+    let take = |now| writer.take(owner, now, engine.clone());
     next_delivery(
         shared.notifier.subscribe_queue(),
         &**clock,

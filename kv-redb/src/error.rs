@@ -45,6 +45,28 @@ pub enum RedbError {
         reason: String,
     },
 
+    /// A read-only open of a file that was not closed cleanly: redb must recover it, which
+    /// writes to it. It is left untouched.
+    #[error(
+        "the database file {} was not closed cleanly and needs recovery, which a read-only open \
+         cannot do; open it writable once (for example with `kv set`) to recover it",
+        path.display()
+    )]
+    NeedsRecovery {
+        /// The file.
+        path: PathBuf,
+    },
+
+    /// A writable open of a file this process already has open read-only.
+    #[error(
+        "the database file {} is open read-only in this process; close those handles first",
+        path.display()
+    )]
+    OpenReadOnly {
+        /// The file.
+        path: PathBuf,
+    },
+
     /// The writer thread could not be started.
     #[error("cannot start the writer thread: {0}")]
     Thread(#[source] std::io::Error),
@@ -77,9 +99,11 @@ fn is_corruption(err: &RedbError) -> bool {
             redb::Error::Io(io) => io.kind() == std::io::ErrorKind::InvalidData,
             _ => false,
         },
-        RedbError::AlreadyOpen { .. } | RedbError::SchemaTooNew { .. } | RedbError::Thread(_) => {
-            false
-        }
+        RedbError::AlreadyOpen { .. }
+        | RedbError::SchemaTooNew { .. }
+        | RedbError::NeedsRecovery { .. }
+        | RedbError::OpenReadOnly { .. }
+        | RedbError::Thread(_) => false,
     }
 }
 

@@ -32,12 +32,13 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use kv_proto::queue::{DeliveryOutcome, Taken};
-use kv_proto::{AtomicWrite, Clock, CommitResult, KvError};
+use kv_proto::{AtomicWrite, ChangedKeys, Clock, CommitResult, KvError};
 use redb::{Database, ReadableTable};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::error::storage;
+use crate::file::{DbSlot, needs_reopen};
 use crate::queue::{self, Engine, Found};
 use crate::snapshot::ReadSnapshot;
 use crate::store::Notifier;
@@ -157,7 +158,8 @@ struct Held {
 /// What the writer keeps from one group to the next. Only the thread leading the writer holds
 /// it (see [`crate::writer`]).
 pub(crate) struct GroupState {
-    db: Arc<Database>,
+    /// The file; reopened after an I/O error (see [`crate::file`]).
+    db: Arc<DbSlot>,
     clock: Arc<dyn Clock>,
     durability: Durability,
     notifier: Arc<Notifier>,
@@ -181,6 +183,16 @@ pub(crate) struct GroupState {
     sweep_paused_until: Option<Instant>,
 }
 
+/// The earliest expiry time in the index, the sweep hint.
+fn earliest_expiry(tables: &mut Tables<'_>) -> Result<Option<DateTime<Utc>>, KvError> {
+    Ok(tables
+        .expiry()
+        .map_err(storage)?
+        .first()
+        .map_err(storage)?
+        .and_then(|(key, _)| crate::codec::decode_time(key.value()).ok()))
+}
+
 /// What a failed group gives back.
 struct Saved {
     last_version: u64,
@@ -193,14 +205,15 @@ impl GroupState {
     /// Recognises (or initializes) the file and requeues the messages a previous process left
     /// running, in one transaction.
     pub(crate) fn prepare(
-        db: Arc<Database>,
+        db: Arc<DbSlot>,
         clock: Arc<dyn Clock>,
         durability: Durability,
         notifier: Arc<Notifier>,
         snapshot: Arc<ReadSnapshot>,
     ) -> Result<Self, KvError> {
-        let layout = schema::inspect(db.as_ref())?;
-        let txn = db.begin_write().map_err(storage)?;
+        let file = db.writable()?;
+        let layout = schema::inspect(file.as_ref())?;
+        let txn = file.begin_write().map_err(storage)?;
         if layout == schema::Layout::Empty {
             schema::initialize(&txn).map_err(storage)?;
         }
@@ -220,13 +233,7 @@ impl GroupState {
                     .set_version_ceiling(version_ceiling)
                     .map_err(|Fatal(err)| err)?;
             }
-            let next_expiry = tables
-                .expiry()
-                .map_err(storage)?
-                .first()
-                .map_err(storage)?
-                .and_then(|(key, _)| crate::codec::decode_time(key.value()).ok());
-            (tables.dirty, next_expiry)
+            (tables.dirty, earliest_expiry(&mut tables)?)
         };
         if dirty || layout == schema::Layout::Empty {
             txn.commit().map_err(storage)?;
@@ -277,7 +284,7 @@ impl GroupState {
         if !self.unsynced {
             return Ok(());
         }
-        let txn = self.db.begin_write().map_err(storage)?;
+        let txn = self.db.writable()?.begin_write().map_err(storage)?;
         txn.commit().map_err(storage)?;
         self.unsynced = false;
         self.last_sync = Instant::now();
@@ -299,7 +306,7 @@ impl GroupState {
 
     /// Records the exact last version as the ceiling, in a durable commit.
     fn lower_ceiling(&mut self) -> Result<(), KvError> {
-        let txn = self.db.begin_write().map_err(storage)?;
+        let txn = self.db.writable()?.begin_write().map_err(storage)?;
         {
             let mut tables = Tables::new(&txn);
             tables
@@ -327,13 +334,16 @@ impl GroupState {
     pub(crate) fn run_group(&mut self, group: Vec<Command>) -> bool {
         let stop = group.iter().any(|c| matches!(c, Command::Shutdown));
         let sync = self.sync_this_group();
-        let mut txn = match self.db.begin_write() {
+        let begun = self
+            .database()
+            .and_then(|db| db.begin_write().map_err(storage));
+        let mut txn = match begun {
             Ok(txn) => txn,
             Err(err) => {
-                let err = storage(err);
                 for command in group {
                     command.reject(err.clone());
                 }
+                self.recover_from(&err);
                 return stop;
             }
         };
@@ -453,9 +463,54 @@ impl GroupState {
                 for reply in pending {
                     reply.answer(Some(err));
                 }
+                self.recover_from(err);
             }
         }
         stop
+    }
+
+    /// The database, for tests that look into the file.
+    #[cfg(test)]
+    pub(crate) fn test_db(&self) -> Arc<Database> {
+        self.db.writable().expect("the file is open")
+    }
+
+    /// The writable database; first reopens the file if an earlier reopen failed.
+    fn database(&mut self) -> Result<Arc<Database>, KvError> {
+        if self.db.has_failed() {
+            self.reopen()?;
+        }
+        self.db.writable()
+    }
+
+    /// After a group failed with `err`: reopens the file if redb needs it (an I/O error, after
+    /// which redb refuses everything until the database is reopened). A failed reopen is kept
+    /// in the slot and retried before the next group.
+    fn recover_from(&mut self, err: &KvError) {
+        if needs_reopen(err) {
+            let _ = self.reopen();
+        }
+    }
+
+    /// Closes and reopens the file (redb recovers it to its last durable commit), then takes
+    /// up numbering and sweeping from what the file holds: versions continue above both its
+    /// ceiling and everything this process handed out, so none is handed out twice.
+    fn reopen(&mut self) -> Result<(), KvError> {
+        let snapshot = self.snapshot.clone();
+        let db = self.db.reopen(|| snapshot.invalidate())?;
+        let txn = db.begin_write().map_err(storage)?;
+        let ceiling = schema::version_ceiling(&txn)?;
+        let next_expiry = earliest_expiry(&mut Tables::new(&txn))?;
+        txn.abort().map_err(storage)?;
+        self.version_ceiling = ceiling;
+        self.last_version = self.last_version.max(ceiling);
+        self.next_expiry = next_expiry;
+        self.unsynced = false;
+        self.last_sync = Instant::now();
+        // What the file holds may be older than what was acknowledged in Deferred mode.
+        self.notifier.notify_watchers(&ChangedKeys::all());
+        self.notifier.bump_queue();
+        Ok(())
     }
 
     /// Deletes a batch of due entries in the group's transaction and updates the sweep hint.
@@ -583,7 +638,10 @@ mod tests {
     }
 
     fn thread_on(path: &std::path::Path, clock: &ManualClock) -> GroupState {
-        let db = Arc::new(schema::open_database(path, false).expect("open"));
+        let db = Arc::new(
+            crate::file::DbSlot::open_writable(path, Arc::new(crate::file::FileStorage), false)
+                .expect("open"),
+        );
         GroupState::prepare(
             db,
             Arc::new(clock.clone()),
@@ -700,11 +758,15 @@ mod tests {
             Some(stamp(2)),
             "a failed write hands out no versionstamp"
         );
-        assert_eq!(stored(&thread.db, "a"), Some((1, stamp(1))));
-        assert_eq!(stored(&thread.db, "d"), Some((4, stamp(2))));
-        assert_eq!(stored(&thread.db, "b"), None);
-        assert_eq!(stored(&thread.db, "c"), None);
-        assert_eq!(rows(&thread.db, QUEUE_READY), 0, "nothing was enqueued");
+        assert_eq!(stored(&thread.test_db(), "a"), Some((1, stamp(1))));
+        assert_eq!(stored(&thread.test_db(), "d"), Some((4, stamp(2))));
+        assert_eq!(stored(&thread.test_db(), "b"), None);
+        assert_eq!(stored(&thread.test_db(), "c"), None);
+        assert_eq!(
+            rows(&thread.test_db(), QUEUE_READY),
+            0,
+            "nothing was enqueued"
+        );
     }
 
     /// A file as a crashed process leaves it (a message moved to running, never finished) gets
@@ -716,7 +778,7 @@ mod tests {
         let clock = ManualClock::at_test_epoch();
         {
             let thread = thread_on(&path, &clock);
-            let txn = thread.db.begin_write().expect("txn");
+            let txn = thread.test_db().begin_write().expect("txn");
             {
                 let mut tables = Tables::new(&txn);
                 let message = kv_proto::queue::QueuedMessage::new(
@@ -730,13 +792,13 @@ mod tests {
                 assert!(matches!(taken, Ok(Ok(_))));
             }
             txn.commit().expect("commit");
-            assert_eq!(rows(&thread.db, QUEUE_RUNNING), 1);
-            assert_eq!(rows(&thread.db, QUEUE_READY), 0);
+            assert_eq!(rows(&thread.test_db(), QUEUE_RUNNING), 1);
+            assert_eq!(rows(&thread.test_db(), QUEUE_READY), 0);
         }
         clock.advance(Duration::from_secs(30));
         let mut thread = thread_on(&path, &clock);
-        assert_eq!(rows(&thread.db, QUEUE_RUNNING), 0);
-        assert_eq!(rows(&thread.db, QUEUE_READY), 1);
+        assert_eq!(rows(&thread.test_db(), QUEUE_RUNNING), 0);
+        assert_eq!(rows(&thread.test_db(), QUEUE_READY), 1);
         let take = |thread: &mut GroupState, now| {
             let (reply, mut answer) = oneshot::channel();
             thread.run_group(vec![Command::Take {
@@ -792,7 +854,7 @@ mod tests {
             let table = txn.open_table(EXPIRY).expect("table");
             table.iter().expect("iter").count()
         };
-        assert_eq!(index_rows(&thread.db), 1);
+        assert_eq!(index_rows(&thread.test_db()), 1);
         assert_eq!(
             thread.next_expiry,
             Some(now + chrono::TimeDelta::seconds(10))
@@ -800,11 +862,11 @@ mod tests {
 
         clock.advance(Duration::from_secs(10));
         thread.idle();
-        assert_eq!(stored(&thread.db, "soon"), None, "swept at its time");
-        assert_eq!(index_rows(&thread.db), 0);
+        assert_eq!(stored(&thread.test_db(), "soon"), None, "swept at its time");
+        assert_eq!(index_rows(&thread.test_db()), 0);
         assert_eq!(thread.next_expiry, None);
-        assert!(stored(&thread.db, "later").is_some());
-        assert!(stored(&thread.db, "kept").is_some());
+        assert!(stored(&thread.test_db(), "later").is_some());
+        assert!(stored(&thread.test_db(), "kept").is_some());
     }
 
     /// Runs one write of `name` = `n` in its own group and returns its versionstamp's version.
@@ -840,11 +902,11 @@ mod tests {
         {
             let mut state = thread_on(&path, &clock);
             assert_eq!(write_one(&mut state, "a", 1, clock.now()), 1);
-            assert_eq!(recorded_ceiling(&state.db), 1 + VERSION_RESERVATION);
+            assert_eq!(recorded_ceiling(&state.test_db()), 1 + VERSION_RESERVATION);
             assert_eq!(write_one(&mut state, "b", 2, clock.now()), 2);
             assert_eq!(write_one(&mut state, "c", 3, clock.now()), 3);
             assert_eq!(
-                recorded_ceiling(&state.db),
+                recorded_ceiling(&state.test_db()),
                 1 + VERSION_RESERVATION,
                 "below the ceiling, commits do not touch meta"
             );
@@ -853,7 +915,10 @@ mod tests {
         let mut state = thread_on(&path, &clock);
         let next = write_one(&mut state, "d", 4, clock.now());
         assert_eq!(next, VERSION_RESERVATION + 2);
-        assert_eq!(recorded_ceiling(&state.db), next + VERSION_RESERVATION);
+        assert_eq!(
+            recorded_ceiling(&state.test_db()),
+            next + VERSION_RESERVATION
+        );
     }
 
     /// A clean close records the exact last version, so the next open continues without a gap.
@@ -867,7 +932,7 @@ mod tests {
             write_one(&mut state, "a", 1, clock.now());
             assert_eq!(write_one(&mut state, "b", 2, clock.now()), 2);
             state.close().expect("close");
-            assert_eq!(recorded_ceiling(&state.db), 2);
+            assert_eq!(recorded_ceiling(&state.test_db()), 2);
         }
         let mut state = thread_on(&path, &clock);
         assert_eq!(write_one(&mut state, "c", 3, clock.now()), 3);

@@ -61,7 +61,9 @@
 mod codec;
 mod consumer;
 mod error;
+mod file;
 mod group;
+mod integrity;
 mod queue;
 mod reader;
 mod schema;
@@ -77,15 +79,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use async_trait::async_trait;
 use kv_proto::run_blocking;
 use kv_proto::{
-    AtomicWrite, Backend, Capabilities, ChangeSignal, Clock, CommitResult, KvError, Limits,
-    QueueMessageHandle, QueuedMessage, ReadRangeOutput, SnapshotRead, SystemClock, WatchReader,
-    WatchStream, watch_stream,
+    AtomicWrite, Backend, Capabilities, ChangeSignal, Clock, CommitResult, IntegrityReport,
+    KvError, Limits, QueueMessageHandle, QueuedMessage, ReadRangeOutput, SnapshotRead, SystemClock,
+    WatchReader, WatchStream, watch_stream,
 };
 
 pub use error::RedbError;
 pub use group::{DEFERRED_SYNC_INTERVAL, MAX_GROUP};
 pub use schema::SCHEMA_VERSION;
 
+use crate::file::{FileStorage, OpenStorage};
 use crate::reader::ReadTime;
 use crate::store::Shared;
 
@@ -129,6 +132,11 @@ pub struct RedbOptions {
     /// file that was closed cleanly is trusted; a file left by a crash is always checked and
     /// repaired by redb.
     pub check_integrity_on_open: bool,
+    /// Open without writing anything to the file: no recovery, no initialisation, no writer
+    /// (writes and dequeues fail with [`KvError::ReadOnly`]). Several processes may read a file
+    /// this way at once, but none may have it open writable meanwhile. A file that was not
+    /// closed cleanly is refused ([`RedbError::NeedsRecovery`]), as is a file with no tables.
+    pub read_only: bool,
 }
 
 impl Default for RedbOptions {
@@ -138,6 +146,7 @@ impl Default for RedbOptions {
             limits: Limits::deno(),
             durability: Durability::Immediate,
             check_integrity_on_open: false,
+            read_only: false,
         }
     }
 }
@@ -180,8 +189,17 @@ impl RedbBackend {
     /// [`RedbError::SchemaTooNew`]) is refused without being modified. Blocks while the file is
     /// opened.
     pub fn open_with(path: impl AsRef<Path>, options: RedbOptions) -> Result<Self, KvError> {
+        Self::open_with_storage(path, options, Arc::new(FileStorage))
+    }
+
+    /// [`RedbBackend::open_with`], with the file opened (and reopened) through `storage`.
+    pub(crate) fn open_with_storage(
+        path: impl AsRef<Path>,
+        options: RedbOptions,
+        storage: Arc<dyn OpenStorage>,
+    ) -> Result<Self, KvError> {
         let path = path.as_ref().to_path_buf();
-        let (shared, owner) = store::acquire(&path, &options)?;
+        let (shared, owner) = store::acquire(&path, &options, storage)?;
         let signal = Arc::new(ChangeSignal::new());
         shared.notifier.register(&signal);
         Ok(RedbBackend {
@@ -213,8 +231,9 @@ impl Backend for RedbBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             durable: true,
-            queues: true,
+            queues: !self.shared.is_read_only(),
             watch: true,
+            integrity_check: true,
         }
     }
 
@@ -233,12 +252,15 @@ impl Backend for RedbBackend {
         self.ensure_open()?;
         let now = self.options.clock.now();
         self.options.limits.validate_atomic_write(&write, now)?;
-        self.shared.writer.write(write, now).await
+        self.shared.writer()?.write(write, now).await
     }
 
     async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
         if self.closed.load(Ordering::Acquire) {
             return Ok(None);
+        }
+        if self.shared.is_read_only() {
+            return Err(KvError::ReadOnly);
         }
         consumer::next_message(&self.shared, self.owner, &self.options.clock, &self.signal).await
     }
@@ -248,6 +270,14 @@ impl Backend for RedbBackend {
         let now = self.options.clock.now();
         let shared = self.shared.clone();
         run_blocking(move || shared.with_db(|db| reader::queued_messages(db, now))).await
+    }
+
+    /// Every table read and every record decoded, from one snapshot (see the `integrity`
+    /// module for what redb's page checksums add, and when).
+    async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
+        self.ensure_open()?;
+        let shared = self.shared.clone();
+        run_blocking(move || shared.with_db(integrity::check)).await
     }
 
     fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {
@@ -278,14 +308,12 @@ impl Backend for RedbBackend {
             return Ok(());
         }
         self.signal.close();
-        let released = match self
-            .shared
-            .writer
-            .release(self.owner, self.options.clock.now())
-            .await
-        {
-            Err(KvError::Closed) => Ok(()),
-            other => other,
+        let released = match self.shared.writer() {
+            Ok(writer) => match writer.release(self.owner, self.options.clock.now()).await {
+                Err(KvError::Closed) => Ok(()),
+                other => other,
+            },
+            Err(_) => Ok(()),
         };
         let shared = self.shared.clone();
         let closed = run_blocking(move || store::release(&shared)).await;
@@ -302,9 +330,9 @@ impl Drop for RedbBackend {
             return;
         }
         self.signal.close();
-        self.shared
-            .writer
-            .release_in_background(self.owner, self.options.clock.now());
+        if let Ok(writer) = self.shared.writer() {
+            writer.release_in_background(self.owner, self.options.clock.now());
+        }
         let _ = store::release(&self.shared);
     }
 }

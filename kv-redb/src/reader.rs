@@ -10,7 +10,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use kv_proto::queue::QueuedMessage;
 use kv_proto::{Clock, KvEntry, KvError, ReadRange, ReadRangeOutput, WatchedEntry, is_expired};
-use redb::{Database, ReadableDatabase, ReadableTable};
+use redb::{ReadableDatabase, ReadableTable};
 
 use crate::codec::{self, EntryRecord};
 use crate::error::storage;
@@ -85,7 +85,7 @@ pub(crate) fn read_watched(
 /// Every queued message from one snapshot: `queue_ready` in ready-time order, then the running
 /// messages as ready at `now` (they are being delivered).
 pub(crate) fn queued_messages(
-    db: &Database,
+    db: &dyn ReadableDatabase,
     now: DateTime<Utc>,
 ) -> Result<Vec<QueuedMessage>, KvError> {
     let txn = db.begin_read().map_err(storage)?;

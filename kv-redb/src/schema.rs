@@ -87,7 +87,7 @@ pub(crate) enum Layout {
 }
 
 /// Recognises the file from a read transaction, without writing anything.
-pub(crate) fn inspect(db: &impl ReadableDatabase) -> Result<Layout, RedbError> {
+pub(crate) fn inspect(db: &dyn ReadableDatabase) -> Result<Layout, RedbError> {
     let txn = db.begin_read().map_err(redb::Error::from)?;
     let names: Vec<String> = txn
         .list_tables()

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use kv_proto::KvError;
-use redb::{Database, ReadOnlyTable, ReadableDatabase};
+use redb::{ReadOnlyTable, ReadableDatabase};
 
 use crate::error::storage;
 use crate::schema::ENTRIES;
@@ -37,7 +37,10 @@ pub(crate) struct ReadSnapshot {
 impl ReadSnapshot {
     /// The entries as of now: the cached snapshot if no commit happened since it was opened,
     /// else a new one (cached for the reads that follow).
-    pub(crate) fn entries(&self, db: &Database) -> Result<Arc<EntriesSnapshot>, KvError> {
+    pub(crate) fn entries(
+        &self,
+        db: &dyn ReadableDatabase,
+    ) -> Result<Arc<EntriesSnapshot>, KvError> {
         let generation = self.generation.load(Ordering::Acquire);
         {
             // The cached value is replaced whole: a panic cannot leave it half-written.
@@ -53,7 +56,11 @@ impl ReadSnapshot {
 
     /// Opens a snapshot for a read that saw `generation`; caches it only if that generation is
     /// still current (no commit in between).
-    fn open(&self, db: &Database, generation: u64) -> Result<Arc<EntriesSnapshot>, KvError> {
+    fn open(
+        &self,
+        db: &dyn ReadableDatabase,
+        generation: u64,
+    ) -> Result<Arc<EntriesSnapshot>, KvError> {
         let txn = db.begin_read().map_err(storage)?;
         let table = Arc::new(txn.open_table(ENTRIES).map_err(storage)?);
         let mut cached = self.cached.write().unwrap_or_else(PoisonError::into_inner);
@@ -78,6 +85,8 @@ impl ReadSnapshot {
 
 #[cfg(test)]
 mod tests {
+    use redb::Database;
+
     use super::*;
 
     fn put(db: &Database, key: &[u8], value: &[u8]) {

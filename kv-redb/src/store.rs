@@ -14,18 +14,17 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, RwLock, Weak};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 
 use kv_proto::{ChangeSignal, ChangedKeys, KvError};
-use redb::Database;
+use redb::ReadableDatabase;
 use tokio::sync::watch;
 
-use crate::RedbOptions;
-use crate::error::storage;
+use crate::file::{DbSlot, OpenStorage};
 use crate::group::GroupState;
-use crate::schema;
 use crate::snapshot::{EntriesSnapshot, ReadSnapshot};
 use crate::writer::Writer;
+use crate::{RedbError, RedbOptions};
 
 /// Wakes the waiters of every handle on one file after a commit.
 pub(crate) struct Notifier {
@@ -80,10 +79,10 @@ impl Notifier {
 pub(crate) struct Shared {
     /// The registry key.
     key: PathBuf,
-    /// The open file; `None` once the last handle has closed it.
-    db: RwLock<Option<Arc<Database>>>,
-    /// What all changes go through.
-    pub(crate) writer: Writer,
+    /// The open file (closed once the last handle has closed it).
+    db: Arc<DbSlot>,
+    /// What all changes go through; `None` for a file open read-only.
+    writer: Option<Writer>,
     /// Wake-ups for watches and queue consumers.
     pub(crate) notifier: Arc<Notifier>,
     /// The entries snapshot reads share until the next commit.
@@ -108,14 +107,9 @@ impl Shared {
     /// [`KvError::Closed`] once the file has been closed.
     pub(crate) fn with_db<T>(
         &self,
-        read: impl FnOnce(&Database) -> Result<T, KvError>,
+        read: impl FnOnce(&dyn ReadableDatabase) -> Result<T, KvError>,
     ) -> Result<T, KvError> {
-        // The guarded value is an `Option<Arc<_>>`: no panic can leave it half-changed.
-        let guard = self.db.read().unwrap_or_else(PoisonError::into_inner);
-        match guard.as_deref() {
-            Some(db) => read(db),
-            None => Err(KvError::Closed),
-        }
+        self.db.with_readable(read)
     }
 
     /// Runs `read` on the current snapshot of the entries (see [`crate::snapshot`]), or fails
@@ -127,24 +121,24 @@ impl Shared {
         self.with_db(|db| read(&*self.snapshot.entries(db)?))
     }
 
+    /// The writer, or [`KvError::ReadOnly`] for a file open read-only.
+    pub(crate) fn writer(&self) -> Result<&Writer, KvError> {
+        self.writer.as_ref().ok_or(KvError::ReadOnly)
+    }
+
+    /// Whether the file is open read-only.
+    pub(crate) fn is_read_only(&self) -> bool {
+        self.writer.is_none()
+    }
+
     /// Stops the writer (it settles and syncs everything) and closes the file.
     fn shut_down(&self) -> Result<(), KvError> {
-        let stopped = self.writer.stop();
-        let db = self
-            .db
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        // No read can start now (they find `None`), so none can cache a snapshot again. The
-        // cached one is a read transaction: it must end before the file closes.
-        self.snapshot.invalidate();
-        // Readers hold the lock, not clones, and the stopped writer has let go of its clone:
-        // this is the last reference, so closing here releases the file lock before the
+        let stopped = self.writer.as_ref().map_or(Ok(()), Writer::stop);
+        // No read can start once the slot is closed, so none can cache a snapshot again. The
+        // cached one is a read transaction: it must end before the file closes. The stopped
+        // writer has let go of the database: closing here releases the file lock before the
         // registry lock.
-        let closed = match db.map(Arc::try_unwrap) {
-            Some(Ok(db)) => db.close().map_err(storage),
-            Some(Err(_)) | None => Ok(()),
-        };
+        let closed = self.db.close(|| self.snapshot.invalidate());
         stopped.and(closed)
     }
 }
@@ -172,15 +166,26 @@ fn registry_key(path: &Path) -> PathBuf {
     }
 }
 
-/// Opens the file at `path` for a new handle (or joins the handles that already have it open).
-/// Returns the shared state and the new handle's owner number.
-pub(crate) fn acquire(path: &Path, options: &RedbOptions) -> Result<(Arc<Shared>, u64), KvError> {
+/// Opens the file at `path` for a new handle (or joins the handles that already have it open),
+/// through `storage` unless `options` ask for a read-only open. Returns the shared state and the
+/// new handle's owner number.
+pub(crate) fn acquire(
+    path: &Path,
+    options: &RedbOptions,
+    storage: Arc<dyn OpenStorage>,
+) -> Result<(Arc<Shared>, u64), KvError> {
     let key = registry_key(path);
     let mut registry = registry();
     let shared = match registry.get(&key) {
+        Some(shared) if shared.is_read_only() && !options.read_only => {
+            return Err(RedbError::OpenReadOnly {
+                path: path.to_path_buf(),
+            }
+            .into());
+        }
         Some(shared) => shared.clone(),
         None => {
-            let shared = Arc::new(open_shared(path, key.clone(), options)?);
+            let shared = Arc::new(open_shared(path, key.clone(), options, storage)?);
             registry.insert(key, shared.clone());
             shared
         }
@@ -190,23 +195,34 @@ pub(crate) fn acquire(path: &Path, options: &RedbOptions) -> Result<(Arc<Shared>
     Ok((shared, owner))
 }
 
-fn open_shared(path: &Path, key: PathBuf, options: &RedbOptions) -> Result<Shared, KvError> {
-    let db = Arc::new(schema::open_database(
-        path,
-        options.check_integrity_on_open,
-    )?);
+fn open_shared(
+    path: &Path,
+    key: PathBuf,
+    options: &RedbOptions,
+    storage: Arc<dyn OpenStorage>,
+) -> Result<Shared, KvError> {
     let notifier = Arc::new(Notifier::new());
     let snapshot = Arc::new(ReadSnapshot::default());
-    let writer = Writer::start(GroupState::prepare(
-        db.clone(),
-        options.clock.clone(),
-        options.durability,
-        notifier.clone(),
-        snapshot.clone(),
-    )?)?;
+    let (db, writer) = if options.read_only {
+        (Arc::new(DbSlot::open_read_only(path)?), None)
+    } else {
+        let db = Arc::new(DbSlot::open_writable(
+            path,
+            storage,
+            options.check_integrity_on_open,
+        )?);
+        let writer = Writer::start(GroupState::prepare(
+            db.clone(),
+            options.clock.clone(),
+            options.durability,
+            notifier.clone(),
+            snapshot.clone(),
+        )?)?;
+        (db, Some(writer))
+    };
     Ok(Shared {
         key,
-        db: RwLock::new(Some(db)),
+        db,
         writer,
         notifier,
         snapshot,

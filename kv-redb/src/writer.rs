@@ -436,12 +436,17 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
+    use crate::Durability;
     use crate::snapshot::ReadSnapshot;
     use crate::store::Notifier;
-    use crate::{Durability, schema};
 
     fn writer_in(dir: &tempfile::TempDir) -> Writer {
-        let db = schema::open_database(&dir.path().join("kv.redb"), false).expect("open");
+        let db = crate::file::DbSlot::open_writable(
+            &dir.path().join("kv.redb"),
+            Arc::new(crate::file::FileStorage),
+            false,
+        )
+        .expect("open");
         let state = GroupState::prepare(
             Arc::new(db),
             Arc::new(ManualClock::at_test_epoch()),

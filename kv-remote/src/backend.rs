@@ -74,6 +74,7 @@ impl Backend for RemoteBackend {
             durable: false,
             queues: self.inner.known_extensions().is_none_or(|e| e.queues),
             watch: true,
+            integrity_check: false,
         }
     }
 

@@ -41,6 +41,7 @@
 //! # Ok(()) }
 //! ```
 
+mod integrity;
 mod queue;
 mod reader;
 mod schema;
@@ -53,9 +54,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use kv_proto::{
-    AtomicWrite, Backend, Capabilities, ChangeSignal, Clock, CommitResult, KvError, Limits,
-    QueueMessageHandle, QueuedMessage, ReadRangeOutput, SnapshotRead, SystemClock, WatchReader,
-    WatchStream, watch_stream,
+    AtomicWrite, Backend, Capabilities, ChangeSignal, Clock, CommitResult, IntegrityReport,
+    KvError, Limits, QueueMessageHandle, QueuedMessage, ReadRangeOutput, SnapshotRead, SystemClock,
+    WatchReader, WatchStream, watch_stream,
 };
 use thiserror::Error;
 
@@ -93,6 +94,26 @@ pub enum SqliteError {
     #[error("not a Deno KV database: {reason}")]
     NotDenoKv {
         /// What gave it away.
+        reason: String,
+    },
+    /// A read-only open of a WAL-mode file whose WAL holds commits, in a directory where SQLite
+    /// cannot create the WAL index (`-shm`) it needs to read them.
+    #[error(
+        "cannot read {} read-only: its write-ahead log holds commits and SQLite cannot create the \
+         log's index (-shm) beside it (read-only directory); open it once where it can be written \
+         (or by a process that may write the directory) to checkpoint the log",
+        path.display()
+    )]
+    WalNeedsWritableDirectory {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// A read-only open that needs to name the file as an immutable SQLite URI and cannot.
+    #[error("cannot open {} read-only as immutable: {reason}", path.display())]
+    ImmutablePath {
+        /// The database file.
+        path: PathBuf,
+        /// Why the path cannot be named.
         reason: String,
     },
     /// A background thread could not be started.
@@ -239,6 +260,7 @@ impl Backend for SqliteBackend {
             durable: true,
             queues: !self.options.read_only,
             watch: true,
+            integrity_check: true,
         }
     }
 
@@ -274,6 +296,13 @@ impl Backend for SqliteBackend {
         let now_ms = self.options.clock.now_ms();
         let readers = self.readers.clone();
         run_blocking(move || readers.queued_messages(now_ms)).await
+    }
+
+    /// SQLite's `integrity_check`, then every entry and queued message decoded.
+    async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
+        self.ensure_open()?;
+        let readers = self.readers.clone();
+        run_blocking(move || readers.check_integrity()).await
     }
 
     fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {

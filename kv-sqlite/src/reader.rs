@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 
 use kv_proto::queue::QueuedMessage;
-use kv_proto::{KvEntry, KvError, ReadRange, ReadRangeOutput, StoredEntry, WatchedEntry};
+use kv_proto::{
+    IntegrityReport, KvEntry, KvError, ReadRange, ReadRangeOutput, StoredEntry, WatchedEntry,
+};
 use rusqlite::Connection;
 
 use crate::Durability;
@@ -95,6 +97,11 @@ impl ReaderPool {
             messages.sort_by_key(|message| message.ready_at);
             Ok(messages)
         })
+    }
+
+    /// The integrity check (see [`crate::integrity`]), on a pooled connection.
+    pub(crate) fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
+        self.with_connection(crate::integrity::check)
     }
 
     /// The current entries of watched keys, from one snapshot.

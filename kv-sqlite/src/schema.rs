@@ -97,11 +97,44 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), SqliteError> {
     Ok(())
 }
 
-/// Checks a database opened read-only: it must already be a Deno KV database at a known version.
-pub(crate) fn check_readable(conn: &Connection) -> Result<(), SqliteError> {
+/// What an existing file holds, judged from a read-only look before anything is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// No schema objects at all (a new or empty file): Deno's layout may be created in it.
+    Empty,
+    /// A Deno KV database at this migration version (at most [`SCHEMA_VERSION`]).
+    Deno {
+        /// The file's migration version.
+        version: i64,
+    },
+}
+
+/// The `kv` columns Deno's migrations leave, by migration version.
+fn deno_kv_columns(version: i64) -> &'static [&'static str] {
+    const V1: [&str; 4] = ["k", "v", "v_encoding", "version"];
+    const V3: [&str; 6] = ["k", "v", "v_encoding", "version", "seq", "expiration_ms"];
+    if version >= 3 { &V3 } else { &V1 }
+}
+
+/// Recognises a database without writing to it: an empty file, or a Deno KV database at a
+/// version this crate knows. Anything else (another application's tables, a `kv` table of
+/// another shape, a newer schema) is an error, and the caller must leave the file untouched.
+pub(crate) fn inspect(conn: &Connection) -> Result<Layout, SqliteError> {
+    let objects: i64 =
+        conn.query_row("select count(*) from sqlite_master", [], |row| row.get(0))?;
+    if objects == 0 {
+        return Ok(Layout::Empty);
+    }
     if !has_table(conn, "migration_state")? {
+        let tables: Vec<String> = conn
+            .prepare("select name from sqlite_master where type = 'table' order by name")?
+            .query_map([], |row| row.get(0))?
+            .collect::<Result<_, _>>()?;
         return Err(SqliteError::NotDenoKv {
-            reason: "it has no migration_state table".into(),
+            reason: format!(
+                "it has no migration_state table (it holds: {})",
+                tables.join(", ")
+            ),
         });
     }
     let version: i64 = conn
@@ -113,13 +146,41 @@ pub(crate) fn check_readable(conn: &Connection) -> Result<(), SqliteError> {
         .optional()?
         .unwrap_or(0);
     check_version(version)?;
-    if version < SCHEMA_VERSION {
-        return Err(SqliteError::NeedsMigration {
+    if has_table(conn, "kv")? {
+        if version == 0 {
+            return Err(SqliteError::NotDenoKv {
+                reason: "it has a kv table but no migration state".into(),
+            });
+        }
+        let columns: Vec<String> = conn
+            .prepare("select name from pragma_table_info('kv') order by cid")?
+            .query_map([], |row| row.get(0))?
+            .collect::<Result<_, _>>()?;
+        if columns != deno_kv_columns(version) {
+            return Err(SqliteError::NotDenoKv {
+                reason: format!(
+                    "its kv table has the columns ({}), not Deno's at migration version {version}",
+                    columns.join(", ")
+                ),
+            });
+        }
+    }
+    Ok(Layout::Deno { version })
+}
+
+/// Checks a database opened read-only: it must already be a Deno KV database at the current
+/// version.
+pub(crate) fn check_readable(conn: &Connection) -> Result<(), SqliteError> {
+    match inspect(conn)? {
+        Layout::Empty => Err(SqliteError::NotDenoKv {
+            reason: "it has no migration_state table".into(),
+        }),
+        Layout::Deno { version } if version < SCHEMA_VERSION => Err(SqliteError::NeedsMigration {
             found: version,
             supported: SCHEMA_VERSION,
-        });
+        }),
+        Layout::Deno { .. } => Ok(()),
     }
-    Ok(())
 }
 
 fn check_version(found: i64) -> Result<(), SqliteError> {

@@ -18,24 +18,23 @@ use crate::{Durability, SqliteError};
 pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Opens a connection with the settings every connection of this crate uses.
+///
+/// A read-only connection never writes: no journal mode is set, and if SQLite cannot create the
+/// WAL index beside a WAL-mode file (a read-only directory), the file is read as immutable when
+/// its WAL holds nothing, or refused with an explanation when it does.
 pub(crate) fn open_connection(
     path: &Path,
     read_only: bool,
     durability: Durability,
 ) -> Result<Connection, SqliteError> {
-    let flags = if read_only {
-        OpenFlags::SQLITE_OPEN_READ_ONLY
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX
-            | OpenFlags::SQLITE_OPEN_URI
+    let conn = if read_only {
+        open_read_only(path)?
     } else {
-        OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX
-            | OpenFlags::SQLITE_OPEN_URI
-    };
-    let conn = Connection::open_with_flags(path, flags)?;
-    conn.busy_timeout(BUSY_TIMEOUT)?;
-    if !read_only {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | COMMON_FLAGS,
+        )?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
         // Deno's files are in WAL mode; readers then never block the writer.
         let _mode: String = conn.query_row("pragma journal_mode = wal", [], |row| row.get(0))?;
         let synchronous = match durability {
@@ -43,7 +42,8 @@ pub(crate) fn open_connection(
             Durability::Process => "normal",
         };
         conn.execute_batch(&format!("pragma synchronous = {synchronous}"))?;
-    }
+        conn
+    };
     // This SQLite is built with STAT4, which re-plans a statement whenever a bound value used by
     // its range constraints changes: every `get` would pay a fresh prepare. The query planner
     // stability guarantee keeps one plan per statement (our queries have one good plan: the
@@ -54,6 +54,77 @@ pub(crate) fn open_connection(
     )?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
+}
+
+const COMMON_FLAGS: OpenFlags = OpenFlags::SQLITE_OPEN_NO_MUTEX.union(OpenFlags::SQLITE_OPEN_URI);
+
+/// A read-only connection that has read the schema (SQLite opens lazily: problems with the file
+/// show at the first read, so they are found here rather than in the middle of a request).
+fn open_read_only(path: &Path) -> Result<Connection, SqliteError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | COMMON_FLAGS;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    let err = match read_schema(&conn) {
+        Ok(()) => return Ok(conn),
+        Err(err) => err,
+    };
+    if !cannot_create_wal_index(&err) {
+        return Err(err.into());
+    }
+    drop(conn);
+    // A WAL-mode file needs its `-shm` index, which a read-only directory does not let SQLite
+    // create. Without commits in the WAL, the main file is the whole database: read it as
+    // immutable (no index, no locks, nothing written).
+    if wal_holds_commits(path) {
+        return Err(SqliteError::WalNeedsWritableDirectory {
+            path: path.to_path_buf(),
+        });
+    }
+    let conn = Connection::open_with_flags(immutable_uri(path)?, flags)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    read_schema(&conn)?;
+    Ok(conn)
+}
+
+fn read_schema(conn: &Connection) -> Result<(), rusqlite::Error> {
+    conn.query_row("select count(*) from sqlite_master", [], |_| Ok(()))
+}
+
+/// SQLite's answer when a read-only connection cannot create or open a WAL-mode file's `-shm`.
+fn cannot_create_wal_index(err: &rusqlite::Error) -> bool {
+    matches!(
+        err.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen)
+    )
+}
+
+/// Whether `PATH-wal` exists and is not empty.
+fn wal_holds_commits(path: &Path) -> bool {
+    let mut wal = path.as_os_str().to_os_string();
+    wal.push("-wal");
+    std::fs::metadata(wal).is_ok_and(|meta| meta.len() > 0)
+}
+
+/// `file:/abs/path?immutable=1`, with the path percent-encoded as SQLite's URI syntax wants.
+fn immutable_uri(path: &Path) -> Result<String, SqliteError> {
+    let unnamable = |reason: String| SqliteError::ImmutablePath {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let full = std::path::absolute(path).map_err(|e| unnamable(e.to_string()))?;
+    let text = full
+        .to_str()
+        .ok_or_else(|| unnamable("the path is not UTF-8".into()))?;
+    let mut uri = String::from("file:");
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"/-_.~".contains(&byte) {
+            uri.push(char::from(byte));
+        } else {
+            uri.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    uri.push_str("?immutable=1");
+    Ok(uri)
 }
 
 /// Decodes one `kv` row selected as `k, v, v_encoding, version, seq, expiration_ms`.

@@ -112,6 +112,11 @@ impl Writer {
         clock: Arc<dyn Clock>,
         signal: Arc<ChangeSignal>,
     ) -> Result<Self, KvError> {
+        // Recognise an existing file through a read-only look first: a foreign file, or one with
+        // a newer layout, is refused before the writable open switches it to WAL.
+        if std::fs::metadata(path).is_ok_and(|meta| meta.len() > 0) {
+            schema::inspect(&open_connection(path, true, durability)?)?;
+        }
         let mut conn = open_connection(path, false, durability)?;
         schema::migrate(&mut conn)?;
         let registry_key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());

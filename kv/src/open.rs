@@ -8,6 +8,7 @@
 //! | `sqlite:./data.sqlite3?durability=process` | synced less often: survives a process crash, not a machine crash |
 //! | `redb:./data.redb` | [`kv_redb::RedbBackend`], pure Rust; one process at a time |
 //! | `redb:./data.redb?durability=deferred` | synced at least every second: a crash may lose the last second |
+//! | `redb:./data.redb?read_only` | opened without writing to the file (several processes may read it at once) |
 //! | `memory:` | [`kv_memory::MemoryBackend`], gone when the last handle closes |
 //! | `http://host:port/path` | [`kv_remote::RemoteBackend`]: a database on a KV Connect server (kv-server, denokv) over HTTP/2 (h2c) |
 //! | `http://host:port/path?token=SECRET` | the same, with the access token in the URL (it is removed from the URL before anything is sent) |
@@ -58,6 +59,8 @@ pub enum BackendUrl {
     Redb {
         /// Where the file is.
         path: PathBuf,
+        /// Open without writing.
+        read_only: bool,
         /// How hard commits are synced.
         durability: kv_redb::Durability,
     },
@@ -86,9 +89,14 @@ impl std::fmt::Debug for BackendUrl {
                 .field("read_only", read_only)
                 .field("durability", durability)
                 .finish(),
-            BackendUrl::Redb { path, durability } => f
+            BackendUrl::Redb {
+                path,
+                read_only,
+                durability,
+            } => f
                 .debug_struct("Redb")
                 .field("path", path)
+                .field("read_only", read_only)
                 .field("durability", durability)
                 .finish(),
             BackendUrl::Memory => f.write_str("Memory"),
@@ -129,11 +137,12 @@ impl BackendUrl {
         url
     }
 
-    /// The same URL, opened read-only where the backend supports it (SQLite; a redb file is
-    /// always opened writable, and only this process can use it while it is open).
+    /// The same URL, opened read-only where the backend supports it (the SQLite and redb files:
+    /// nothing is written to them).
     pub fn read_only(&self) -> BackendUrl {
         let mut url = self.clone();
-        if let BackendUrl::Sqlite { read_only, .. } = &mut url {
+        if let BackendUrl::Sqlite { read_only, .. } | BackendUrl::Redb { read_only, .. } = &mut url
+        {
             *read_only = true;
         }
         url
@@ -155,9 +164,14 @@ impl BackendUrl {
                 };
                 Arc::new(kv_sqlite::SqliteBackend::open_with(path, options)?)
             }
-            BackendUrl::Redb { path, durability } => {
+            BackendUrl::Redb {
+                path,
+                read_only,
+                durability,
+            } => {
                 let options = kv_redb::RedbOptions {
                     clock,
+                    read_only: *read_only,
                     durability: *durability,
                     ..Default::default()
                 };
@@ -287,21 +301,25 @@ impl FromStr for BackendUrl {
                 if location.is_empty() {
                     return Err(bad("redb needs a file path, e.g. redb:./kv.redb".into()));
                 }
+                let mut read_only = false;
                 let mut durability = kv_redb::Durability::Immediate;
                 for option in query.into_iter().flat_map(|q| q.split('&')) {
-                    durability = match option {
-                        "durability=immediate" => kv_redb::Durability::Immediate,
-                        "durability=deferred" => kv_redb::Durability::Deferred,
+                    match option {
+                        "read_only" | "read_only=true" => read_only = true,
+                        "read_only=false" => read_only = false,
+                        "durability=immediate" => durability = kv_redb::Durability::Immediate,
+                        "durability=deferred" => durability = kv_redb::Durability::Deferred,
                         _ => {
                             return Err(bad(format!(
                                 "unknown redb option {option:?} \
-                                 (known: durability=immediate|deferred)"
+                                 (known: read_only, durability=immediate|deferred)"
                             )));
                         }
-                    };
+                    }
                 }
                 Ok(BackendUrl::Redb {
                     path: PathBuf::from(location),
+                    read_only,
                     durability,
                 })
             }
@@ -362,12 +380,14 @@ mod tests {
             parse("redb:./data.redb?durability=deferred"),
             BackendUrl::Redb {
                 path: "./data.redb".into(),
+                read_only: false,
                 durability: kv_redb::Durability::Deferred,
             }
         );
         assert_eq!(parse("redb:x.redb").path(), Some(Path::new("x.redb")));
         assert!("redb:".parse::<BackendUrl>().is_err());
-        assert!("redb:x?read_only".parse::<BackendUrl>().is_err());
+        assert_eq!(parse("redb:x?read_only"), parse("redb:x").read_only());
+        assert!("redb:x?fast".parse::<BackendUrl>().is_err());
     }
 
     #[test]
