@@ -73,7 +73,6 @@ fn float(number: f64) -> Json {
     const I64_BOUND: f64 = 9_223_372_036_854_775_808.0;
     if number.fract() == 0.0 && number.abs() < I64_BOUND {
         // Exact: the number is integral and in range.
-        #[allow(clippy::cast_possible_truncation)]
         return Json::from(number as i64);
     }
     serde_json::Number::from_f64(number).map_or(Json::Null, Json::Number)

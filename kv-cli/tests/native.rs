@@ -394,7 +394,9 @@ fn list_and_get_print_plain_json_for_jq() {
         .iter()
         .map(|entry| {
             let mut entry = entry.clone();
-            let object = entry.as_object_mut().unwrap_or_else(|| panic!("not an object"));
+            let object = entry
+                .as_object_mut()
+                .unwrap_or_else(|| panic!("not an object"));
             let stamp = object.remove("versionstamp").unwrap_or_default();
             assert_eq!(stamp.as_str().map(str::len), Some(20), "{stamp}");
             if let Some(at) = object.remove("expires_at") {
