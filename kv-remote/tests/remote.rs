@@ -204,11 +204,7 @@ async fn a_server_that_is_not_running_fails_at_once_with_connection_refused() {
         RemoteOptions::new(TOKEN),
     )
     .unwrap();
-    let read = SnapshotRead {
-        ranges: vec![ReadRange::single_encoded_key(key("a"))],
-        ..Default::default()
-    };
-    let err = lazy.snapshot_read(read).await.unwrap_err().to_string();
+    let err = get_err(&lazy).await.to_string();
     assert!(err.to_lowercase().contains("connection refused"), "{err}");
 }
 
@@ -229,11 +225,7 @@ async fn a_server_that_answered_and_then_stopped_is_retried_within_the_budget() 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let started = std::time::Instant::now();
-    let read = SnapshotRead {
-        ranges: vec![ReadRange::single_encoded_key(key("a"))],
-        ..Default::default()
-    };
-    let err = kv.snapshot_read(read).await.unwrap_err().to_string();
+    let err = get_err(&kv).await.to_string();
     assert!(err.contains("unavailable"), "{err}");
     // Back-offs of 100 ms and 200 ms ran before the 500 ms budget was spent.
     assert!(started.elapsed() >= Duration::from_millis(250), "{err}");
