@@ -16,8 +16,29 @@ pub const DEFAULT_DB: &str = "sqlite:./kv.sqlite3";
 #[derive(Debug, Parser)]
 #[command(name = "kv", version, about, long_about)]
 pub struct Cli {
-    /// The database: sqlite:PATH (or a plain path), redb:PATH, memory:.
-    #[arg(long, global = true, env = "KV_DB", default_value = DEFAULT_DB)]
+    /// The database: sqlite:PATH (or a plain path), redb:PATH, memory:, http://HOST:PORT/PATH.
+    ///
+    /// Every form:
+    ///   sqlite:PATH, or a plain PATH    Deno's own SQLite file (the default, ./kv.sqlite3)
+    ///   sqlite:PATH?read_only           the same, opened read-only
+    ///   sqlite:PATH?durability=process  synced less often: survives a process crash only
+    ///   redb:PATH                       a redb file (pure Rust; one process at a time)
+    ///   redb:PATH?durability=deferred   synced at least every second
+    ///   memory:                         a fresh in-memory store, gone on exit
+    ///   http://HOST:PORT/               a KV Connect server (kv serve, denokv): its default
+    ///                                   database; http://HOST:PORT/db/NAME a named one
+    ///   http://HOST:PORT/PATH?token=T   the same with the access token in the URL; otherwise
+    ///                                   from KV_ACCESS_TOKEN or DENO_KV_ACCESS_TOKEN
+    /// https:// is not supported (this build has no TLS). Reading commands such as dump and
+    /// stats also take the database as their argument: kv dump FILE.
+    #[arg(
+        long,
+        global = true,
+        env = "KV_DB",
+        default_value = DEFAULT_DB,
+        value_name = "URL",
+        verbatim_doc_comment
+    )]
     pub db: String,
 
     /// What to do.
@@ -76,6 +97,10 @@ pub enum Command {
         output: OutputArgs,
     },
     /// Print the entries of keys now and after every change, until interrupted.
+    ///
+    /// Each emission is the state of every key: with --format js a line per key, then a line
+    /// `--`; with --format json or plain-json one line holding a JSON array, an element per key
+    /// in the order given.
     Watch {
         /// The keys (at most 10).
         #[arg(required = true)]
@@ -111,6 +136,8 @@ pub enum Command {
     /// Expired entries are not dumped. Entries are read a page at a time, not from one
     /// snapshot: back up a database nothing is writing to.
     Dump {
+        #[command(flatten)]
+        database: DatabaseArg,
         /// Write to this file instead of standard output. A regular file, or the file a
         /// symbolic link points to, is replaced only once the dump is complete (all or nothing,
         /// keeping its permissions); a FIFO or device (/dev/stdout) is written into as a
@@ -132,7 +159,10 @@ pub enum Command {
         input: PathBuf,
     },
     /// Count entries, their size, expiring entries and queued messages.
-    Stats,
+    Stats {
+        #[command(flatten)]
+        database: DatabaseArg,
+    },
     /// Check the database for damage: the engine's own check, then every entry and queued
     /// message read and decoded. Prints a summary (exit 0) or every problem found (exit 1).
     /// `dump`, `stats` and `migrate` run the same check first and refuse a damaged database.
@@ -160,8 +190,8 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:4512")]
     pub addr: SocketAddr,
     /// The access token clients must send (Deno: the DENO_KV_ACCESS_TOKEN variable); at least
-    /// 12 visible ASCII characters. Prefer the environment variable: a flag is visible to other
-    /// users of the machine.
+    /// 12 visible ASCII characters. Read from KV_ACCESS_TOKEN, else from DENO_KV_ACCESS_TOKEN.
+    /// Prefer the environment variables: a flag is visible to other users of the machine.
     #[arg(long, env = "KV_ACCESS_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Run without a token (only allowed on a loopback address).
@@ -214,6 +244,15 @@ pub struct ServeLimits {
     pub database_idle_timeout: f64,
 }
 
+/// The database a reading command names as its argument (`kv dump FILE`, `kv stats FILE`), in
+/// place of `--db`.
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseArg {
+    /// The database to read, in any --db form (the same as --db; give only one of them).
+    #[arg(value_name = "DATABASE")]
+    pub database: Option<String>,
+}
+
 /// `kv key ...`.
 #[derive(Debug, Subcommand)]
 pub enum KeyAction {
@@ -235,7 +274,8 @@ pub enum KeyAction {
 /// How to print entries.
 #[derive(Debug, Clone, Args)]
 pub struct OutputArgs {
-    /// js: readable JavaScript literals; json: the dump's JSON lines.
+    /// js: readable JavaScript literals; json: the dump's JSON lines (typed, exact);
+    /// plain-json: plain JSON values for jq and other JSON tools.
     #[arg(long, value_enum, default_value_t = Format::Js)]
     pub format: Format,
 }
@@ -245,8 +285,12 @@ pub struct OutputArgs {
 pub enum Format {
     /// `["users", 1n] = { name: "Alice" }  (versionstamp ...)`.
     Js,
-    /// One JSON object per entry, as `kv dump` writes.
+    /// One JSON object per entry, as `kv dump` writes: typed keys and values, nothing lost.
     Json,
+    /// One JSON object per entry as Deno's `JSON.stringify(entry)` writes it:
+    /// `{"key":["users",1],"value":{"name":"Alice"},"versionstamp":"..."}` (a bigint is a JSON
+    /// integer, or a string beyond 64 bits; Map, Set and errors are `{}`: see `kv::v8::to_json`).
+    PlainJson,
 }
 
 /// How a value on the command line is read.

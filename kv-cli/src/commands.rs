@@ -8,13 +8,14 @@ use chrono::Utc;
 use futures::{StreamExt, TryStreamExt};
 use kv::{EnqueueOptions, Entry, Kv, KvValue, ListOptions, MaybeEntry, Selector, key};
 use kv_proto::{AtomicWrite, Enqueue, IntegrityReport, Mutation, MutationKind, encode_key};
-use serde_json::json;
+use serde_json::{Value as Json, json};
 
 use crate::cli::{Format, KeyAction, ValueType};
 use crate::dump::{self, DumpEntry, DumpItem, DumpReader, ValueSource};
 use crate::error::CliError;
 use crate::key_syntax::{parse_key, typed_json};
 use crate::output_file::OutputFile;
+use crate::plain_json;
 use crate::progress::Progress;
 use crate::store::{Access, Target, open};
 
@@ -54,26 +55,46 @@ pub fn parse_value(text: &str, value_type: ValueType) -> Result<KvValue, CliErro
     })
 }
 
-/// Prints one entry in the chosen format.
-fn print_entry(out: &mut impl Write, entry: &Entry, format: Format) -> Result<(), CliError> {
-    let line = match format {
-        Format::Json => DumpEntry::from_entry(entry.clone()).to_json()?.to_string(),
+/// One key's state as a format renders it.
+enum Rendered {
+    /// `--format js`: a line for people.
+    Line(String),
+    /// The JSON formats: a value, printed on its own line or inside a watch emission's array.
+    Json(Json),
+}
+
+impl std::fmt::Display for Rendered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rendered::Line(line) => f.write_str(line),
+            Rendered::Json(json) => write!(f, "{json}"),
+        }
+    }
+}
+
+/// Renders one entry in the chosen format.
+fn render_entry(entry: &Entry, format: Format) -> Result<Rendered, CliError> {
+    Ok(match format {
+        Format::Json => Rendered::Json(DumpEntry::from_entry(entry.clone()).to_json()?),
+        Format::PlainJson => Rendered::Json(plain_json::entry(entry)?),
         Format::Js => {
             let value = kv::v8::to_js_literal(&entry.value).map_err(kv::Error::from)?;
             let expiry = entry
                 .expires_at
                 .map(|at| format!(", expires {}", at.to_rfc3339()))
                 .unwrap_or_default();
-            format!("{} = {value}  ({}{expiry})", entry.key, entry.versionstamp)
+            Rendered::Line(format!(
+                "{} = {value}  ({}{expiry})",
+                entry.key, entry.versionstamp
+            ))
         }
-    };
-    writeln!(out, "{line}").map_err(stdout_error)
+    })
 }
 
-fn print_maybe(out: &mut impl Write, entry: &MaybeEntry, format: Format) -> Result<(), CliError> {
+/// Renders a key's state, present or absent, in the chosen format.
+fn render_maybe(entry: &MaybeEntry, format: Format) -> Result<Rendered, CliError> {
     match (&entry.value, entry.versionstamp) {
-        (Some(value), Some(versionstamp)) => print_entry(
-            out,
+        (Some(value), Some(versionstamp)) => render_entry(
             &Entry {
                 key: entry.key.clone(),
                 value: value.clone(),
@@ -82,14 +103,41 @@ fn print_maybe(out: &mut impl Write, entry: &MaybeEntry, format: Format) -> Resu
             },
             format,
         ),
-        _ => {
-            let line = match format {
-                Format::Json => json!({"key": typed_json(&entry.key), "value": null}).to_string(),
-                Format::Js => format!("{} = (absent)", entry.key),
-            };
-            writeln!(out, "{line}").map_err(stdout_error)
-        }
+        _ => Ok(match format {
+            Format::Json => Rendered::Json(json!({"key": typed_json(&entry.key), "value": null})),
+            Format::PlainJson => Rendered::Json(plain_json::absent(&entry.key)?),
+            Format::Js => Rendered::Line(format!("{} = (absent)", entry.key)),
+        }),
     }
+}
+
+/// Prints one watch emission: for `js` a line per key and a `--` line, for the JSON formats
+/// one line holding an array with an element per key, so a reader sees where it ends.
+fn print_emission(
+    out: &mut impl Write,
+    state: &[MaybeEntry],
+    format: Format,
+) -> Result<(), CliError> {
+    let rendered = state
+        .iter()
+        .map(|entry| render_maybe(entry, format))
+        .collect::<Result<Vec<_>, _>>()?;
+    if format == Format::Js {
+        for line in rendered {
+            writeln!(out, "{line}").map_err(stdout_error)?;
+        }
+        writeln!(out, "--").map_err(stdout_error)?;
+    } else {
+        let array: Vec<Json> = rendered
+            .into_iter()
+            .map(|r| match r {
+                Rendered::Json(json) => json,
+                Rendered::Line(line) => Json::String(line),
+            })
+            .collect();
+        writeln!(out, "{}", Json::Array(array)).map_err(stdout_error)?;
+    }
+    out.flush().map_err(stdout_error)
 }
 
 fn stdout_error(source: std::io::Error) -> CliError {
@@ -108,7 +156,8 @@ pub async fn get(db: &str, key: &str, format: Format) -> Result<(), CliError> {
     if !entry.exists() {
         return Err(CliError::NotFound(entry.key.to_string()));
     }
-    print_maybe(&mut std::io::stdout().lock(), &entry, format)
+    let rendered = render_maybe(&entry, format)?;
+    writeln!(std::io::stdout().lock(), "{rendered}").map_err(stdout_error)
 }
 
 /// `kv set`.
@@ -180,7 +229,7 @@ pub async fn list(db: &str, args: ListArgs, format: Format) -> Result<(), CliErr
         let mut out = std::io::stdout().lock();
         let mut count = 0;
         while let Some(entry) = entries.try_next().await? {
-            print_entry(&mut out, &entry, format)?;
+            writeln!(out, "{}", render_entry(&entry, format)?).map_err(stdout_error)?;
             count += 1;
         }
         if args.limit == Some(count)
@@ -209,7 +258,7 @@ pub async fn watch(
     let kv = open(db, Access::Observe)?;
     let mut stream = kv.watch(keys)?;
     let mut seen = 0;
-    let result = 'watching: loop {
+    let result = loop {
         if count.is_some_and(|count| seen >= count) {
             break Ok(());
         }
@@ -222,16 +271,9 @@ pub async fn watch(
             Ok(state) => state,
             Err(err) => break Err(err.into()),
         };
-        let mut out = std::io::stdout().lock();
-        for entry in &state {
-            if let Err(err) = print_maybe(&mut out, entry, format) {
-                break 'watching Err(err);
-            }
+        if let Err(err) = print_emission(&mut std::io::stdout().lock(), &state, format) {
+            break Err(err);
         }
-        if format == Format::Js {
-            let _ = writeln!(out, "--");
-        }
-        let _ = out.flush();
         seen += 1;
     };
     drop(stream);

@@ -31,6 +31,15 @@ pub enum CliError {
         path: PathBuf,
     },
 
+    /// A reading command given its database both as its argument and with `--db`.
+    #[error("two databases given: --db {flag} and the argument {argument}; name the database once")]
+    TwoDatabases {
+        /// The `--db` value.
+        flag: String,
+        /// The positional database.
+        argument: String,
+    },
+
     /// A target for `load` or `migrate` that already holds entries.
     #[error(
         "{target} already holds data; load and migrate write only into a new or empty database"

@@ -4,6 +4,7 @@
 //! kv set '["users", 1n]' '{"name": "Alice"}'      # ./kv.sqlite3, created on first write
 //! kv list '["users"]'
 //! kv --db redb:./data.redb migrate sqlite:./copy.sqlite3
+//! kv dump ./kv.sqlite3 -o backup.jsonl              # reading commands take the database too
 //! ```
 //!
 //! Run `kv --help` for every subcommand.
@@ -14,20 +15,25 @@ mod dump;
 mod error;
 mod key_syntax;
 mod output_file;
+mod plain_json;
 mod progress;
 mod serve;
 mod store;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
 
 use crate::cli::{Cli, Command};
 use crate::commands::ListArgs;
 use crate::error::CliError;
+use crate::store::chosen_database;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let db_on_command_line = matches.value_source("db") == Some(ValueSource::CommandLine);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -39,7 +45,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(&cli.db, cli.command)) {
+    match runtime.block_on(run(&cli.db, db_on_command_line, cli.command)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("kv: {err}");
@@ -48,7 +54,9 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(db: &str, command: Command) -> Result<(), CliError> {
+/// Runs `command` on `db` (`--db`, `KV_DB` or the default; `db_on_command_line`: typed as
+/// `--db`).
+async fn run(db: &str, db_on_command_line: bool, command: Command) -> Result<(), CliError> {
     match command {
         Command::Get { key, output } => commands::get(db, &key, output.format).await,
         Command::Set {
@@ -88,9 +96,15 @@ async fn run(db: &str, command: Command) -> Result<(), CliError> {
             delay,
             if_undelivered,
         } => commands::enqueue(db, &value, value_type, delay, &if_undelivered).await,
-        Command::Dump { output } => commands::dump(db, output.as_deref()).await,
+        Command::Dump { database, output } => {
+            let db = chosen_database(db, db_on_command_line, database.database)?;
+            commands::dump(&db, output.as_deref()).await
+        }
         Command::Load { input } => commands::load(db, &input).await,
-        Command::Stats => commands::stats(db).await,
+        Command::Stats { database } => {
+            let db = chosen_database(db, db_on_command_line, database.database)?;
+            commands::stats(&db).await
+        }
         Command::Check => commands::check(db).await,
         Command::Migrate { target } => commands::migrate(db, &target).await,
         Command::Key { action } => commands::key(action),

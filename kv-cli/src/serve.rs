@@ -16,17 +16,27 @@ use kv_server::{Access, Databases, ResourceLimits, Server, ServerConfig};
 use crate::cli::{ServeArgs, ServeLimits};
 use crate::error::CliError;
 
+/// Deno's variable for the access token, read when KV_ACCESS_TOKEN and --token are not given.
+const DENO_ACCESS_TOKEN_ENV: &str = "DENO_KV_ACCESS_TOKEN";
+
 /// Runs the server until Ctrl-C or SIGTERM, then shuts down gracefully and closes the database.
 pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
-    let access = match (args.token, args.open_loopback) {
+    // --token, else KV_ACCESS_TOKEN (both through clap), else Deno's variable; --open-loopback
+    // conflicts only with a token given as a flag or KV_ACCESS_TOKEN.
+    let token = match (args.token, args.open_loopback) {
+        (Some(token), _) => Some(token),
+        (None, true) => None,
+        (None, false) => std::env::var(DENO_ACCESS_TOKEN_ENV).ok(),
+    };
+    let access = match (token, args.open_loopback) {
         (Some(token), _) => Access::Token(token),
         (None, true) => Access::Open,
         (None, false) => {
-            return Err(CliError::ServeRefused(
-                "kv serve needs an access token: set KV_ACCESS_TOKEN (or --token), or \
-                 pass --open-loopback to serve without one on a loopback address"
-                    .into(),
-            ));
+            return Err(CliError::ServeRefused(format!(
+                "kv serve needs an access token: set KV_ACCESS_TOKEN or \
+                 {DENO_ACCESS_TOKEN_ENV} (or --token), or pass --open-loopback to serve without \
+                 one on a loopback address"
+            )));
         }
     };
     if access == Access::Open && !args.addr.ip().is_loopback() {

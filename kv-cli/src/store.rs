@@ -21,6 +21,24 @@ pub enum Access {
     Write,
 }
 
+/// The database a reading command uses: its argument (`kv dump FILE`) if given, else `--db`
+/// (`db`, which may come from `KV_DB` or the default). `db_on_command_line`: whether `--db` was
+/// typed; then an argument naming another database is refused rather than one silently winning.
+pub fn chosen_database(
+    db: &str,
+    db_on_command_line: bool,
+    argument: Option<String>,
+) -> Result<String, CliError> {
+    match argument {
+        None => Ok(db.to_owned()),
+        Some(argument) if db_on_command_line && argument != db => Err(CliError::TwoDatabases {
+            flag: db.to_owned(),
+            argument,
+        }),
+        Some(argument) => Ok(argument),
+    }
+}
+
 /// Opens `url` for `access`.
 pub fn open(url: &str, access: Access) -> Result<Kv, CliError> {
     let mut parsed: BackendUrl = url.parse().map_err(CliError::Kv)?;

@@ -32,7 +32,12 @@
 //! - **Retries:** network errors and 5xx answers are retried with a back-off growing from
 //!   100 ms to 2 s, for at most [`RemoteOptions::retry_timeout`] (30 s); then the call fails with
 //!   [`RemoteError::Unavailable`]. Deno retries forever; a Rust program gets an error it can
-//!   handle instead.
+//!   handle instead. Retries are for a server that answered and then failed: when the very first
+//!   connection cannot be made (connection refused, no such host), nothing is running there to
+//!   wait for, and the call fails at once with [`RemoteError::Unreachable`].
+//! - **Access token:** [`RemoteOptions::from_env`] reads `KV_ACCESS_TOKEN`, else Deno's
+//!   `DENO_KV_ACCESS_TOKEN`. A server that refuses a client which has no token is reported as
+//!   a missing token ([`RemoteError::MissingToken`]), not as an invalid one.
 //! - **Atomic writes are not replayed blindly.** A write is retried only when it surely did not
 //!   run: the connection could not be made, or the server answered 5xx (KV Connect servers
 //!   answer 5xx only when nothing was committed). If the connection fails *after* the request
@@ -81,8 +86,11 @@ use kv_proto::{Clock, Limits, SystemClock};
 pub use backend::RemoteBackend;
 pub use transport::RemoteError;
 
-/// The environment variable [`RemoteOptions::from_env`] reads the access token from.
+/// The environment variable [`RemoteOptions::from_env`] reads the access token from first.
 pub const ACCESS_TOKEN_ENV: &str = "KV_ACCESS_TOKEN";
+/// Deno's variable for the same token (`Deno.openKv("http://...")` reads it), read by
+/// [`RemoteOptions::from_env`] when [`ACCESS_TOKEN_ENV`] is not set.
+pub const DENO_ACCESS_TOKEN_ENV: &str = "DENO_KV_ACCESS_TOKEN";
 
 /// How a [`RemoteBackend`] connects and retries.
 #[derive(Clone)]
@@ -132,9 +140,14 @@ impl RemoteOptions {
         }
     }
 
-    /// The defaults with the token from the `KV_ACCESS_TOKEN` environment variable (empty if
-    /// unset: servers running open accept any token).
+    /// The defaults with the token from the `KV_ACCESS_TOKEN` environment variable, else from
+    /// Deno's `DENO_KV_ACCESS_TOKEN` (empty if neither is set: servers running open accept any
+    /// token, others answer with [`RemoteError::MissingToken`]).
     pub fn from_env() -> Self {
-        Self::new(std::env::var(ACCESS_TOKEN_ENV).unwrap_or_default())
+        let token = [ACCESS_TOKEN_ENV, DENO_ACCESS_TOKEN_ENV]
+            .into_iter()
+            .find_map(|name| std::env::var(name).ok())
+            .unwrap_or_default();
+        Self::new(token)
     }
 }

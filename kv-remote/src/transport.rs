@@ -63,6 +63,24 @@ pub enum RemoteError {
         /// The last failure.
         last: String,
     },
+    /// The server could not be reached at the first contact (connection refused, no such host):
+    /// nothing answers there, so the call was not retried.
+    #[error("cannot reach a KV Connect server at {url:?}: {reason} (is the server running?)")]
+    Unreachable {
+        /// The metadata URL.
+        url: String,
+        /// The connection error (e.g. `Connection refused (os error 111)`).
+        reason: String,
+    },
+    /// The server refused a client that sent no access token.
+    #[error(
+        "no access token for KV Connect database {url:?}: the server requires one; set \
+         KV_ACCESS_TOKEN or DENO_KV_ACCESS_TOKEN, or add ?token=... to the URL"
+    )]
+    MissingToken {
+        /// The metadata URL.
+        url: String,
+    },
     /// An atomic write was sent but no answer came back: it may or may not have been committed.
     /// It is not replayed (a replay could apply it twice); read the written keys to find out.
     #[error(
@@ -140,6 +158,9 @@ pub(crate) struct Inner {
     pub(crate) closed: watch::Sender<bool>,
     /// Delivery tokens of queue messages handed to this client and not finished.
     pub(crate) held: Mutex<HashSet<String>>,
+    /// Whether the server ever answered (anything, even an error status): until then a failed
+    /// connection means nothing runs there, and is not retried.
+    answered: std::sync::atomic::AtomicBool,
     /// Whether the queue keep-alive task runs.
     pub(crate) keepalive_started: std::sync::atomic::AtomicBool,
     /// The queue poller's state (see `queue.rs`).
@@ -192,10 +213,16 @@ impl Inner {
             refresh: tokio::sync::Mutex::new(()),
             closed: watch::channel(false).0,
             held: Mutex::new(HashSet::new()),
+            answered: std::sync::atomic::AtomicBool::new(false),
             keepalive_started: std::sync::atomic::AtomicBool::new(false),
             queue: Mutex::new(crate::queue::PollState::default()),
             queue_ready: tokio::sync::Notify::new(),
         })
+    }
+
+    /// Whether the server has ever answered this client.
+    fn has_answered(&self) -> bool {
+        self.answered.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -299,6 +326,13 @@ impl Inner {
                     let body = read_body(response).await?;
                     break (status, body);
                 }
+                Err(err) if err.not_delivered && !self.has_answered() => {
+                    return Err(RemoteError::Unreachable {
+                        url: self.url.clone(),
+                        reason: err.text,
+                    }
+                    .into());
+                }
                 Err(err) => err.text,
             };
             if started.elapsed() + backoff > self.options.retry_timeout {
@@ -312,6 +346,14 @@ impl Inner {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
         };
+        if (status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN)
+            && self.options.access_token.is_empty()
+        {
+            return Err(RemoteError::MissingToken {
+                url: self.url.clone(),
+            }
+            .into());
+        }
         if status != StatusCode::OK {
             let text = String::from_utf8_lossy(&body);
             let text: String = text.trim().chars().take(512).collect();
@@ -378,7 +420,11 @@ impl Inner {
         limit: Duration,
     ) -> Result<Response<Incoming>, SendError> {
         match tokio::time::timeout(limit, self.client.request(request)).await {
-            Ok(Ok(response)) => Ok(response),
+            Ok(Ok(response)) => {
+                self.answered
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                Ok(response)
+            }
             Ok(Err(err)) => {
                 let not_delivered = err.is_connect();
                 let mut text = err.to_string();
@@ -505,8 +551,9 @@ impl Inner {
 /// Whether an error is the server refusing the metadata exchange (4xx): stale metadata must then
 /// not be used on.
 fn is_open_refusal(err: &KvError) -> bool {
-    err.to_string()
-        .contains("the metadata endpoint responded with status 4")
+    let text = err.to_string();
+    text.contains("the metadata endpoint responded with status 4")
+        || text.contains("no access token for KV Connect database")
 }
 
 struct SendError {

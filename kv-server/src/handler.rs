@@ -137,10 +137,26 @@ pub(crate) async fn handle(
                 .unwrap_or_else(|f| text_response(f.status, f.text))
         }
     } else {
-        text_response(StatusCode::NOT_FOUND, "Resource not found.".into())
+        text_response(StatusCode::NOT_FOUND, not_found_text(&path).into())
     };
     Ok(response)
 }
+
+/// The 404 text for a path that names no database: a path this server could serve when started
+/// otherwise says which `kv serve` flag turns it on.
+fn not_found_text(path: &str) -> &'static str {
+    if path == "/ephemeral" || path.starts_with("/ephemeral/") {
+        "Ephemeral databases are not served here: start the server with --ephemeral \
+         (kv serve --ephemeral) to serve /ephemeral/..."
+    } else {
+        "Resource not found."
+    }
+}
+
+/// The 404 text for `/db/NAME` when this server has no such database.
+const NO_NAMED_DATABASE: &str = "No such database: /db/NAME is served only from a database \
+                                 directory; start the server with --db-dir DIR \
+                                 (kv serve --db-dir DIR)";
 
 // ---- access ---------------------------------------------------------------------------------------
 
@@ -285,7 +301,7 @@ async fn metadata_exchange(
     let database_id = match database {
         DatabaseRef::Default => Uuid::nil(),
         DatabaseRef::Named(name) => opened(shared, shared.databases.named(&name), || {
-            Failure::new(StatusCode::NOT_FOUND, "Resource not found.")
+            Failure::new(StatusCode::NOT_FOUND, NO_NAMED_DATABASE)
         })?,
         DatabaseRef::Ephemeral(key) => connection.ephemeral(&key),
         DatabaseRef::Scratch(rest) => shared.databases.scratch(&rest).ok_or_else(|| {

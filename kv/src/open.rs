@@ -16,8 +16,8 @@
 //! A remote URL is the KV Connect *metadata URL*, exactly as `Deno.openKv` takes it: for
 //! kv-server, `http://host:port/` is the default database and `http://host:port/db/NAME` a named
 //! one. The access token comes from `?token=` if given, else from the `KV_ACCESS_TOKEN`
-//! environment variable (read when the backend is opened; unset means no token, which only a
-//! server running open accepts). `https://` is refused: this build has no TLS. [`Kv::open`]
+//! environment variable, else from Deno's `DENO_KV_ACCESS_TOKEN` (read when the backend is
+//! opened; unset means no token, which only a server running open accepts). `https://` is refused: this build has no TLS. [`Kv::open`]
 //! (synchronous) connects lazily, so a wrong token or an unreachable server is reported by the
 //! first operation; [`BackendUrl::connect`] runs the metadata exchange at once and reports it
 //! there.
@@ -70,7 +70,8 @@ pub enum BackendUrl {
     Remote {
         /// The metadata URL (`http://host:port/path`), without the `token` parameter.
         url: String,
-        /// The access token from `?token=`; `None`: read `KV_ACCESS_TOKEN` at open.
+        /// The access token from `?token=`; `None`: read `KV_ACCESS_TOKEN` (or
+        /// `DENO_KV_ACCESS_TOKEN`) at open.
         token: Option<String>,
     },
 }

@@ -25,15 +25,26 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts `kv --db DB serve --addr 127.0.0.1:PORT EXTRA...` with [`TOKEN`] and waits until
-    /// `GET /health` answers.
+    /// Starts `kv --db DB serve --addr 127.0.0.1:PORT EXTRA...` with [`TOKEN`] in
+    /// `KV_ACCESS_TOKEN` and waits until `GET /health` answers.
     pub fn start(db: &str, extra: &[&std::ffi::OsStr]) -> Server {
+        Server::start_with_token_in(db, extra, "KV_ACCESS_TOKEN")
+    }
+
+    /// [`Server::start`] with [`TOKEN`] in the environment variable `token_variable` only.
+    pub fn start_with_token_in(
+        db: &str,
+        extra: &[&std::ffi::OsStr],
+        token_variable: &str,
+    ) -> Server {
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_kv"))
             .args(["--db", db, "serve", "--addr"])
             .arg(format!("127.0.0.1:{port}"))
             .args(extra)
-            .env("KV_ACCESS_TOKEN", TOKEN)
+            .env_remove("KV_ACCESS_TOKEN")
+            .env_remove("DENO_KV_ACCESS_TOKEN")
+            .env(token_variable, TOKEN)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
