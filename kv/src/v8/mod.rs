@@ -113,6 +113,7 @@ mod json;
 mod number;
 #[cfg(test)]
 mod oracle;
+mod primitive;
 mod read;
 mod serde;
 mod tagged;
@@ -125,6 +126,7 @@ use kv_proto::KvValue;
 
 pub use self::error::V8Error;
 pub use self::number::{number_repr, parse_number};
+pub use self::primitive::Primitive;
 pub use self::serde::{from_v8, to_v8};
 pub use self::write::WIRE_FORMAT_VERSION;
 
