@@ -107,7 +107,7 @@ async fn main() -> kv::Result<()> {
         attempts.load(Ordering::SeqCst)
     );
     if done.load(Ordering::SeqCst) != 4 {
-        return Err(kv::Error::invalid_argument("not every job was done").into());
+        return Err(kv::Error::invalid_argument("not every job was done"));
     }
     Ok(())
 }

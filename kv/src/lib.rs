@@ -38,7 +38,6 @@ mod list;
 mod open;
 mod outcome;
 pub mod queue;
-pub mod v8;
 pub mod value;
 mod watch;
 
@@ -52,6 +51,11 @@ pub use outcome::CommitOutcome;
 pub use queue::{DEFAULT_QUEUE_CONCURRENCY, DeliveryFailure, EnqueueOptions, ListenOptions};
 pub use value::{FromValue, IntoValue, Json};
 pub use watch::WatchStream;
+
+/// V8 values: Deno's stored bytes to and from tagged JSON, plain JSON, serde types, primitives
+/// and JavaScript literals. The codec lives in kv-proto (the sum rules use it too); this is the
+/// same module under the path programs use.
+pub use kv_proto::v8;
 
 // The data model, re-exported so a program needs only this crate.
 pub use kv_proto::{

@@ -448,6 +448,10 @@ async fn wait_for_key(kv: &Kv, clock: &ManualClock, key: kv::Key) -> kv::Result<
     panic!("{key} was not written within 5 s");
 }
 
+/// The number of the fixture "number 3.14": the literal Deno stored, not an approximation of π.
+#[allow(clippy::approx_constant)]
+const FIXTURE_3_14: f64 = 3.14;
+
 /// The Rust side of the fixture `{ a: 1, b: 2 }`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Pair {
@@ -509,7 +513,7 @@ async fn plain_rust_values_are_stored_as_deno_stores_the_same_javascript() -> kv
         ("number 42", stored(&kv, 42u8).await?),
         ("number -1", stored(&kv, -1i64).await?),
         ("number 0", stored(&kv, 0usize).await?),
-        ("number 3.14", stored(&kv, 3.14).await?),
+        ("number 3.14", stored(&kv, FIXTURE_3_14).await?),
         ("number 2^31", stored(&kv, 2_147_483_648i64).await?),
         (
             "number 2^53-1",
@@ -587,7 +591,10 @@ async fn entries_read_back_into_rust_types() -> kv::Result<()> {
         Some("hello")
     );
     assert_eq!(deno("number 42").await?.value_as::<i32>()?, Some(42));
-    assert_eq!(deno("number 3.14").await?.value_as::<f64>()?, Some(3.14));
+    assert_eq!(
+        deno("number 3.14").await?.value_as::<f64>()?,
+        Some(FIXTURE_3_14)
+    );
     assert_eq!(deno("bool true").await?.value_as::<bool>()?, Some(true));
     assert_eq!(deno("KvU64 max").await?.value_as::<u64>()?, Some(u64::MAX));
     assert_eq!(deno("bigint 42").await?.value_as::<i64>()?, Some(42));

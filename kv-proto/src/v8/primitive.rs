@@ -11,7 +11,7 @@ use super::{read, write};
 /// undefined, and `null`.
 ///
 /// ```
-/// use kv::v8::Primitive;
+/// use kv_proto::v8::Primitive;
 /// // Deno 2.9.6 writes `"hello"` as these bytes:
 /// let bytes = Primitive::String("hello".into()).to_v8().unwrap();
 /// assert_eq!(hex::encode(&bytes), "ff10220568656c6c6f");
@@ -52,7 +52,7 @@ impl Primitive {
     /// V8 `sum`): header `ff 0f`, and a number always as a double.
     ///
     /// ```
-    /// use kv::v8::Primitive;
+    /// use kv_proto::v8::Primitive;
     /// assert_eq!(hex::encode(Primitive::Number(3.0).to_engine_v8().unwrap()), "ff0f4e0000000000000840");
     /// ```
     pub fn to_engine_v8(&self) -> Result<Vec<u8>, V8Error> {
