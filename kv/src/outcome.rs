@@ -19,6 +19,16 @@ use kv_proto::{CommitResult, Versionstamp};
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// Dropping the outcome is caught by the compiler (`unused_must_use`):
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// # async fn demo(kv: kv::Kv, entry: kv::MaybeEntry) -> kv::Result<()> {
+/// kv.atomic().check(&entry).set(kv::key!["k"], 1).commit().await?; // error: unused outcome
+/// # Ok(()) }
+/// # fn main() {}
+/// ```
 #[must_use = "a failed check writes nothing: look at the outcome"]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CommitOutcome {
