@@ -496,7 +496,9 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
 fn stored(url: &str) -> Stored {
     use futures::TryStreamExt;
     block_on(async {
-        let kv = kv::Kv::open(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        let kv = kv::Kv::open(url)
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
         let entries: Vec<kv::Entry> = kv
             .list(kv::Selector::prefix(kv::key![]), kv::ListOptions::default())
             .unwrap_or_else(|e| panic!("{url}: {e}"))
@@ -574,7 +576,9 @@ fn dump_then_load_keeps_what_the_tagged_form_drops() {
     let dir = temp_dir();
     let source = format!("sqlite:{}", dir.path().join("lossy.sqlite3").display());
     block_on(async {
-        let kv = kv::Kv::open(&source).unwrap_or_else(|e| panic!("{e}"));
+        let kv = kv::Kv::open(&source)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         for (i, hex_bytes) in deno_values.iter().enumerate() {
             let bytes = hex::decode(hex_bytes).unwrap_or_else(|e| panic!("{e}"));
             kv.set(kv::key!["lossy", i as i64], kv::KvValue::V8(bytes.clone()))

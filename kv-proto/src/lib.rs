@@ -4,7 +4,9 @@
 //! other engine in this workspace:
 //!
 //! - [`Key`] / [`KeyPart`] and their ordered byte encoding ([`encode_key`], [`decode_key`]);
-//! - [`KvValue`] and its stored encodings ([`ValueEncoding`]);
+//! - [`KvValue`] and its stored encodings ([`ValueEncoding`]), and the one V8 codec of the
+//!   workspace ([`v8`]): V8 bytes to and from tagged JSON, plain JSON, serde types, primitives
+//!   and JavaScript literals;
 //! - [`Versionstamp`]s;
 //! - read requests ([`SnapshotRead`], [`ReadRange`]), list selectors and cursors
 //!   ([`ListSelector`]), and atomic writes ([`AtomicWrite`]);
@@ -38,6 +40,7 @@ mod read;
 pub mod rules;
 mod selector;
 mod staged;
+pub mod v8;
 mod value;
 mod versionstamp;
 pub mod watch;

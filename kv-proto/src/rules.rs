@@ -21,8 +21,8 @@
 
 use num_bigint::BigInt;
 use thiserror::Error;
-use v8_valueserializer::{Heap, Value, ValueDeserializer, ValueSerializer};
 
+use crate::v8::Primitive;
 use crate::{KvValue, Versionstamp};
 
 /// Why a `sum`, `min` or `max` cannot apply. `to_string()` is Deno's text.
@@ -119,14 +119,9 @@ impl SumOperand {
         if bytes.is_empty() {
             return Err("operand cannot be empty");
         }
-        let (value, _heap) = ValueDeserializer::default()
-            .read(bytes)
-            .map_err(|_| "invalid v8 value")?;
-        match value {
-            Value::Double(x) => Ok(SumOperand::Number(x)),
-            Value::I32(x) => Ok(SumOperand::Number(f64::from(x))),
-            Value::U32(x) => Ok(SumOperand::Number(f64::from(x))),
-            Value::BigInt(x) => Ok(SumOperand::BigInt(x)),
+        match Primitive::from_v8(bytes).map_err(|_| "invalid v8 value")? {
+            Some(Primitive::Number(x)) => Ok(SumOperand::Number(x)),
+            Some(Primitive::BigInt(x)) => Ok(SumOperand::BigInt(x)),
             _ => Err("unsupported value type"),
         }
     }
@@ -143,17 +138,10 @@ impl SumOperand {
     fn into_value(self) -> Result<KvValue, MutationError> {
         match self {
             SumOperand::U64(n) => Ok(KvValue::U64(n)),
-            SumOperand::Number(x) => serialize_v8(&Value::Double(x)).map(KvValue::V8),
-            SumOperand::BigInt(x) => serialize_v8(&Value::BigInt(x)).map(KvValue::V8),
+            SumOperand::Number(x) => Ok(KvValue::V8(v8_number(x))),
+            SumOperand::BigInt(x) => v8_bigint(&x).map(KvValue::V8),
         }
     }
-}
-
-/// Serializes a primitive the way the engine does (header `FF 0F`).
-fn serialize_v8(value: &Value) -> Result<Vec<u8>, MutationError> {
-    ValueSerializer::default()
-        .finish(&Heap::default(), value)
-        .map_err(|_| MutationError::ResultTooLarge)
 }
 
 /// Serializes a JavaScript number as V8 bytes, as the engine does for sum results (`FF 0F 4E`
@@ -164,9 +152,12 @@ pub fn v8_number(value: f64) -> Vec<u8> {
     out
 }
 
-/// Serializes a JavaScript bigint as V8 bytes.
+/// Serializes a JavaScript bigint as V8 bytes, as the engine does for sum results (header
+/// `FF 0F`, the digits' minimal bytes).
 pub fn v8_bigint(value: &BigInt) -> Result<Vec<u8>, MutationError> {
-    serialize_v8(&Value::BigInt(value.clone()))
+    Primitive::BigInt(value.clone())
+        .to_engine_v8()
+        .map_err(|_| MutationError::ResultTooLarge)
 }
 
 /// Applies `sum` to the current (unexpired) value of a key.

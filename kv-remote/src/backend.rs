@@ -42,7 +42,7 @@ impl RemoteBackend {
 
     /// Checks `url` but sends nothing: the metadata exchange happens on the first call (whose
     /// error then reports a wrong token). For callers that cannot wait at open, such as the
-    /// synchronous `kv::Kv::open`. Until then [`Backend::capabilities`] reports queues and
+    /// synchronous `kv::Kv::open_blocking`. Until then [`Backend::capabilities`] reports queues and
     /// watch as available; a server without the queue extension refuses the first dequeue.
     pub fn connect_lazy(url: &str, options: RemoteOptions) -> Result<Self, KvError> {
         Ok(RemoteBackend {

@@ -234,7 +234,7 @@ async fn a_server_that_answered_and_then_stopped_is_retried_within_the_budget() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kv_crate_opens_http_urls() {
     let (url, _stop) = start(kv_server::databases::new_memory_database()).await;
-    let kv = kv::Kv::open(&format!("{url}?token={TOKEN}")).unwrap();
+    let kv = kv::Kv::open(&format!("{url}?token={TOKEN}")).await.unwrap();
     kv.set(kv::key!["hello"], KvValue::U64(42)).await.unwrap();
     let entry = kv.get(kv::key!["hello"]).await.unwrap();
     assert_eq!(entry.value, Some(KvValue::U64(42)));

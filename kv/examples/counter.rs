@@ -5,41 +5,35 @@
 //! cargo run -p kv --example counter [PATH]      # PATH defaults to a fresh file in a temp dir
 //! ```
 
-use kv::{Kv, KvValue, key};
+use kv::{CommitOutcome, Kv, key};
 
 /// Adds one with a check-and-set, retrying when another writer got there first.
 async fn increment(kv: &Kv) -> kv::Result<(u64, usize)> {
     let mut retries = 0;
     loop {
         let current = kv.get(key!["views", "checked"]).await?;
-        let n = match current.value {
-            Some(KvValue::U64(n)) => n,
-            None => 0,
-            Some(other) => {
-                return Err(
-                    kv::KvError::invalid_argument(format!("not a counter: {other:?}")).into(),
-                );
-            }
-        };
-        let write = kv
+        let n: u64 = current.value_as()?.unwrap_or(0);
+        let outcome = kv
             .atomic()
-            .check(key!["views", "checked"], current.versionstamp)
-            .set(key!["views", "checked"], n + 1);
-        if write.commit().await?.is_some() {
-            return Ok((n + 1, retries));
+            .check(&current)
+            .set(key!["views", "checked"], n + 1)
+            .commit()
+            .await?;
+        match outcome {
+            CommitOutcome::Committed { .. } => return Ok((n + 1, retries)),
+            CommitOutcome::CheckFailed => retries += 1,
         }
-        retries += 1;
     }
 }
 
 #[tokio::main]
 async fn main() -> kv::Result<()> {
-    let dir = tempfile::tempdir().map_err(kv::KvError::storage)?;
+    let dir = tempfile::tempdir().map_err(kv::Error::storage)?;
     let path = match std::env::args().nth(1) {
         Some(path) => path,
         None => dir.path().join("counter.sqlite3").display().to_string(),
     };
-    let kv = Kv::open(&path)?;
+    let kv = Kv::open(&path).await?;
 
     let mut tasks = Vec::new();
     for _ in 0..8 {
@@ -48,29 +42,34 @@ async fn main() -> kv::Result<()> {
             let mut retries = 0;
             for _ in 0..25 {
                 retries += increment(&kv).await?.1;
-                kv.atomic()
+                let summed = kv
+                    .atomic()
                     .sum(key!["views", "summed"], 1u64)
                     .commit()
                     .await?;
+                debug_assert!(summed.is_committed(), "a write without checks commits");
             }
             Ok::<usize, kv::Error>(retries)
         }));
     }
     let mut retries = 0;
     for task in tasks {
-        retries += task.await.map_err(kv::KvError::storage)??;
+        retries += task.await.map_err(kv::Error::storage)??;
     }
 
     let [checked, summed] = <[_; 2]>::try_from(
         kv.get_many([key!["views", "checked"], key!["views", "summed"]])
             .await?,
     )
-    .map_err(|_| kv::KvError::invalid_argument("expected two entries"))?;
+    .map_err(|_| kv::Error::invalid_argument("expected two entries"))?;
     println!(
-        "check-and-set counter: {:?} ({retries} retries after a lost race)",
-        checked.value
+        "check-and-set counter: {} ({retries} retries after a lost race)",
+        checked.value_as::<u64>()?.unwrap_or(0)
     );
-    println!("sum counter:           {:?}", summed.value);
+    println!(
+        "sum counter:           {}",
+        summed.value_as::<u64>()?.unwrap_or(0)
+    );
     kv.close().await?;
     Ok(())
 }

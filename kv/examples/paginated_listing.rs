@@ -7,7 +7,13 @@
 //! ```
 
 use futures::TryStreamExt;
-use kv::{Kv, ListOptions, Selector, key};
+use kv::{Json, Kv, ListOptions, Selector, key};
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize)]
+struct User {
+    name: String,
+}
 
 /// One "request": up to `size` users after `cursor`, and the cursor to ask for the next page.
 async fn page(
@@ -23,12 +29,7 @@ async fn page(
     let mut stream = kv.list(Selector::prefix(key!["users"]), options)?;
     let mut names = Vec::new();
     while let Some(entry) = stream.try_next().await? {
-        names.push(
-            kv::v8::to_json(&entry.value)?["name"]
-                .as_str()
-                .unwrap_or("?")
-                .to_owned(),
-        );
+        names.push(entry.value_as::<User>()?.name);
     }
     // A short page is the last one.
     let next = if names.len() == size {
@@ -41,10 +42,12 @@ async fn page(
 
 #[tokio::main]
 async fn main() -> kv::Result<()> {
-    let kv = Kv::open("memory:")?;
+    let kv = Kv::open("memory:").await?;
     for i in 1..=23u64 {
-        let user = kv::v8::from_json(&serde_json::json!({"name": format!("user{i:02}")}))?;
-        kv.set(key!["users", i], user).await?;
+        let user = User {
+            name: format!("user{i:02}"),
+        };
+        kv.set(key!["users", i], Json(user)).await?;
     }
 
     let mut cursor = None;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use kv::{EnqueueOptions, Kv, key};
+use kv::{EnqueueOptions, Json, Kv, ListenOptions, key};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -21,11 +21,11 @@ struct Job {
 
 #[tokio::main]
 async fn main() -> kv::Result<()> {
-    let dir = tempfile::tempdir().map_err(kv::KvError::storage)?;
-    let kv = Kv::open(&dir.path().join("jobs.sqlite3").display().to_string())?;
+    let dir = tempfile::tempdir().map_err(kv::Error::storage)?;
+    let kv = Kv::open(&dir.path().join("jobs.sqlite3").display().to_string()).await?;
 
     let job = |id, task: &str| {
-        kv::v8::to_v8(&Job {
+        Json(Job {
             id,
             task: task.into(),
         })
@@ -34,12 +34,12 @@ async fn main() -> kv::Result<()> {
         backoff_schedule: Some(vec![200]),
         ..Default::default()
     };
-    kv.enqueue(job(1, "send welcome email")?, quick_retry.clone())
+    kv.enqueue(job(1, "send welcome email"), quick_retry.clone())
         .await?;
-    kv.enqueue(job(2, "flaky: fails once")?, quick_retry.clone())
+    kv.enqueue(job(2, "flaky: fails once"), quick_retry.clone())
         .await?;
     kv.enqueue(
-        job(3, "delayed by 300 ms")?,
+        job(3, "delayed by 300 ms"),
         EnqueueOptions {
             delay: Duration::from_millis(300),
             ..Default::default()
@@ -47,11 +47,13 @@ async fn main() -> kv::Result<()> {
     )
     .await?;
     // Enqueued together with a write: the job exists only if the order does.
-    kv.atomic()
+    let outcome = kv
+        .atomic()
         .set(key!["orders", 4], 1u64)
-        .enqueue(job(4, "ship order 4")?, quick_retry)
+        .enqueue(job(4, "ship order 4"), quick_retry)
         .commit()
         .await?;
+    println!("order 4 and its job committed: {}", outcome.is_committed());
 
     let done = Arc::new(AtomicUsize::new(0));
     let attempts = Arc::new(AtomicUsize::new(0));
@@ -64,17 +66,23 @@ async fn main() -> kv::Result<()> {
             flaky_failed.clone(),
         );
         tokio::spawn(async move {
-            kv.listen_queue(move |message| {
+            // One job at a time; a failed attempt is reported here (the default is a line on
+            // standard error).
+            let options = ListenOptions::default()
+                .concurrency(1)
+                .on_error(|failure| println!("{failure}; it will be retried"));
+            kv.listen_queue_with(options, move |Json(job): Json<Job>| {
                 let (done, attempts, flaky_failed) =
                     (done.clone(), attempts.clone(), flaky_failed.clone());
                 async move {
-                    let job: Job = kv::v8::from_v8(&message)?;
                     attempts.fetch_add(1, Ordering::SeqCst);
                     // The flaky job fails its first attempt; the queue delivers it again 200 ms
                     // later (its back-off schedule), and then it succeeds.
                     if job.task.starts_with("flaky") && !flaky_failed.swap(true, Ordering::SeqCst) {
-                        println!("job {} failed; it will be retried", job.id);
-                        return Err(kv::KvError::invalid_argument("flaky job").into());
+                        return Err(kv::Error::invalid_argument(format!(
+                            "job {} failed",
+                            job.id
+                        )));
                     }
                     println!("job {} done: {}", job.id, job.task);
                     done.fetch_add(1, Ordering::SeqCst);
@@ -92,14 +100,14 @@ async fn main() -> kv::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     kv.close().await?;
-    worker.await.map_err(kv::KvError::storage)??;
+    worker.await.map_err(kv::Error::storage)??;
     println!(
         "{} jobs done in {} attempts",
         done.load(Ordering::SeqCst),
         attempts.load(Ordering::SeqCst)
     );
     if done.load(Ordering::SeqCst) != 4 {
-        return Err(kv::KvError::invalid_argument("not every job was done").into());
+        return Err(kv::Error::invalid_argument("not every job was done"));
     }
     Ok(())
 }

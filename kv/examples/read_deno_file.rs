@@ -15,7 +15,7 @@ use kv::{Kv, ListOptions, Selector};
 
 #[tokio::main]
 async fn main() -> kv::Result<()> {
-    let dir = tempfile::tempdir().map_err(kv::KvError::storage)?;
+    let dir = tempfile::tempdir().map_err(kv::Error::storage)?;
     let path = match std::env::args().nth(1) {
         Some(path) => path,
         None => {
@@ -26,12 +26,12 @@ async fn main() -> kv::Result<()> {
             let fixture = fixtures.join("values.sqlite");
             let copy = dir.path().join("values.sqlite");
             std::fs::copy(&fixture, &copy).map_err(|e| {
-                kv::KvError::invalid_argument(format!("cannot copy {}: {e}", fixture.display()))
+                kv::Error::invalid_argument(format!("cannot copy {}: {e}", fixture.display()))
             })?;
             copy.display().to_string()
         }
     };
-    let kv = Kv::open(&format!("sqlite:{path}?read_only"))?;
+    let kv = Kv::open(&format!("sqlite:{path}?read_only")).await?;
     // The empty prefix selects every key, as `kv.list({ prefix: [] })` does.
     let mut entries = kv.list(Selector::prefix(kv::key![]), ListOptions::default())?;
     let mut count = 0;

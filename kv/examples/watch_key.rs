@@ -12,12 +12,8 @@ use kv::{Kv, key};
 
 #[tokio::main]
 async fn main() -> kv::Result<()> {
-    let kv = Kv::open("memory:")?;
-    kv.set(
-        key!["config", "mode"],
-        kv::v8::from_json(&serde_json::json!("starting"))?,
-    )
-    .await?;
+    let kv = Kv::open("memory:").await?;
+    kv.set(key!["config", "mode"], "starting").await?;
     let mut watch = kv.watch([key!["config", "mode"]])?;
 
     let writer = {
@@ -25,11 +21,7 @@ async fn main() -> kv::Result<()> {
         tokio::spawn(async move {
             for mode in ["ready", "busy", "ready"] {
                 tokio::time::sleep(Duration::from_millis(50)).await;
-                kv.set(
-                    key!["config", "mode"],
-                    kv::v8::from_json(&serde_json::json!(mode))?,
-                )
-                .await?;
+                kv.set(key!["config", "mode"], mode).await?;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
             kv.delete(key!["config", "mode"]).await?;
@@ -40,10 +32,8 @@ async fn main() -> kv::Result<()> {
     let mut seen = 0;
     while let Some(state) = watch.next().await {
         let entry = &state?[0];
-        let mode = entry.value.as_ref().map(kv::v8::to_json).transpose()?;
-        let shown = mode
-            .as_ref()
-            .map_or("(absent)".to_owned(), |m| m.to_string());
+        let mode: Option<String> = entry.value_as()?;
+        let shown = mode.as_deref().unwrap_or("(absent)");
         let stamp = entry
             .versionstamp
             .map(|v| v.to_string())
@@ -54,7 +44,7 @@ async fn main() -> kv::Result<()> {
             break; // deleted
         }
     }
-    writer.await.map_err(kv::KvError::storage)??;
+    writer.await.map_err(kv::Error::storage)??;
     println!("{seen} states seen");
     kv.close().await?;
     Ok(())

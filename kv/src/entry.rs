@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use kv_proto::{Key, KvValue, Versionstamp, decode_key};
+use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
 
@@ -27,6 +28,15 @@ impl Entry {
             versionstamp: entry.versionstamp,
             expires_at: entry.expires_at,
         })
+    }
+
+    /// The value deserialized into any serde type: Deno's `kv.get<T>()`. A string reads into a
+    /// `String`, a number into any Rust number it fits, a `Deno.KvU64` into a `u64`, an object
+    /// into a struct or map (see [`crate::v8::from_v8`] for dates, bigints and the rest).
+    ///
+    /// Fails with [`Error::Serialization`] if the stored value has another shape than `T`.
+    pub fn value_as<T: DeserializeOwned>(&self) -> Result<T> {
+        crate::value::deserialize(&self.value)
     }
 }
 
@@ -66,12 +76,32 @@ impl MaybeEntry {
     pub fn exists(&self) -> bool {
         self.value.is_some()
     }
+
+    /// The value deserialized into any serde type, `None` if the key is absent: see
+    /// [`Entry::value_as`].
+    ///
+    /// ```
+    /// # async fn demo(kv: kv::Kv) -> kv::Result<()> {
+    /// use kv::key;
+    /// kv.set(key!["greeting"], "hello").await?;
+    /// let greeting: Option<String> = kv.get(key!["greeting"]).await?.value_as()?;
+    /// assert_eq!(greeting.as_deref(), Some("hello"));
+    /// # Ok(()) }
+    /// ```
+    pub fn value_as<T: DeserializeOwned>(&self) -> Result<Option<T>> {
+        self.value
+            .as_ref()
+            .map(crate::value::deserialize)
+            .transpose()
+    }
 }
 
 /// Decodes a key read from storage; a key that does not decode means a foreign or damaged store.
 pub(crate) fn decode_stored_key(bytes: &[u8]) -> Result<Key> {
-    decode_key(bytes).map_err(|reason| Error::BadStoredKey {
-        key_hex: hex::encode(bytes),
-        reason,
+    decode_key(bytes).map_err(|reason| Error::Corrupt {
+        message: format!(
+            "stored key {} does not decode: {reason}",
+            hex::encode(bytes)
+        ),
     })
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use kv_proto::queue::QueuedMessage;
 use kv_proto::{
-    AtomicWrite, Backend, Clock, CommitResult, Consistency, Key, KvError, KvValue, ReadRange,
-    SnapshotRead, SystemClock, encode_key,
+    AtomicWrite, Backend, Clock, CommitResult, Consistency, Key, ReadRange, SnapshotRead,
+    SystemClock, encode_key,
 };
 
 use crate::atomic::AtomicOperation;
@@ -16,7 +16,9 @@ use crate::entry::MaybeEntry;
 use crate::error::{Error, Result};
 use crate::list::{ListOptions, ListStream, Selector};
 use crate::open::BackendUrl;
-use crate::queue::{DEFAULT_QUEUE_CONCURRENCY, EnqueueOptions};
+use crate::outcome::CommitOutcome;
+use crate::queue::{EnqueueOptions, ListenOptions};
+use crate::value::{FromValue, IntoValue};
 use crate::watch::WatchStream;
 
 /// A Deno KV database: reads, writes, lists, atomic operations, queues and watches over any
@@ -25,7 +27,7 @@ use crate::watch::WatchStream;
 /// ```no_run
 /// # async fn demo() -> kv::Result<()> {
 /// use kv::{Kv, key};
-/// let kv = Kv::open("sqlite:./data.sqlite3")?;
+/// let kv = Kv::open("sqlite:./data.sqlite3").await?;
 /// kv.set(key!["visits"], 0u64).await?;
 /// kv.atomic().sum(key!["visits"], 1u64).commit().await?;
 /// assert_eq!(kv.get(key!["visits"]).await?.value, Some(kv::KvValue::U64(1)));
@@ -48,9 +50,21 @@ impl std::fmt::Debug for Kv {
 
 impl Kv {
     /// Opens the backend a URL names (see [`BackendUrl`]): `sqlite:PATH` (or a plain path),
-    /// `memory:`. Opening touches the disk (creating or migrating a file), so call it at
-    /// start-up rather than in a busy async task.
-    pub fn open(url: &str) -> Result<Kv> {
+    /// `redb:PATH`, `memory:`, `http://HOST:PORT/PATH`; Deno's `Deno.openKv(url)`.
+    ///
+    /// Opening a file touches the disk (creating, recovering or migrating it); that work runs
+    /// off the async executor (see [`kv_proto::run_blocking`]), so other tasks keep running.
+    /// A remote database is reached at once, so a wrong token or an unreachable server fails
+    /// here. Dropping the future before it finishes leaves nothing open.
+    pub async fn open(url: &str) -> Result<Kv> {
+        let url: BackendUrl = url.parse()?;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        Ok(Kv::with_clock(url.connect(clock.clone()).await?, clock))
+    }
+
+    /// [`Kv::open`] for a program without an async runtime: opens on the calling thread, and
+    /// reaches a remote database only at its first operation.
+    pub fn open_blocking(url: &str) -> Result<Kv> {
         let url: BackendUrl = url.parse()?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         Ok(Kv::with_clock(url.open(clock.clone())?, clock))
@@ -121,13 +135,10 @@ impl Kv {
             .collect())
     }
 
-    /// Sets `key` to `value`. A `u64` is stored as `Deno.KvU64`, bytes as a `Uint8Array`; for
-    /// JSON or serde values see [`crate::v8`].
-    pub async fn set(
-        &self,
-        key: impl Into<Key>,
-        value: impl Into<KvValue>,
-    ) -> Result<CommitResult> {
+    /// Sets `key` to `value`: any [`IntoValue`] — a string, number, boolean, `u64`
+    /// (`Deno.KvU64`), bytes (`Uint8Array`), [`serde_json::Value`], or [`crate::Json`] of any
+    /// serde type (see [`crate::value`]).
+    pub async fn set(&self, key: impl Into<Key>, value: impl IntoValue) -> Result<CommitResult> {
         self.commit_unchecked(self.atomic().set(key, value)).await
     }
 
@@ -136,7 +147,7 @@ impl Kv {
     pub async fn set_expiring(
         &self,
         key: impl Into<Key>,
-        value: impl Into<KvValue>,
+        value: impl IntoValue,
         expire_in: Duration,
     ) -> Result<CommitResult> {
         self.commit_unchecked(self.atomic().set_expiring(key, value, expire_in))
@@ -164,38 +175,49 @@ impl Kv {
     /// store, Deno included).
     pub async fn enqueue(
         &self,
-        message: impl Into<KvValue>,
+        message: impl IntoValue,
         options: EnqueueOptions,
     ) -> Result<CommitResult> {
         self.commit_unchecked(self.atomic().enqueue(message, options))
             .await
     }
 
-    /// Hands every queue message to `handler` until the store closes, up to
-    /// [`DEFAULT_QUEUE_CONCURRENCY`] at a time. At-least-once: a message whose handler fails
-    /// (returns `Err` or panics) is delivered again after its back-off; see [`crate::queue`].
-    pub async fn listen_queue<F, Fut, E>(&self, handler: F) -> Result<()>
+    /// Hands every queue message to `handler` until the store closes, with the default
+    /// [`ListenOptions`] (up to [`crate::DEFAULT_QUEUE_CONCURRENCY`] at a time, failures
+    /// reported on standard error). At-least-once: a message whose handler fails (returns
+    /// `Err` or panics) is delivered again after its back-off; see [`crate::queue`].
+    ///
+    /// The handler takes a [`KvValue`](crate::KvValue), or [`crate::Json`]`<T>` to get the
+    /// payload deserialized.
+    pub async fn listen_queue<T, F, Fut, E>(&self, handler: F) -> Result<()>
     where
-        F: Fn(KvValue) -> Fut + Send + Sync + 'static,
+        T: FromValue,
+        F: Fn(T) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: std::fmt::Display,
     {
-        self.listen_queue_with(DEFAULT_QUEUE_CONCURRENCY, handler)
+        self.listen_queue_with(ListenOptions::default(), handler)
             .await
     }
 
-    /// [`Kv::listen_queue`] handling at most `concurrency` messages at a time (1: one after the
-    /// other).
-    pub async fn listen_queue_with<F, Fut, E>(&self, concurrency: usize, handler: F) -> Result<()>
+    /// [`Kv::listen_queue`] with options: concurrency, and where failures are reported.
+    pub async fn listen_queue_with<T, F, Fut, E>(
+        &self,
+        options: ListenOptions,
+        handler: F,
+    ) -> Result<()>
     where
-        F: Fn(KvValue) -> Fut + Send + Sync + 'static,
+        T: FromValue,
+        F: Fn(T) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: std::fmt::Display,
     {
-        crate::queue::listen(self.backend.clone(), concurrency, handler).await
+        crate::queue::listen(self.backend.clone(), options, handler).await
     }
 
     /// Every queued message, waiting or being delivered, without taking any (for tools that
     /// inspect or copy a store). Backends that cannot list their queue refuse with
-    /// [`KvError::Unsupported`].
+    /// [`Error::Unsupported`].
     pub async fn queued_messages(&self) -> Result<Vec<QueuedMessage>> {
         Ok(self.backend.queued_messages().await?)
     }
@@ -208,23 +230,25 @@ impl Kv {
     }
 
     /// Closes the store: listeners and watches end, later calls fail with
-    /// [`KvError::Closed`]. Durable backends have everything acknowledged on disk.
+    /// [`Error::Closed`]. Durable backends have everything acknowledged on disk.
     pub async fn close(&self) -> Result<()> {
         Ok(self.backend.close().await?)
     }
 
     /// Commits an operation that has no checks, so it cannot be refused by one.
     async fn commit_unchecked(&self, operation: AtomicOperation) -> Result<CommitResult> {
-        operation.commit().await?.ok_or_else(|| {
-            Error::Kv(KvError::storage(std::io::Error::other(
+        match operation.commit().await? {
+            CommitOutcome::Committed { versionstamp } => Ok(CommitResult { versionstamp }),
+            CommitOutcome::CheckFailed => Err(Error::storage(std::io::Error::other(
                 "the backend reported a failed check for a write without checks",
-            )))
-        })
+            ))),
+        }
     }
 
-    /// A raw atomic write, as the backend takes it.
-    pub async fn write(&self, write: AtomicWrite) -> Result<Option<CommitResult>> {
-        Ok(self.backend.atomic_write(write).await?)
+    /// A raw atomic write, as the backend takes it (for tools that build [`AtomicWrite`]s
+    /// themselves); [`Kv::atomic`] is the usual way.
+    pub async fn write(&self, write: AtomicWrite) -> Result<CommitOutcome> {
+        Ok(self.backend.atomic_write(write).await?.into())
     }
 }
 
@@ -234,12 +258,12 @@ pub(crate) fn expiry_time(now: DateTime<Utc>, after: Duration) -> Result<DateTim
         .ok()
         .and_then(|after| now.checked_add_signed(after))
         .ok_or_else(|| {
-            KvError::invalid_argument(format!("a time {after:?} from now is out of range")).into()
+            Error::invalid_argument(format!("a time {after:?} from now is out of range"))
         })
 }
 
 fn missing_output(asked: usize, got: usize) -> Error {
-    Error::Kv(KvError::storage(std::io::Error::other(format!(
+    Error::storage(std::io::Error::other(format!(
         "the backend answered {got} of {asked} ranges"
-    ))))
+    )))
 }

@@ -7,25 +7,28 @@
 //!
 //! ```no_run
 //! use futures::TryStreamExt;
-//! use kv::{Kv, ListOptions, Selector, key};
+//! use kv::{Json, Kv, ListOptions, Selector, key};
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct User { name: String }
 //!
 //! # async fn demo() -> kv::Result<()> {
-//! let kv = Kv::open("sqlite:./data.sqlite3")?;            // or "memory:", or a plain path
-//! let alice = kv::v8::from_json(&serde_json::json!({"name": "Alice"}))?; // Deno reads an object
-//! kv.set(key!["users", 1], alice).await?;
+//! let kv = Kv::open("sqlite:./data.sqlite3").await?;      // or "memory:", or a plain path
+//! kv.set(key!["users", 1], Json(User { name: "Alice".into() })).await?; // Deno reads an object
 //! let user = kv.get(key!["users", 1]).await?;
-//! kv.atomic().check(key!["users", 1], user.versionstamp).sum(key!["count"], 1u64).commit().await?;
+//! let outcome = kv.atomic().check(&user).sum(key!["count"], 1u64).commit().await?;
+//! assert!(outcome.is_committed());
 //! let mut users = kv.list(Selector::prefix(key!["users"]), ListOptions::default())?;
 //! while let Some(entry) = users.try_next().await? {
-//!     println!("{} {}", entry.key, kv::v8::to_json(&entry.value)?);
+//!     println!("{} {}", entry.key, entry.value_as::<User>()?.name);
 //! }
 //! # Ok(()) }
 //! ```
 //!
 //! Keys: Rust integers are JavaScript bigints (`key!["users", 1]` is `["users", 1n]`), `f64` is
-//! a JavaScript number, `&str` a string, `bool` a boolean, `&[u8]` a `Uint8Array`. Values: `u64`
-//! is `Deno.KvU64`, `Vec<u8>` a `Uint8Array`, and everything else a V8 value made by [`v8`] from
-//! JSON or any serde type.
+//! a JavaScript number, `&str` a string, `bool` a boolean, `&[u8]` a `Uint8Array`. Values (see
+//! [`value`]): strings, numbers and booleans are JavaScript's, `u64` is `Deno.KvU64`, `Vec<u8>`
+//! a `Uint8Array`, [`Json`] of any serde type an object; [`v8`] converts everything else.
 
 mod atomic;
 mod entry;
@@ -33,18 +36,26 @@ mod error;
 mod handle;
 mod list;
 mod open;
+mod outcome;
 pub mod queue;
-pub mod v8;
+pub mod value;
 mod watch;
 
-pub use atomic::AtomicOperation;
+pub use atomic::{AtomicCheck, AtomicOperation};
 pub use entry::{Entry, MaybeEntry};
 pub use error::{Error, Result};
 pub use handle::Kv;
 pub use list::{DEFAULT_BATCH_SIZE, ListOptions, ListStream, Selector};
 pub use open::BackendUrl;
-pub use queue::{DEFAULT_QUEUE_CONCURRENCY, EnqueueOptions};
+pub use outcome::CommitOutcome;
+pub use queue::{DEFAULT_QUEUE_CONCURRENCY, DeliveryFailure, EnqueueOptions, ListenOptions};
+pub use value::{FromValue, IntoValue, Json};
 pub use watch::WatchStream;
+
+/// V8 values: Deno's stored bytes to and from tagged JSON, plain JSON, serde types, primitives
+/// and JavaScript literals. The codec lives in kv-proto (the sum rules use it too); this is the
+/// same module under the path programs use.
+pub use kv_proto::v8;
 
 // The data model, re-exported so a program needs only this crate.
 pub use kv_proto::{

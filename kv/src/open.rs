@@ -17,12 +17,14 @@
 //! kv-server, `http://host:port/` is the default database and `http://host:port/db/NAME` a named
 //! one. The access token comes from `?token=` if given, else from the `KV_ACCESS_TOKEN`
 //! environment variable, else from Deno's `DENO_KV_ACCESS_TOKEN` (read when the backend is
-//! opened; unset means no token, which only a server running open accepts). `https://` is refused: this build has no TLS. [`Kv::open`]
-//! (synchronous) connects lazily, so a wrong token or an unreachable server is reported by the
-//! first operation; [`BackendUrl::connect`] runs the metadata exchange at once and reports it
-//! there.
+//! opened; unset means no token, which only a server running open accepts). `https://` is
+//! refused: this build has no TLS. [`Kv::open`] and [`BackendUrl::connect`] run the metadata
+//! exchange at once and report a wrong token or an unreachable server there;
+//! [`Kv::open_blocking`] and [`BackendUrl::open`] connect lazily, so the first operation reports
+//! it.
 //!
 //! [`Kv::open`]: crate::Kv::open
+//! [`Kv::open_blocking`]: crate::Kv::open_blocking
 //!
 //! ```
 //! use kv::BackendUrl;
@@ -35,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
 
-use kv_proto::{Backend, Clock};
+use kv_proto::{Backend, Clock, KvError};
 
 use crate::error::{Error, Result};
 
@@ -149,8 +151,14 @@ impl BackendUrl {
         url
     }
 
-    /// Opens the backend, reading time from `clock`.
+    /// Opens the backend on the calling thread, reading time from `clock`. A remote database
+    /// is reached only at its first operation. In async code use [`BackendUrl::connect`],
+    /// which keeps file work off the executor.
     pub fn open(&self, clock: Arc<dyn Clock>) -> Result<Arc<dyn Backend>> {
+        Ok(self.open_backend(clock)?)
+    }
+
+    fn open_backend(&self, clock: Arc<dyn Clock>) -> Result<Arc<dyn Backend>, KvError> {
         Ok(match self {
             BackendUrl::Sqlite {
                 path,
@@ -189,15 +197,19 @@ impl BackendUrl {
         })
     }
 
-    /// Opens the backend like [`BackendUrl::open`], but a remote database is reached at once
-    /// (metadata exchange), so a wrong token or URL fails here rather than at the first
-    /// operation. Needs a tokio runtime for remote URLs.
+    /// Opens the backend like [`BackendUrl::open`], but without blocking the async executor:
+    /// a file is opened (created, recovered, migrated) through [`kv_proto::run_blocking`], and
+    /// a remote database is reached at once (metadata exchange), so a wrong token or URL fails
+    /// here rather than at the first operation. Needs a tokio runtime for remote URLs.
     pub async fn connect(&self, clock: Arc<dyn Clock>) -> Result<Arc<dyn Backend>> {
         match self {
             BackendUrl::Remote { url, .. } => Ok(Arc::new(
                 kv_remote::RemoteBackend::connect(url, self.remote_options(clock)).await?,
             )),
-            _ => self.open(clock),
+            _ => {
+                let url = self.clone();
+                Ok(kv_proto::run_blocking(move || url.open_backend(clock)).await?)
+            }
         }
     }
 

@@ -5,25 +5,32 @@
 //! is done. If it returns `Err`, panics, or the process dies before it returns, the message is
 //! delivered again after the next interval of its back-off schedule; when the schedule is used up
 //! it is written to its `keys_if_undelivered` (Deno's rules, from kv-proto). A handler must
-//! therefore be idempotent: it may see a message more than once.
+//! therefore be idempotent: it may see a message more than once. Every failed delivery is
+//! reported to [`ListenOptions::on_error`] (by default, one line on standard error).
+//!
+//! A handler takes any [`FromValue`]: the raw [`KvValue`], or [`Json`]`<T>` for a serde type (a
+//! payload that does not deserialize is a failed delivery, reported like a handler error).
 //!
 //! ```no_run
 //! # async fn demo(kv: kv::Kv) -> kv::Result<()> {
-//! use kv::{EnqueueOptions, key};
+//! use kv::{EnqueueOptions, Json, key};
 //! use std::time::Duration;
-//! kv.enqueue(kv::v8::from_json(&serde_json::json!({"email": "a@example.com"}))?, EnqueueOptions {
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Email { to: String }
+//!
+//! kv.enqueue(Json(Email { to: "a@example.com".into() }), EnqueueOptions {
 //!     delay: Duration::from_secs(5),
 //!     keys_if_undelivered: vec![key!["failed-emails"]],
 //!     ..Default::default()
 //! }).await?;
-//! kv.listen_queue(|message| async move {
-//!     let job = kv::v8::to_json(&message)?;
-//!     println!("sending {job}");
+//! kv.listen_queue(|Json(email): Json<Email>| async move {
+//!     println!("sending to {}", email.to);
 //!     Ok::<(), kv::Error>(())
 //! }).await?;
 //! # Ok(()) }
 //! ```
 
+use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -35,9 +42,91 @@ use futures::{FutureExt, StreamExt};
 use kv_proto::{Backend, Enqueue, Key, KvValue, QueueMessageHandle, encode_key};
 
 use crate::error::Result;
+use crate::value::FromValue;
+#[cfg(doc)]
+use crate::value::Json;
 
 /// How many messages [`crate::Kv::listen_queue`] works on at once by default.
 pub const DEFAULT_QUEUE_CONCURRENCY: usize = 16;
+
+/// Why a delivery failed; the message will be delivered again after its back-off (or land in
+/// its `keys_if_undelivered` once the schedule is used up).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DeliveryFailure {
+    /// The payload did not convert to the type the handler takes (a [`Json`] whose type does
+    /// not fit the message).
+    Payload(String),
+    /// The handler returned `Err`; its text.
+    Handler(String),
+    /// The handler panicked; the panic's message.
+    Panic(String),
+}
+
+impl fmt::Display for DeliveryFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeliveryFailure::Payload(reason) => {
+                write!(f, "queue message does not fit the handler's type: {reason}")
+            }
+            DeliveryFailure::Handler(reason) => write!(f, "queue handler failed: {reason}"),
+            DeliveryFailure::Panic(reason) => write!(f, "queue handler panicked: {reason}"),
+        }
+    }
+}
+
+/// What [`ListenOptions`] calls for each failed delivery.
+type FailureReporter = Arc<dyn Fn(&DeliveryFailure) + Send + Sync>;
+
+/// Options of [`crate::Kv::listen_queue_with`]; `ListenOptions::default()` is what
+/// [`crate::Kv::listen_queue`] uses.
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// let failures = Arc::new(Mutex::new(Vec::new()));
+/// let seen = failures.clone();
+/// let options = kv::ListenOptions::default()
+///     .concurrency(1) // one message after the other
+///     .on_error(move |failure| seen.lock().unwrap().push(failure.to_string()));
+/// ```
+#[derive(Clone)]
+pub struct ListenOptions {
+    concurrency: usize,
+    on_error: FailureReporter,
+}
+
+impl Default for ListenOptions {
+    /// [`DEFAULT_QUEUE_CONCURRENCY`] messages at a time; failures written to standard error.
+    fn default() -> Self {
+        ListenOptions {
+            concurrency: DEFAULT_QUEUE_CONCURRENCY,
+            on_error: Arc::new(|failure| eprintln!("kv: {failure} (it will be retried)")),
+        }
+    }
+}
+
+impl fmt::Debug for ListenOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ListenOptions")
+            .field("concurrency", &self.concurrency)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ListenOptions {
+    /// Handles at most `concurrency` messages at a time (1: one after the other; 0 counts as 1).
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency.max(1);
+        self
+    }
+
+    /// Calls `report` for every failed delivery (instead of writing it to standard error): to
+    /// log it your way, count it, or alert.
+    pub fn on_error(mut self, report: impl Fn(&DeliveryFailure) + Send + Sync + 'static) -> Self {
+        self.on_error = Arc::new(report);
+        self
+    }
+}
 
 /// Options of `Deno.Kv.enqueue`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -73,17 +162,19 @@ fn message_payload(message: &KvValue) -> Result<Vec<u8>> {
     Ok(crate::v8::to_v8_bytes(message)?)
 }
 
-/// Runs `handler` on every message until the backend closes, at most `concurrency` at a time.
-pub(crate) async fn listen<F, Fut, E>(
+/// Runs `handler` on every message until the backend closes, as `options` say.
+pub(crate) async fn listen<T, F, Fut, E>(
     backend: Arc<dyn Backend>,
-    concurrency: usize,
+    options: ListenOptions,
     handler: F,
 ) -> Result<()>
 where
-    F: Fn(KvValue) -> Fut + Send + Sync + 'static,
+    T: FromValue,
+    F: Fn(T) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: fmt::Display,
 {
-    let concurrency = concurrency.max(1);
+    let concurrency = options.concurrency.max(1);
     let handler = Arc::new(handler);
     let mut working = FuturesUnordered::new();
     // The pending dequeue is kept across iterations, never dropped half-way: a dropped dequeue
@@ -98,7 +189,7 @@ where
             taken = &mut dequeue, if working.len() < concurrency => {
                 match taken {
                     Ok(Some(message)) => {
-                        working.push(deliver(message, handler.clone()));
+                        working.push(deliver(message, handler.clone(), options.on_error.clone()));
                         dequeue = Box::pin(next_message(backend.clone()));
                     }
                     // Closed: finish what is being handled, then stop.
@@ -116,18 +207,42 @@ where
     }
 }
 
-/// Hands one message to the handler and reports the outcome; a handler error or panic is a
-/// failed delivery (retried later).
-async fn deliver<F, Fut, E>(message: Box<dyn QueueMessageHandle>, handler: Arc<F>)
-where
-    F: Fn(KvValue) -> Fut + Send + Sync + 'static,
+/// Hands one message to the handler and records the outcome; a payload that does not convert,
+/// a handler error or a panic is a failed delivery (retried later), reported to `on_error`.
+async fn deliver<T, F, Fut, E>(
+    message: Box<dyn QueueMessageHandle>,
+    handler: Arc<F>,
+    on_error: FailureReporter,
+) where
+    T: FromValue,
+    F: Fn(T) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: fmt::Display,
 {
-    let value = KvValue::V8(message.payload().to_vec());
-    let success = match AssertUnwindSafe(handler(value)).catch_unwind().await {
-        Ok(Ok(())) => true,
-        Ok(Err(_)) | Err(_) => false,
+    let failure = match T::from_value(KvValue::V8(message.payload().to_vec())) {
+        Err(err) => Some(DeliveryFailure::Payload(err.to_string())),
+        Ok(payload) => match AssertUnwindSafe(async { handler(payload).await })
+            .catch_unwind()
+            .await
+        {
+            Ok(Ok(())) => None,
+            Ok(Err(err)) => Some(DeliveryFailure::Handler(err.to_string())),
+            Err(panic) => Some(DeliveryFailure::Panic(panic_message(panic.as_ref()))),
+        },
     };
+    if let Some(failure) = &failure {
+        // A reporter that panics must not strand the message: it is still finished below.
+        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| on_error(failure)));
+    }
     // A failure to record the outcome (a closed store) leaves the message to be redelivered.
-    let _ = message.finish(success).await;
+    let _ = message.finish(failure.is_none()).await;
+}
+
+/// The text of a panic's payload (`panic!("...")` gives a `&str` or a `String`).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }

@@ -12,31 +12,12 @@
 //! - plain JSON and JS literal rendering work on every value (the cyclic one is refused by
 //!   plain JSON, as `JSON.stringify` refuses it).
 
-use std::path::PathBuf;
+mod common;
 
+use common::{manifest, stored_value};
 use kv::KvValue;
 use kv::v8::{V8Error, from_tagged_json, to_js_literal, to_json, to_tagged_json};
 use serde_json::Value;
-
-fn fixtures_dir() -> PathBuf {
-    let dir = match std::env::var_os("KV_FIXTURES_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/deno-2.9.6"),
-    };
-    assert!(
-        dir.join("values.manifest.json").is_file(),
-        "Deno fixtures not found at {} (they are committed under fixtures/deno-2.9.6; or set KV_FIXTURES_DIR)",
-        dir.display()
-    );
-    dir
-}
-
-fn manifest(name: &str) -> Value {
-    let path = fixtures_dir().join(format!("{name}.manifest.json"));
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
-}
 
 /// One stored value of a manifest, with what Deno read back.
 struct Case {
@@ -61,9 +42,7 @@ fn cases(name: &str) -> Vec<Case> {
         .unwrap_or_else(|| panic!("{name}: no entries"));
     for entry in entries {
         let label = format!("{name} {}", entry["key"]);
-        let bytes = hex::decode(str_field(entry, "value_hex", &label)).expect("value_hex is hex");
-        let encoding = entry["v_encoding"].as_i64().expect("v_encoding");
-        let value = KvValue::decode(bytes, encoding).expect("stored value decodes");
+        let value = stored_value(entry, &label);
         assert_eq!(
             value.encoding().name(),
             str_field(entry, "encoding", &label)

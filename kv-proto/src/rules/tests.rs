@@ -1,4 +1,6 @@
 use num_bigint::BigInt;
+// The tests' oracle: denoland's own V8 serializer, which the engine's sum results come from.
+use v8_valueserializer::{Heap, Value, ValueDeserializer, ValueSerializer};
 
 use super::*;
 
@@ -40,6 +42,54 @@ fn v8_number_matches_the_crate_serializer() {
         assert_eq!(v8_number(x), expected);
     }
     assert_eq!(&v8_number(1.0)[..2], &[0xff, 0x0f]);
+}
+
+#[test]
+fn v8_bigint_matches_the_crate_serializer() {
+    let huge: BigInt = BigInt::from(u128::MAX) * 1000;
+    for x in [
+        BigInt::from(0),
+        BigInt::from(1),
+        BigInt::from(-1),
+        BigInt::from(255),
+        BigInt::from(256),
+        BigInt::from(i64::MIN),
+        BigInt::from(u64::MAX) + 1,
+        -huge.clone(),
+        huge,
+    ] {
+        let expected = ValueSerializer::default()
+            .finish(&Heap::default(), &Value::BigInt(x.clone()))
+            .unwrap();
+        assert_eq!(v8_bigint(&x).unwrap(), expected, "{x}");
+    }
+}
+
+#[test]
+fn sum_operands_read_as_the_crate_deserializer_reads_them() {
+    // Numbers as a Smi, a double, a bigint, and values a sum refuses.
+    let operands = [
+        js_smi(-7),
+        num(2.5),
+        big(-(1 << 100)),
+        KvValue::V8(hex::decode("ff10220568656c6c6f").unwrap()), // "hello"
+        KvValue::V8(hex::decode("ff106f7b00").unwrap()),         // {}
+        KvValue::V8(hex::decode("ff106f").unwrap()),             // truncated
+    ];
+    for operand in operands {
+        let KvValue::V8(bytes) = &operand else {
+            unreachable!()
+        };
+        let oracle = match ValueDeserializer::default().read(bytes) {
+            Err(_) => Err("invalid v8 value"),
+            Ok((Value::Double(x), _)) => Ok(SumOperand::Number(x)),
+            Ok((Value::I32(x), _)) => Ok(SumOperand::Number(f64::from(x))),
+            Ok((Value::BigInt(x), _)) => Ok(SumOperand::BigInt(x)),
+            Ok(_) => Err("unsupported value type"),
+        };
+        let ours = SumOperand::parse(&operand);
+        assert_eq!(format!("{ours:?}"), format!("{oracle:?}"), "{operand:?}");
+    }
 }
 
 #[test]

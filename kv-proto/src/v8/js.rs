@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use kv_proto::KvValue;
+use crate::KvValue;
 use num_bigint::BigInt;
 
 use super::error::Fallible;

@@ -47,6 +47,44 @@ pub(crate) fn write(graph: &Graph) -> Fallible<Vec<u8>> {
     Ok(writer.out)
 }
 
+/// The wire format version Deno's engine writes for the values it computes (a V8 `sum`).
+pub(crate) const ENGINE_WIRE_FORMAT_VERSION: u8 = 15;
+
+/// Serializes a number or bigint the way Deno's engine writes the result of a V8 `sum`: header
+/// `ff 0f`, a number always as a double (`N`), never as a Smi, and a bigint's digits as its
+/// minimal little-endian bytes (not padded to 64-bit digits as V8 pads them). Other primitives
+/// are written as the client writes them, under the same header.
+pub(crate) fn write_engine_primitive(value: &Val) -> Fallible<Vec<u8>> {
+    let graph = Graph {
+        nodes: Vec::new(),
+        root: Val::Undefined,
+    };
+    let mut writer = Writer {
+        graph: &graph,
+        out: vec![0xff, ENGINE_WIRE_FORMAT_VERSION],
+        ids: HashMap::new(),
+        next_id: 0,
+    };
+    match value {
+        Val::Number(x) => {
+            writer.tag(b'N');
+            writer.double(*x);
+        }
+        Val::BigInt(n) => {
+            let (sign, bytes) = n.to_bytes_le();
+            let len = u32::try_from(bytes.len())
+                .ok()
+                .filter(|len| *len <= 0x7fff_ffff)
+                .ok_or_else(|| too_large("$", "bigint longer than 2^31 - 1 bytes"))?;
+            writer.tag(b'Z');
+            writer.varint((len << 1) | u32::from(sign == Sign::Minus));
+            writer.out.extend_from_slice(&bytes);
+        }
+        other => writer.value(other, "$", 0)?,
+    }
+    Ok(writer.out)
+}
+
 struct Writer<'g> {
     graph: &'g Graph,
     out: Vec<u8>,

@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use kv_proto::KvValue;
+use crate::KvValue;
 use num_bigint::BigInt;
 use serde_json::{Map, Value};
 

@@ -1,6 +1,6 @@
 //! Rust types ↔ V8 values, through `serde_json::Value`.
 
-use kv_proto::KvValue;
+use crate::KvValue;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -20,12 +20,12 @@ use super::error::V8Error;
 /// struct User { name: String, age: u32, tags: Vec<String> }
 ///
 /// let alice = User { name: "Alice".into(), age: 30, tags: vec!["admin".into()] };
-/// let value = kv::v8::to_v8(&alice).unwrap();
+/// let value = kv_proto::v8::to_v8(&alice).unwrap();
 /// assert_eq!(
-///     kv::v8::to_js_literal(&value).unwrap(),
+///     kv_proto::v8::to_js_literal(&value).unwrap(),
 ///     r#"{ name: "Alice", age: 30, tags: ["admin"] }"#
 /// );
-/// assert_eq!(kv::v8::from_v8::<User>(&value).unwrap(), alice);
+/// assert_eq!(kv_proto::v8::from_v8::<User>(&value).unwrap(), alice);
 /// ```
 pub fn to_v8<T: Serialize + ?Sized>(value: &T) -> Result<KvValue, V8Error> {
     let json = serde_json::to_value(value).map_err(|err| V8Error::Serde(err.to_string()))?;
@@ -40,11 +40,11 @@ pub fn to_v8<T: Serialize + ?Sized>(value: &T) -> Result<KvValue, V8Error> {
 /// `String` (ISO 8601); a missing property or `undefined` into `None`.
 ///
 /// ```
-/// use kv::KvValue;
-/// assert_eq!(kv::v8::from_v8::<u64>(&KvValue::U64(7)).unwrap(), 7);
-/// let point = kv::v8::from_json(&serde_json::json!([1, 2])).unwrap();
-/// assert_eq!(kv::v8::from_v8::<(i32, i32)>(&point).unwrap(), (1, 2));
-/// assert!(kv::v8::from_v8::<String>(&point).is_err());
+/// use kv_proto::KvValue;
+/// assert_eq!(kv_proto::v8::from_v8::<u64>(&KvValue::U64(7)).unwrap(), 7);
+/// let point = kv_proto::v8::from_json(&serde_json::json!([1, 2])).unwrap();
+/// assert_eq!(kv_proto::v8::from_v8::<(i32, i32)>(&point).unwrap(), (1, 2));
+/// assert!(kv_proto::v8::from_v8::<String>(&point).is_err());
 /// ```
 pub fn from_v8<T: DeserializeOwned>(value: &KvValue) -> Result<T, V8Error> {
     let json = super::to_json(value)?;

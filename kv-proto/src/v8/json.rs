@@ -1,6 +1,6 @@
 //! Plain JSON ↔ [`Graph`], following `JSON.parse` one way and `JSON.stringify` the other.
 
-use kv_proto::KvValue;
+use crate::KvValue;
 use num_bigint::BigInt;
 use num_traits::ToPrimitive;
 use serde_json::{Map, Number, Value};

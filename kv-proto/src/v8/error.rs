@@ -10,7 +10,7 @@ use thiserror::Error;
 /// `$<boxed>` the primitive inside a boxed primitive. `to_string()` starts with that path:
 ///
 /// ```
-/// use kv::v8::{from_tagged_json, V8Error};
+/// use kv_proto::v8::{from_tagged_json, V8Error};
 /// let json = serde_json::json!({"object": [["a", {"array": [{"bigint": "x"}]}]]});
 /// let err = from_tagged_json(&json).unwrap_err();
 /// assert!(matches!(err, V8Error::BadTagValue { .. }));

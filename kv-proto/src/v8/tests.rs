@@ -292,7 +292,7 @@ fn values_the_writer_never_makes_still_read() {
     );
     // Wire format 15 (as Deno's engine and older Deno releases write).
     assert_eq!(
-        to_tagged_json(&KvValue::V8(kv_proto::rules::v8_number(3.5))).unwrap(),
+        to_tagged_json(&KvValue::V8(crate::rules::v8_number(3.5))).unwrap(),
         json!({"number": "3.5"})
     );
 }

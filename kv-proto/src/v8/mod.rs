@@ -15,7 +15,7 @@
 //! and [`to_v8_bytes`] gives the V8 bytes of any [`KvValue`] (what a queue message carries).
 //!
 //! ```
-//! use kv::v8;
+//! use kv_proto::v8;
 //! let value = v8::from_json(&serde_json::json!({"name": "Alice", "tags": ["a", "b"]})).unwrap();
 //! assert_eq!(v8::to_js_literal(&value).unwrap(), r#"{ name: "Alice", tags: ["a", "b"] }"#);
 //! assert_eq!(v8::to_json(&value).unwrap(), serde_json::json!({"name": "Alice", "tags": ["a", "b"]}));
@@ -61,7 +61,7 @@
 //! a top-level `Uint8Array`; `{"u64": …}` is [`KvValue::U64`]; everything else is V8 bytes.
 //!
 //! ```
-//! use kv::v8::{from_tagged_json, to_js_literal, to_tagged_json};
+//! use kv_proto::v8::{from_tagged_json, to_js_literal, to_tagged_json};
 //! let cyclic = serde_json::json!({"object": [
 //!     ["name", {"string": "cyclic"}],
 //!     ["self", {"ref": "$"}],
@@ -113,6 +113,7 @@ mod json;
 mod number;
 #[cfg(test)]
 mod oracle;
+mod primitive;
 mod read;
 mod serde;
 mod tagged;
@@ -121,10 +122,11 @@ mod write;
 #[cfg(test)]
 mod tests;
 
-use kv_proto::KvValue;
+use crate::KvValue;
 
 pub use self::error::V8Error;
 pub use self::number::{number_repr, parse_number};
+pub use self::primitive::Primitive;
 pub use self::serde::{from_v8, to_v8};
 pub use self::write::WIRE_FORMAT_VERSION;
 
@@ -134,8 +136,8 @@ pub use self::write::WIRE_FORMAT_VERSION;
 /// Fails only for V8 bytes that do not parse (or that are beyond this module's limits).
 ///
 /// ```
-/// use kv::KvValue;
-/// use kv::v8::to_tagged_json;
+/// use kv_proto::KvValue;
+/// use kv_proto::v8::to_tagged_json;
 /// use serde_json::json;
 /// assert_eq!(to_tagged_json(&KvValue::U64(5)).unwrap(), json!({"u64": "5"}));
 /// assert_eq!(
@@ -176,8 +178,8 @@ pub fn to_tagged_json(value: &KvValue) -> Result<serde_json::Value, V8Error> {
 /// `ref` to a path where no object appeared earlier, and nesting deeper than 256 levels.
 ///
 /// ```
-/// use kv::KvValue;
-/// use kv::v8::{from_tagged_json, V8Error};
+/// use kv_proto::KvValue;
+/// use kv_proto::v8::{from_tagged_json, V8Error};
 /// use serde_json::json;
 /// assert_eq!(from_tagged_json(&json!({"u64": "7"})).unwrap(), KvValue::U64(7));
 /// // Deno's bytes for the string "hello":
@@ -209,9 +211,9 @@ pub fn from_tagged_json(json: &serde_json::Value) -> Result<KvValue, V8Error> {
 /// `arbitrary_precision`, a number that is not an `f64`).
 ///
 /// ```
-/// use kv::KvValue;
+/// use kv_proto::KvValue;
 /// use serde_json::json;
-/// let value = kv::v8::from_json(&json!({"a": 1, "b": 2})).unwrap();
+/// let value = kv_proto::v8::from_json(&json!({"a": 1, "b": 2})).unwrap();
 /// // Byte for byte what Deno 2.9.6 writes for `{ a: 1, b: 2 }`:
 /// assert_eq!(value, KvValue::V8(hex::decode("ff106f220161490222016249047b02").unwrap()));
 /// ```
@@ -247,7 +249,7 @@ pub fn from_json(json: &serde_json::Value) -> Result<KvValue, V8Error> {
 /// - a top-level `undefined` (where `JSON.stringify` returns no text) is `null`.
 ///
 /// ```
-/// use kv::v8::{from_tagged_json, to_json};
+/// use kv_proto::v8::{from_tagged_json, to_json};
 /// use serde_json::json;
 /// let value = from_tagged_json(&json!({"object": [
 ///     ["when", {"date": "1700000000123"}],
@@ -281,8 +283,8 @@ pub fn to_json(value: &KvValue) -> Result<serde_json::Value, V8Error> {
 /// [module documentation](self).
 ///
 /// ```
-/// use kv::KvValue;
-/// use kv::v8::{from_tagged_json, to_js_literal};
+/// use kv_proto::KvValue;
+/// use kv_proto::v8::{from_tagged_json, to_js_literal};
 /// use serde_json::json;
 /// assert_eq!(to_js_literal(&KvValue::U64(5)).unwrap(), "new Deno.KvU64(5n)");
 /// let value = from_tagged_json(&json!({"object": [
@@ -311,8 +313,8 @@ pub fn to_js_literal(value: &KvValue) -> Result<String, V8Error> {
 /// how V8 serializes a `Deno.KvU64` anywhere but as a whole KV value.
 ///
 /// ```
-/// use kv::KvValue;
-/// use kv::v8::{to_js_literal, to_v8_bytes};
+/// use kv_proto::KvValue;
+/// use kv_proto::v8::{to_js_literal, to_v8_bytes};
 /// let bytes = to_v8_bytes(&KvValue::Bytes(vec![1, 2])).unwrap();
 /// assert_eq!(to_js_literal(&KvValue::V8(bytes)).unwrap(), "new Uint8Array([1, 2])");
 /// let bytes = to_v8_bytes(&KvValue::U64(5)).unwrap();
