@@ -11,9 +11,12 @@
 //!
 //! Fixtures: `fixtures/deno-2.9.6` in the repository, or `KV_FIXTURES_DIR`.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::kv;
 use serde_json::{Value as Json, json};
 
 fn fixtures() -> PathBuf {
@@ -27,22 +30,6 @@ fn read_json(path: &Path) -> Json {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// Runs `kv` in `dir` with `args`.
-fn kv(dir: &Path, args: &[&str]) -> Output {
-    let output = Command::new(env!("CARGO_BIN_EXE_kv"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("KV_DB")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run kv: {e}"));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        !stderr.contains("panicked"),
-        "kv {args:?} panicked:\n{stderr}"
-    );
-    output
 }
 
 /// Runs `kv` and returns its stdout; the command must succeed.

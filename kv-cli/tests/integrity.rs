@@ -2,25 +2,16 @@
 //! database instead of answering short, `kv check` reports the damage, and reading never
 //! changes a file.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 /// Runs `kv --db DB ARGS...` in `dir`.
 fn kv(dir: &Path, db: &str, args: &[&str]) -> Output {
-    let output = Command::new(env!("CARGO_BIN_EXE_kv"))
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .current_dir(dir)
-        .env_remove("KV_DB")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run kv: {e}"));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        !stderr.contains("panicked"),
-        "kv {args:?} panicked:\n{stderr}"
-    );
-    output
+    let mut all = vec!["--db", db];
+    all.extend_from_slice(args);
+    common::kv(dir, &all)
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -7,8 +7,8 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The access token every served test database uses.
@@ -194,4 +194,21 @@ pub fn assert_deno_client_passes(url: &str) {
         .env("NO_COLOR", "1")
         .env("DENO_NO_UPDATE_CHECK", "1");
     assert_client_checks("Deno", deno_run, 30);
+}
+
+/// Runs the `kv` binary in `dir` with `args` (and no `KV_DB` from the environment); a panic in
+/// it fails the test, whatever its exit code.
+pub fn kv(dir: &Path, args: &[&str]) -> Output {
+    let output = Command::new(env!("CARGO_BIN_EXE_kv"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("KV_DB")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run kv: {e}"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains("panicked"),
+        "kv {args:?} panicked:\n{stderr}"
+    );
+    output
 }
