@@ -157,6 +157,10 @@ impl Backend for FaultyBackend {
         self.inner.check_integrity().await
     }
 
+    async fn queued_messages(&self) -> Result<Vec<kv_proto::QueuedMessage>, KvError> {
+        self.inner.queued_messages().await
+    }
+
     async fn snapshot_read(&self, mut read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError> {
         let limits: Vec<u32> = read.ranges.iter().map(|r| r.limit).collect();
         if self.fault == Fault::ExceedsReadLimit {

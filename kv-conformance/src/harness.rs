@@ -110,14 +110,19 @@ where
     }
 }
 
-/// What a case needs from a backend; a case is registered as ignored when a need is not met.
+/// What a case needs from a backend; a case is registered as **ignored** (not run, not passed)
+/// when a need is not met, so a backend without a capability never passes its cases vacuously.
+///
+/// Combine needs with [`Needs::and`]: `Needs::WATCH.and(Needs::QUEUES)`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Needs {
-    /// Queues.
+    /// Queues ([`kv_proto::Capabilities::queues`]).
     pub queues: bool,
-    /// Watch.
+    /// Listing the queue ([`kv_proto::Capabilities::queue_inspection`]).
+    pub queue_inspection: bool,
+    /// Watch ([`kv_proto::Capabilities::watch`]).
     pub watch: bool,
-    /// Reopening the same data.
+    /// Reopening the same data ([`BackendFactory::can_reopen`]).
     pub reopen: bool,
 }
 
@@ -125,37 +130,47 @@ impl Needs {
     /// Only reads and writes.
     pub const NOTHING: Needs = Needs {
         queues: false,
+        queue_inspection: false,
         watch: false,
         reopen: false,
     };
     /// Queues.
     pub const QUEUES: Needs = Needs {
         queues: true,
-        watch: false,
-        reopen: false,
+        ..Needs::NOTHING
+    };
+    /// Queues, and listing them.
+    pub const QUEUE_INSPECTION: Needs = Needs {
+        queue_inspection: true,
+        ..Needs::QUEUES
     };
     /// Watch.
     pub const WATCH: Needs = Needs {
-        queues: false,
         watch: true,
-        reopen: false,
+        ..Needs::NOTHING
     };
     /// Reopen.
     pub const REOPEN: Needs = Needs {
-        queues: false,
-        watch: false,
         reopen: true,
+        ..Needs::NOTHING
     };
     /// Queues and reopen.
-    pub const QUEUES_REOPEN: Needs = Needs {
-        queues: true,
-        watch: false,
-        reopen: true,
-    };
+    pub const QUEUES_REOPEN: Needs = Needs::QUEUES.and(Needs::REOPEN);
+
+    /// Everything `self` needs and everything `other` needs.
+    pub const fn and(self, other: Needs) -> Needs {
+        Needs {
+            queues: self.queues || other.queues,
+            queue_inspection: self.queue_inspection || other.queue_inspection,
+            watch: self.watch || other.watch,
+            reopen: self.reopen || other.reopen,
+        }
+    }
 
     /// Whether a backend with these features can run the case.
     pub fn met_by(&self, features: Features) -> bool {
         (!self.queues || features.queues)
+            && (!self.queue_inspection || features.queue_inspection)
             && (!self.watch || features.watch)
             && (!self.reopen || features.reopen)
     }
@@ -166,10 +181,24 @@ impl Needs {
 pub struct Features {
     /// Queues work.
     pub queues: bool,
+    /// `queued_messages` works.
+    pub queue_inspection: bool,
     /// Watch works.
     pub watch: bool,
     /// Opening twice on one context gives the same data.
     pub reopen: bool,
+}
+
+impl Features {
+    /// The features of a backend reporting `capabilities`, reopening as `can_reopen` says.
+    pub fn from_capabilities(capabilities: Capabilities, can_reopen: bool) -> Self {
+        Features {
+            queues: capabilities.queues,
+            queue_inspection: capabilities.queue_inspection,
+            watch: capabilities.watch,
+            reopen: can_reopen,
+        }
+    }
 }
 
 /// What a case works with: the open backend, its context, and the factory to reopen it.
@@ -319,10 +348,6 @@ pub fn probe_features(factory: &Arc<dyn BackendFactory>) -> Result<Features, Str
             .map_err(|e| format!("opening the backend failed: {e}"))?;
         let caps = kv.capabilities();
         let _ = kv.close().await;
-        Ok(Features {
-            queues: caps.queues,
-            watch: caps.watch,
-            reopen: factory.can_reopen(caps),
-        })
+        Ok(Features::from_capabilities(caps, factory.can_reopen(caps)))
     })
 }

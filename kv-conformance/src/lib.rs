@@ -54,13 +54,24 @@ pub fn all_cases() -> Vec<Case> {
 /// `--ignored`, `--test-threads`...). Used by [`conformance_main!`].
 pub fn run_main(factory: Arc<dyn BackendFactory>) -> ExitCode {
     let args = libtest_mimic::Arguments::from_args();
-    let features = match probe_features(&factory) {
-        Ok(features) => features,
+    match run_suite(factory, &args) {
+        Ok(conclusion) => conclusion.exit_code(),
         Err(message) => {
             eprintln!("kv-conformance: {message}");
-            return ExitCode::FAILURE;
+            ExitCode::FAILURE
         }
-    };
+    }
+}
+
+/// Runs the suite against `factory` as `args` select, and says how many cases passed, failed and
+/// were ignored. A case whose [`Needs`] the backend's capabilities do not meet is ignored (not
+/// run, not counted as passed). `Err` when the backend cannot be opened to probe its
+/// capabilities.
+pub fn run_suite(
+    factory: Arc<dyn BackendFactory>,
+    args: &libtest_mimic::Arguments,
+) -> Result<libtest_mimic::Conclusion, String> {
+    let features = probe_features(&factory)?;
     let trials = all_cases()
         .into_iter()
         .map(|case| {
@@ -73,7 +84,7 @@ pub fn run_main(factory: Arc<dyn BackendFactory>) -> ExitCode {
             .with_ignored_flag(!supported)
         })
         .collect();
-    libtest_mimic::run(&args, trials).exit_code()
+    Ok(libtest_mimic::run(args, trials))
 }
 
 /// Defines `fn main` for a conformance test target: pass a closure

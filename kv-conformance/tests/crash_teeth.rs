@@ -337,12 +337,7 @@ impl WriteTransaction for Txn<'_> {
 #[async_trait]
 impl Backend for LogBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            durable: true,
-            queues: true,
-            watch: false,
-            integrity_check: false,
-        }
+        Capabilities::none().with_durable(true).with_queues(true)
     }
 
     async fn snapshot_read(&self, read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError> {

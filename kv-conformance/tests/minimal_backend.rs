@@ -64,12 +64,7 @@ impl TinyBackend {
 #[async_trait]
 impl Backend for TinyBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            durable: false,
-            queues: false,
-            watch: false,
-            integrity_check: false,
-        }
+        Capabilities::none()
     }
 
     async fn snapshot_read(&self, read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError> {

@@ -104,12 +104,11 @@ impl MemoryBackend {
 #[async_trait]
 impl Backend for MemoryBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            durable: false,
-            queues: true,
-            watch: true,
-            integrity_check: true,
-        }
+        Capabilities::none()
+            .with_queues(true)
+            .with_queue_inspection(true)
+            .with_watch(true)
+            .with_integrity_check(true)
     }
 
     async fn snapshot_read(&self, read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError> {

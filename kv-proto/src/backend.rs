@@ -26,17 +26,76 @@ use crate::{
 };
 
 /// What a backend offers beyond reads and writes, so a conformance suite (or a program) knows
-/// what it may rely on.
+/// what it may rely on. Every optional [`Backend`] method (one whose default refuses with
+/// [`KvError::Unsupported`]) has its flag here, and a backend sets a flag only when that method
+/// works.
+///
+/// The struct is `#[non_exhaustive]` so new capabilities can be added without breaking engines:
+/// build it from [`Capabilities::none`] and switch on what the engine offers.
+///
+/// ```
+/// use kv_proto::Capabilities;
+///
+/// let caps = Capabilities::none().with_queues(true).with_watch(true);
+/// assert!(caps.queues && caps.watch && !caps.durable);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct Capabilities {
     /// Acknowledged commits survive the process (and can be reopened).
     pub durable: bool,
     /// [`Backend::dequeue_next_message`] works.
     pub queues: bool,
+    /// [`Backend::queued_messages`] works.
+    pub queue_inspection: bool,
     /// [`Backend::watch`] works.
     pub watch: bool,
     /// [`Backend::check_integrity`] works.
     pub integrity_check: bool,
+}
+
+impl Capabilities {
+    /// Nothing beyond reads and writes: a store that is not durable and whose optional methods
+    /// all refuse. The starting point for every engine's capabilities.
+    pub const fn none() -> Self {
+        Capabilities {
+            durable: false,
+            queues: false,
+            queue_inspection: false,
+            watch: false,
+            integrity_check: false,
+        }
+    }
+
+    /// Sets [`Capabilities::durable`].
+    pub const fn with_durable(mut self, yes: bool) -> Self {
+        self.durable = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::queues`].
+    pub const fn with_queues(mut self, yes: bool) -> Self {
+        self.queues = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::queue_inspection`].
+    pub const fn with_queue_inspection(mut self, yes: bool) -> Self {
+        self.queue_inspection = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::watch`].
+    pub const fn with_watch(mut self, yes: bool) -> Self {
+        self.watch = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::integrity_check`].
+    pub const fn with_integrity_check(mut self, yes: bool) -> Self {
+        self.integrity_check = yes;
+        self
+    }
 }
 
 /// Emissions of a watch: one `Vec` per change, with one [`WatchKeyOutput`] per watched key in the
@@ -78,7 +137,8 @@ pub trait Backend: Send + Sync {
 
     /// Every message in the queue, waiting or being delivered, ordered by ready time (messages
     /// being delivered count as ready now). For tools that inspect or copy a store (`kv stats`,
-    /// `kv migrate`); it hands nothing out and changes nothing. The default refuses.
+    /// `kv migrate`); it hands nothing out and changes nothing. The default refuses; a backend
+    /// that implements it reports [`Capabilities::queue_inspection`].
     async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
         Err(KvError::Unsupported {
             feature: "queue inspection",

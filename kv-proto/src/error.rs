@@ -19,6 +19,7 @@ use crate::{KeyError, LimitError, MutationError, ValueError};
 ///
 /// A failed *check* is not an error: [`crate::Backend::atomic_write`] returns `Ok(None)` for it.
 #[derive(Debug, Clone, Error)]
+#[non_exhaustive]
 pub enum KvError {
     /// A request exceeds one of Deno's limits (too large, too many). Display is Deno's text.
     #[error(transparent)]

@@ -45,6 +45,7 @@ pub const MAX_INT_MAGNITUDE_BYTES: usize = 255;
 ///
 /// Offsets count bytes from the start of the encoded key.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum KeyError {
     /// An integer part whose magnitude needs more than 255 bytes (Deno's text).
     #[error("BigUint requires more than {MAX_INT_MAGNITUDE_BYTES} bytes to be represented")]

@@ -21,6 +21,7 @@ use crate::{AtomicWrite, Enqueue, KeyError, KvError, SnapshotRead, decode_key};
 
 /// Which limit a request broke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum LimitKind {
     /// Size of one encoded key in a check, mutation or undelivered-key list.
     KeySizeWrite,

@@ -27,6 +27,7 @@ use crate::{KvValue, Versionstamp};
 
 /// Why a `sum`, `min` or `max` cannot apply. `to_string()` is Deno's text.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum MutationError {
     /// A u64 operation whose operand is not a u64.
     #[error("Failed to perform '{op}' mutation on a non-U64 operand")]

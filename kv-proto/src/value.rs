@@ -62,6 +62,7 @@ impl ValueEncoding {
 
 /// Why stored bytes are not a valid value.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum ValueError {
     /// An encoding id other than 1, 2 or 3.
     #[error("unknown value encoding {0}")]

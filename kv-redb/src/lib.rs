@@ -229,12 +229,12 @@ impl RedbBackend {
 #[async_trait]
 impl Backend for RedbBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            durable: true,
-            queues: !self.shared.is_read_only(),
-            watch: true,
-            integrity_check: true,
-        }
+        Capabilities::none()
+            .with_durable(true)
+            .with_queues(!self.shared.is_read_only())
+            .with_queue_inspection(true)
+            .with_watch(true)
+            .with_integrity_check(true)
     }
 
     async fn snapshot_read(&self, read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError> {

@@ -70,12 +70,9 @@ impl Backend for RemoteBackend {
     /// metadata is known). Never `durable`: durability is the server's business, and reopening
     /// the same URL reaches the same data only if the server keeps it.
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            durable: false,
-            queues: self.inner.known_extensions().is_none_or(|e| e.queues),
-            watch: true,
-            integrity_check: false,
-        }
+        Capabilities::none()
+            .with_queues(self.inner.known_extensions().is_none_or(|e| e.queues))
+            .with_watch(true)
     }
 
     async fn snapshot_read(&self, read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError> {

@@ -544,8 +544,8 @@ pub(crate) fn kv_failure(shared: &Shared, err: &KvError) -> Failure {
                 "The total size of the atomic write is too large.".to_owned()
             }
             LimitKind::WatchKeys => "Too many keys watched in a single watch request.".to_owned(),
-            // denokv has no such limit; Deno's own text.
-            LimitKind::TotalKeySize => limit.to_string(),
+            // denokv has no such limit (nor any limit added later); Deno's own text.
+            _ => limit.to_string(),
         }),
         KvError::InvalidKey { .. } | KvError::InvalidArgument { .. } | KvError::Mutation { .. } => {
             Failure::bad_request(err.to_string())
@@ -560,6 +560,9 @@ pub(crate) fn kv_failure(shared: &Shared, err: &KvError) -> Failure {
             "The server is temporarially unavailable, try again later.",
         ),
         KvError::Storage { .. } | KvError::Corrupt { .. } => internal(shared, err),
+        // A kind of error added to kv-proto later: the caller's fault or the store's, as it says.
+        _ if err.is_invalid_input() => Failure::bad_request(err.to_string()),
+        _ => internal(shared, err),
     }
 }
 

@@ -256,12 +256,12 @@ impl SqliteBackend {
 #[async_trait]
 impl Backend for SqliteBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            durable: true,
-            queues: !self.options.read_only,
-            watch: true,
-            integrity_check: true,
-        }
+        Capabilities::none()
+            .with_durable(true)
+            .with_queues(!self.options.read_only)
+            .with_queue_inspection(true)
+            .with_watch(true)
+            .with_integrity_check(true)
     }
 
     async fn snapshot_read(&self, read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError> {

@@ -148,6 +148,11 @@ impl From<KvError> for Error {
             KvError::Unsupported { feature } => Error::Unsupported { feature },
             KvError::Storage { source } => Error::Storage { source },
             KvError::Corrupt { message } => Error::Corrupt { message },
+            // A kind of failure added to kv-proto after this crate was written: the store failed
+            // in a way this enum has no closer variant for; the original error is the source.
+            other => Error::Storage {
+                source: Arc::new(other),
+            },
         }
     }
 }

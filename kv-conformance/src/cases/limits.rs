@@ -1,8 +1,8 @@
 //! Deno's request limits, enforced by the backend itself: each limit is met exactly (the request
 //! passes) and exceeded by one (refused with Deno's exact text, nothing applied).
 //!
-//! Refusing an invalid enqueue is validation that every backend does, so those cases need
-//! nothing; the "just under" enqueue is only committed when the backend reports queues.
+//! The enqueue limits need queues: their "at the limit" half commits an enqueue, so on a backend
+//! without queues they show as ignored rather than passing on their refusal half alone.
 
 use std::time::Duration;
 
@@ -22,25 +22,26 @@ pub(crate) fn cases() -> Vec<Case> {
         key_size_on_write_is_2048_bytes,
         key_size_on_read_is_2049_bytes,
         value_size_is_65536_bytes,
-        enqueue_payload_is_65536_bytes,
         ranges_per_read_is_10,
         entries_per_read_is_1000,
         checks_per_write_is_100,
         mutations_per_write_is_1000,
-        enqueues_count_as_mutations,
         total_mutation_size_is_819200_bytes,
         total_mutation_size_counts_check_and_delete_keys,
-        total_mutation_size_counts_enqueue_payload_and_backoff,
         total_key_size_is_81920_bytes_of_keys_with_values,
-        queue_delay_is_at_most_30_days,
-        backoff_schedule_has_at_most_5_intervals,
-        backoff_interval_is_at_most_one_hour,
         empty_key_is_refused_for_set_and_check,
         zero_read_limit_is_refused,
         malformed_key_is_refused_for_writes,
         refused_write_applies_nothing,
         invalid_write_is_refused_even_if_its_check_fails,
         count_limits_are_reported_before_key_and_value_sizes;
+        QUEUES =>
+        enqueue_payload_is_65536_bytes,
+        enqueues_count_as_mutations,
+        total_mutation_size_counts_enqueue_payload_and_backoff,
+        queue_delay_is_at_most_30_days,
+        backoff_schedule_has_at_most_5_intervals,
+        backoff_interval_is_at_most_one_hour;
         WATCH =>
         watched_keys_are_at_most_10,
         watched_key_size_is_2049_bytes,
@@ -93,11 +94,6 @@ fn enqueue_write(enqueue: Enqueue) -> AtomicWrite {
         enqueues: vec![enqueue],
         ..Default::default()
     }
-}
-
-/// Whether the backend accepts enqueues at all (the "just under" half needs it).
-fn has_queues(env: &Env) -> bool {
-    env.kv.capabilities().queues
 }
 
 /// The error of a write expected to be refused.
@@ -236,9 +232,7 @@ async fn value_size_is_65536_bytes(env: Env) {
 
 async fn enqueue_payload_is_65536_bytes(env: Env) {
     let now = env.clock().now();
-    if has_queues(&env) {
-        commit(&*env.kv, enqueue_write(enqueue(65_536, now, None))).await;
-    }
+    commit(&*env.kv, enqueue_write(enqueue(65_536, now, None))).await;
     let mut write = enqueue_write(enqueue(65_537, now, None));
     write
         .mutations
@@ -342,10 +336,8 @@ async fn enqueues_count_as_mutations(env: Env) {
         enqueues: (0..enqueues).map(|_| enqueue(1, now, None)).collect(),
         ..Default::default()
     };
-    if has_queues(&env) {
-        commit(&*env.kv, sets_and_enqueues(999, 1)).await;
-        delete(&*env.kv, &key!["m", 0usize]).await;
-    }
+    commit(&*env.kv, sets_and_enqueues(999, 1)).await;
+    delete(&*env.kv, &key!["m", 0usize]).await;
     assert_eq!(
         write_error(&*env.kv, sets_and_enqueues(1000, 1)).await,
         MAX_MUTATIONS
@@ -400,10 +392,8 @@ async fn total_mutation_size_counts_enqueue_payload_and_backoff(env: Env) {
         write.enqueues.push(enqueue(1, now, Some(vec![1; 5])));
         write
     };
-    if has_queues(&env) {
-        commit(&*env.kv, with_enqueue(819_200)).await;
-        delete(&*env.kv, &key!["m", 12usize]).await;
-    }
+    commit(&*env.kv, with_enqueue(819_200)).await;
+    delete(&*env.kv, &key!["m", 12usize]).await;
     assert_eq!(
         write_error(&*env.kv, with_enqueue(819_201)).await,
         MAX_TOTAL_SIZE
@@ -434,9 +424,7 @@ async fn total_key_size_is_81920_bytes_of_keys_with_values(env: Env) {
 
 async fn queue_delay_is_at_most_30_days(env: Env) {
     let thirty_days = env.clock().now() + TimeDelta::days(30);
-    if has_queues(&env) {
-        commit(&*env.kv, enqueue_write(enqueue(1, thirty_days, None))).await;
-    }
+    commit(&*env.kv, enqueue_write(enqueue(1, thirty_days, None))).await;
     let late = thirty_days + TimeDelta::milliseconds(1);
     assert_eq!(
         write_error(&*env.kv, enqueue_write(enqueue(1, late, None))).await,
@@ -446,9 +434,7 @@ async fn queue_delay_is_at_most_30_days(env: Env) {
 
 async fn backoff_schedule_has_at_most_5_intervals(env: Env) {
     let now = env.clock().now();
-    if has_queues(&env) {
-        commit(&*env.kv, enqueue_write(enqueue(1, now, Some(vec![10; 5])))).await;
-    }
+    commit(&*env.kv, enqueue_write(enqueue(1, now, Some(vec![10; 5])))).await;
     assert_eq!(
         write_error(&*env.kv, enqueue_write(enqueue(1, now, Some(vec![10; 6])))).await,
         "Invalid backoffSchedule, max 5 intervals allowed"
@@ -457,10 +443,8 @@ async fn backoff_schedule_has_at_most_5_intervals(env: Env) {
 
 async fn backoff_interval_is_at_most_one_hour(env: Env) {
     let now = env.clock().now();
-    if has_queues(&env) {
-        let hours = Some(vec![3_600_000; 5]);
-        commit(&*env.kv, enqueue_write(enqueue(1, now, hours))).await;
-    }
+    let hours = Some(vec![3_600_000; 5]);
+    commit(&*env.kv, enqueue_write(enqueue(1, now, hours))).await;
     assert_eq!(
         write_error(
             &*env.kv,

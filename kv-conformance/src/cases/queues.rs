@@ -44,7 +44,8 @@ pub(crate) fn cases() -> Vec<Case> {
             message_waiting_for_retry_does_not_block_others,
             fifty_messages_all_arrive_exactly_once,
             waiting_dequeue_wakes_when_a_message_is_enqueued,
-            waiting_dequeue_wakes_when_a_delayed_message_becomes_due,
+            waiting_dequeue_wakes_when_a_delayed_message_becomes_due;
+        QUEUE_INSPECTION =>
             queued_messages_lists_waiting_and_delivered_messages_without_taking_them;
         QUEUES_REOPEN =>
             consumers_on_two_handles_together_get_each_message_once,
@@ -660,7 +661,7 @@ async fn message_held_by_a_crashed_consumer_is_redelivered_after_reopen(mut env:
     assert_no_message(&*env.kv, "after the redelivery succeeded").await;
 }
 
-/// `queued_messages` (optional: a backend may refuse it as unsupported) shows every message —
+/// `queued_messages` (optional: runs only on backends reporting `queue_inspection`) shows every message —
 /// waiting, delayed, and handed out but unfinished — with its payload, dead-letter keys and
 /// remaining schedule, and takes nothing: the messages are still delivered afterwards.
 async fn queued_messages_lists_waiting_and_delivered_messages_without_taking_them(env: Env) {
@@ -674,14 +675,7 @@ async fn queued_messages_lists_waiting_and_delivered_messages_without_taking_the
     enqueue(kv, delayed(&env, "later", Duration::from_secs(60))).await;
     let held = receive(kv, &payload("held")).await;
 
-    let listed = match kv.queued_messages().await {
-        Err(kv_proto::KvError::Unsupported { .. }) => {
-            finish(held, true).await;
-            return;
-        }
-        Err(e) => panic!("queued_messages failed: {e}"),
-        Ok(listed) => listed,
-    };
+    let listed = kv.queued_messages().await.expect("queued_messages");
     let payloads: Vec<String> = listed.iter().map(|m| shown(&m.payload)).collect();
     assert_eq!(
         payloads,
@@ -708,7 +702,7 @@ async fn queued_messages_lists_waiting_and_delivered_messages_without_taking_the
     );
 
     finish(held, true).await;
-    let after = kv.queued_messages().await.unwrap_or_default();
+    let after = kv.queued_messages().await.expect("queued_messages");
     assert_eq!(
         after.len(),
         1,

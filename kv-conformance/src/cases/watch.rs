@@ -44,18 +44,10 @@ pub(crate) fn cases() -> Vec<Case> {
 }
 
 /// Watch and a second handle on the same data.
-const WATCH_REOPEN: Needs = Needs {
-    watch: true,
-    reopen: true,
-    queues: false,
-};
+const WATCH_REOPEN: Needs = Needs::WATCH.and(Needs::REOPEN);
 
 /// Watch and queues.
-const WATCH_QUEUES: Needs = Needs {
-    watch: true,
-    reopen: false,
-    queues: true,
-};
+const WATCH_QUEUES: Needs = Needs::WATCH.and(Needs::QUEUES);
 
 /// How long to wait for an emission that must come.
 const WAIT: Duration = Duration::from_secs(5);
