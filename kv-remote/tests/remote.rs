@@ -15,6 +15,19 @@ use kv_server::{Access, Databases, Server, ServerConfig};
 const TOKEN: &str = "remote-test-token-0123456789";
 
 async fn start(backend: Arc<dyn Backend>) -> (String, tokio::sync::oneshot::Sender<()>) {
+    let (url, stop, _served) = start_joinable(backend).await;
+    (url, stop)
+}
+
+/// [`start`], with the server's task: it ends once the server has stopped and dropped every
+/// connection.
+async fn start_joinable(
+    backend: Arc<dyn Backend>,
+) -> (
+    String,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let mut config = ServerConfig::new(Access::Token(TOKEN.into()));
@@ -22,10 +35,10 @@ async fn start(backend: Arc<dyn Backend>) -> (String, tokio::sync::oneshot::Send
     config.shutdown_grace = Duration::from_millis(100);
     let server = Server::new(config, Databases::new(backend)).unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.serve(listener, async {
+    let served = tokio::spawn(server.serve(listener, async {
         let _ = stopped.await;
     }));
-    (format!("http://{addr}/"), stop)
+    (format!("http://{addr}/"), stop, served)
 }
 
 fn key(name: &str) -> Vec<u8> {
@@ -210,20 +223,15 @@ async fn a_server_that_is_not_running_fails_at_once_with_connection_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_answered_and_then_stopped_is_retried_within_the_budget() {
-    let (url, stop) = start(kv_server::databases::new_memory_database()).await;
+    let (url, stop, served) = start_joinable(kv_server::databases::new_memory_database()).await;
     let mut options = RemoteOptions::new(TOKEN);
     options.retry_timeout = Duration::from_millis(500);
     let kv = RemoteBackend::connect(&url, options).await.unwrap();
     assert!(get(&kv, "a").await.is_none());
     stop.send(()).unwrap();
-    // Wait until the port is closed.
-    let addr = url
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_owned();
-    while std::net::TcpStream::connect(&addr).is_ok() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Wait until the server has stopped: the port closed and the client's connection gone (the
+    // port closes a moment before open connections hear of the shutdown).
+    served.await.unwrap().unwrap();
     let started = std::time::Instant::now();
     let err = get_err(&kv).await.to_string();
     assert!(err.contains("unavailable"), "{err}");
