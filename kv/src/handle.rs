@@ -50,7 +50,9 @@ impl std::fmt::Debug for Kv {
 
 impl Kv {
     /// Opens the backend a URL names (see [`BackendUrl`]): `sqlite:PATH` (or a plain path),
-    /// `redb:PATH`, `memory:`, `http://HOST:PORT/PATH`; Deno's `Deno.openKv(url)`.
+    /// `redb:PATH`, `memory:`, `http://HOST:PORT/PATH`; Deno's `Deno.openKv(url)`. Each engine
+    /// is a cargo feature of this crate (see the [crate documentation](crate)); a URL whose
+    /// engine is not compiled in fails with [`Error::BadUrl`].
     ///
     /// Opening a file touches the disk (creating, recovering or migrating it); that work runs
     /// off the async executor (see [`kv_proto::run_blocking`]), so other tasks keep running.
