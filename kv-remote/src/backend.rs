@@ -7,12 +7,12 @@ use kv_connect::convert::{self, AtomicWriteResult};
 use kv_connect::prost::Message;
 use kv_proto::{
     AtomicWrite, Backend, Capabilities, CommitResult, KvError, QueueMessageHandle, ReadRangeOutput,
-    SnapshotRead, WatchStream, ms_to_datetime,
+    SnapshotRead, WatchStream,
 };
 
 use crate::RemoteOptions;
 use crate::ext::{AtomicWriteExt, SnapshotReadExpiry};
-use crate::transport::{Inner, RemoteError, Replay, protocol};
+use crate::transport::{Inner, Replay, protocol};
 
 /// A Deno KV database on a KV Connect server; see the [crate documentation](crate).
 ///
@@ -115,18 +115,10 @@ impl Backend for RemoteBackend {
             }
         }
         if session.extensions.expiry {
-            let times = SnapshotReadExpiry::decode(bytes.as_ref()).map_err(protocol)?;
-            if times.ranges.len() != ranges.len() {
-                return Err(protocol("expiry extension: wrong number of ranges"));
-            }
-            for (range, times) in ranges.iter_mut().zip(times.ranges) {
-                if times.expires_at_ms.len() != range.entries.len() {
-                    return Err(protocol("expiry extension: wrong number of entries"));
-                }
-                for (entry, ms) in range.entries.iter_mut().zip(times.expires_at_ms) {
-                    entry.expires_at = expiry_from_ms(ms)?;
-                }
-            }
+            SnapshotReadExpiry::decode(bytes.as_ref())
+                .map_err(protocol)?
+                .apply_to(&mut ranges)
+                .map_err(protocol)?;
         }
         Ok(ranges)
     }
@@ -192,14 +184,4 @@ impl Backend for RemoteBackend {
         self.inner.closed.send_replace(true);
         Ok(())
     }
-}
-
-/// An expiry time from the extension: 0 = none.
-pub(crate) fn expiry_from_ms(ms: i64) -> Result<Option<chrono::DateTime<chrono::Utc>>, KvError> {
-    if ms == 0 {
-        return Ok(None);
-    }
-    ms_to_datetime(ms)
-        .map(Some)
-        .ok_or_else(|| RemoteError::Protocol(format!("invalid expiry time {ms}")).into())
 }

@@ -419,18 +419,7 @@ async fn snapshot_read(
     let mut output = convert::snapshot_read_output(&ranges).encode_to_vec();
     if expiry {
         // The `expiry/1` extension: one more field after the standard message.
-        let times = ext::SnapshotReadExpiry {
-            ranges: ranges
-                .iter()
-                .map(|range| ext::RangeExpiry {
-                    expires_at_ms: range
-                        .entries
-                        .iter()
-                        .map(|e| ext::expiry_ms(Some(e)))
-                        .collect(),
-                })
-                .collect(),
-        };
+        let times = ext::SnapshotReadExpiry::of(&ranges);
         output.extend_from_slice(&times.encode_to_vec());
     }
     Ok(bytes_response(PROTOBUF, output))
