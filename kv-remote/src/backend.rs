@@ -12,6 +12,7 @@ use kv_proto::{
 
 use crate::RemoteOptions;
 use crate::ext::{AtomicWriteExt, SnapshotReadExpiry};
+use crate::queue::RemoteQueue;
 use crate::transport::{Inner, Replay, protocol};
 
 /// A Deno KV database on a KV Connect server; see the [crate documentation](crate).
@@ -20,6 +21,8 @@ use crate::transport::{Inner, Replay, protocol};
 #[derive(Clone)]
 pub struct RemoteBackend {
     pub(crate) inner: Arc<Inner>,
+    /// The `queue/1` client over the same connection.
+    queue: Arc<RemoteQueue>,
 }
 
 impl std::fmt::Debug for RemoteBackend {
@@ -45,8 +48,10 @@ impl RemoteBackend {
     /// synchronous `kv::Kv::open_blocking`. Until then [`Backend::capabilities`] reports queues and
     /// watch as available; a server without the queue extension refuses the first dequeue.
     pub fn connect_lazy(url: &str, options: RemoteOptions) -> Result<Self, KvError> {
+        let inner = Arc::new(Inner::new(url, options)?);
         Ok(RemoteBackend {
-            inner: Arc::new(Inner::new(url, options)?),
+            queue: Arc::new(RemoteQueue::new(inner.clone())),
+            inner,
         })
     }
 
@@ -164,7 +169,7 @@ impl Backend for RemoteBackend {
         if self.inner.is_closed() {
             return Ok(None);
         }
-        crate::queue::dequeue(&self.inner).await
+        crate::queue::dequeue(&self.queue).await
     }
 
     fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {
@@ -180,7 +185,7 @@ impl Backend for RemoteBackend {
         if self.inner.is_closed() {
             return Ok(());
         }
-        crate::queue::release_all(&self.inner).await;
+        crate::queue::release_all(&self.queue).await;
         self.inner.closed.send_replace(true);
         Ok(())
     }

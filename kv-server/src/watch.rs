@@ -15,7 +15,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::watch as signal;
 use tokio::time::{Instant, Interval, MissedTickBehavior, interval_at};
 
-use crate::handler::ResponseBody;
+use crate::response::ResponseBody;
 
 struct State {
     /// `None` once the backend stream ended (or for a zero-key watch after its one frame).

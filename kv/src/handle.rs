@@ -4,7 +4,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, TimeDelta, Utc};
 use kv_proto::queue::QueuedMessage;
 use kv_proto::{
     AtomicWrite, Backend, Clock, CommitResult, Consistency, Key, ReadRange, SnapshotRead,
@@ -252,16 +251,6 @@ impl Kv {
     pub async fn write(&self, write: AtomicWrite) -> Result<CommitOutcome> {
         Ok(self.backend.atomic_write(write).await?.into())
     }
-}
-
-/// `now + after`, or a clear error for a duration beyond the calendar.
-pub(crate) fn expiry_time(now: DateTime<Utc>, after: Duration) -> Result<DateTime<Utc>> {
-    TimeDelta::from_std(after)
-        .ok()
-        .and_then(|after| now.checked_add_signed(after))
-        .ok_or_else(|| {
-            Error::invalid_argument(format!("a time {after:?} from now is out of range"))
-        })
 }
 
 fn missing_output(asked: usize, got: usize) -> Error {

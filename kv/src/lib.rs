@@ -59,6 +59,7 @@ mod list;
 mod open;
 mod outcome;
 pub mod queue;
+mod time;
 pub mod value;
 mod watch;
 

@@ -145,7 +145,7 @@ impl EnqueueOptions {
     pub(crate) fn to_enqueue(&self, message: &KvValue, now: DateTime<Utc>) -> Result<Enqueue> {
         Ok(Enqueue {
             payload: message_payload(message)?,
-            ready_at: crate::handle::expiry_time(now, self.delay)?,
+            ready_at: crate::time::time_after(now, self.delay)?,
             keys_if_undelivered: self
                 .keys_if_undelivered
                 .iter()
