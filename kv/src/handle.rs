@@ -1,6 +1,5 @@
 //! The [`Kv`] handle: `Deno.Kv` for Rust.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::list::{ListOptions, ListStream, Selector};
 use crate::open::BackendUrl;
 use crate::outcome::CommitOutcome;
-use crate::queue::{EnqueueOptions, ListenOptions};
+use crate::queue::{EnqueueOptions, ListenOptions, QueueHandler};
 use crate::value::{FromValue, IntoValue};
 use crate::watch::WatchStream;
 
@@ -190,29 +189,17 @@ impl Kv {
     ///
     /// The handler takes a [`KvValue`](crate::KvValue), or [`crate::Json`]`<T>` to get the
     /// payload deserialized.
-    pub async fn listen_queue<T, F, Fut, E>(&self, handler: F) -> Result<()>
-    where
-        T: FromValue,
-        F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), E>> + Send + 'static,
-        E: std::fmt::Display,
-    {
+    pub async fn listen_queue<T: FromValue>(&self, handler: impl QueueHandler<T>) -> Result<()> {
         self.listen_queue_with(ListenOptions::default(), handler)
             .await
     }
 
     /// [`Kv::listen_queue`] with options: concurrency, and where failures are reported.
-    pub async fn listen_queue_with<T, F, Fut, E>(
+    pub async fn listen_queue_with<T: FromValue>(
         &self,
         options: ListenOptions,
-        handler: F,
-    ) -> Result<()>
-    where
-        T: FromValue,
-        F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), E>> + Send + 'static,
-        E: std::fmt::Display,
-    {
+        handler: impl QueueHandler<T>,
+    ) -> Result<()> {
         crate::queue::listen(self.backend.clone(), options, handler).await
     }
 

@@ -70,7 +70,9 @@ pub use handle::Kv;
 pub use list::{DEFAULT_BATCH_SIZE, ListOptions, ListStream, Selector};
 pub use open::BackendUrl;
 pub use outcome::CommitOutcome;
-pub use queue::{DEFAULT_QUEUE_CONCURRENCY, DeliveryFailure, EnqueueOptions, ListenOptions};
+pub use queue::{
+    DEFAULT_QUEUE_CONCURRENCY, DeliveryFailure, EnqueueOptions, ListenOptions, QueueHandler,
+};
 pub use value::{FromValue, IntoValue, Json};
 pub use watch::WatchStream;
 
