@@ -1,9 +1,12 @@
 //! The one trait every storage engine implements.
 //!
-//! A backend is a storage adapter: it stores entries ordered by their encoded keys, serves
+//! A backend is what a program talks to: it stores entries ordered by their encoded keys, serves
 //! consistent snapshots, and commits atomic writes in a total order with increasing
-//! versionstamps. It does not re-decide Deno's semantics: it calls [`crate::Limits`] to validate
-//! requests and [`crate::apply_atomic_write`] to apply them, so every engine behaves alike.
+//! versionstamps. The engines of this workspace do not implement it themselves: each implements
+//! the smaller [`crate::Engine`] trait (only what its storage does), and [`crate::Checked`], the
+//! layer above every engine, implements `Backend` on top — the closed state, Deno's
+//! [`crate::Limits`], the capability and read-only refusals — so every engine behaves alike.
+//! Implement `Backend` directly only for a wrapper around another backend.
 //!
 //! The trait is object-safe, so a program can choose its engine at run time:
 //!
@@ -52,6 +55,9 @@ pub struct Capabilities {
     pub watch: bool,
     /// [`Backend::check_integrity`] works.
     pub integrity_check: bool,
+    /// The handle was opened read-only: writes and dequeues fail with [`KvError::ReadOnly`]
+    /// (reads, watches, queue inspection and integrity checks still work).
+    pub read_only: bool,
 }
 
 impl Capabilities {
@@ -64,6 +70,7 @@ impl Capabilities {
             queue_inspection: false,
             watch: false,
             integrity_check: false,
+            read_only: false,
         }
     }
 
@@ -95,6 +102,45 @@ impl Capabilities {
     pub const fn with_integrity_check(mut self, yes: bool) -> Self {
         self.integrity_check = yes;
         self
+    }
+
+    /// Sets [`Capabilities::read_only`].
+    pub const fn with_read_only(mut self, yes: bool) -> Self {
+        self.read_only = yes;
+        self
+    }
+}
+
+/// The optional methods of [`Backend`] (and of [`crate::Engine`]), each gated by one flag of
+/// [`Capabilities`]; one place for the flag and the refusal's text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Optional {
+    Queues,
+    QueueInspection,
+    Watch,
+    IntegrityCheck,
+}
+
+impl Optional {
+    /// Whether a backend with `capabilities` offers this method.
+    pub(crate) fn offered_by(self, capabilities: Capabilities) -> bool {
+        match self {
+            Optional::Queues => capabilities.queues,
+            Optional::QueueInspection => capabilities.queue_inspection,
+            Optional::Watch => capabilities.watch,
+            Optional::IntegrityCheck => capabilities.integrity_check,
+        }
+    }
+
+    /// The answer of a backend that does not offer it.
+    pub(crate) fn refusal(self) -> KvError {
+        let feature = match self {
+            Optional::Queues => "queues",
+            Optional::QueueInspection => "queue inspection",
+            Optional::Watch => "watch",
+            Optional::IntegrityCheck => "integrity checks",
+        };
+        KvError::Unsupported { feature }
     }
 }
 
@@ -132,7 +178,7 @@ pub trait Backend: Send + Sync {
     /// by guarding every take with a [`crate::queue::Delivery`] created in the step that takes the
     /// message, and by running [`crate::queue::next_delivery`].
     async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
-        Err(KvError::Unsupported { feature: "queues" })
+        Err(Optional::Queues.refusal())
     }
 
     /// Every message in the queue, waiting or being delivered, ordered by ready time (messages
@@ -140,9 +186,7 @@ pub trait Backend: Send + Sync {
     /// `kv migrate`); it hands nothing out and changes nothing. The default refuses; a backend
     /// that implements it reports [`Capabilities::queue_inspection`].
     async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
-        Err(KvError::Unsupported {
-            feature: "queue inspection",
-        })
+        Err(Optional::QueueInspection.refusal())
     }
 
     /// Watches up to 10 encoded keys: the stream yields their current state at once, then again
@@ -150,7 +194,7 @@ pub trait Backend: Send + Sync {
     /// refuses: backends without watch need not implement it.
     fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {
         let _ = keys;
-        Err(KvError::Unsupported { feature: "watch" })
+        Err(Optional::Watch.refusal())
     }
 
     /// Reads the whole store and reports what is damaged: the engine's structural check, then
@@ -159,9 +203,7 @@ pub trait Backend: Send + Sync {
     /// nothing, and works on a read-only handle. The default refuses: backends without a check
     /// need not implement it.
     async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
-        Err(KvError::Unsupported {
-            feature: "integrity checks",
-        })
+        Err(Optional::IntegrityCheck.refusal())
     }
 
     /// Closes the backend: pending dequeues return `None`, watch streams end, and every later
