@@ -12,8 +12,8 @@ use kv_proto::queue::{
     DeliveryFailure, DeliveryOutcome, QueuedMessage, after_delivery, after_failed_delivery,
 };
 use kv_proto::{
-    AtomicWrite, ChangeSignal, ChangedKeys, CommitResult, IntegrityReport, KvEntry, KvError,
-    ReadRange, ReadRangeOutput, StoredEntry, Versionstamp, WatchedEntry, is_expired,
+    ChangeSignal, ChangedKeys, CommitResult, IntegrityReport, KvEntry, KvError, ReadRange,
+    ReadRangeOutput, StoredEntry, ValidatedWrite, Versionstamp, WatchedEntry, is_expired,
     stage_atomic_write,
 };
 use tokio::sync::watch;
@@ -171,7 +171,7 @@ impl MemoryStore {
     /// with nothing applied.
     pub(crate) fn commit(
         &self,
-        write: &AtomicWrite,
+        write: &ValidatedWrite,
         now: DateTime<Utc>,
     ) -> Result<Option<CommitResult>, KvError> {
         let outcome = {
@@ -340,7 +340,7 @@ impl State {
     /// write touches the state. Returns the result and the waiters to wake.
     fn commit(
         &mut self,
-        write: &AtomicWrite,
+        write: &ValidatedWrite,
         now: DateTime<Utc>,
     ) -> Result<Option<(CommitResult, Effects)>, KvError> {
         self.purge_expired(now);
@@ -401,12 +401,10 @@ impl State {
                     changed: ChangedKeys::new(),
                 }
             }
-            DeliveryFailure::DeadLetter { mutations } if mutations.is_empty() => Effects::default(),
-            DeliveryFailure::DeadLetter { mutations } => {
-                let write = AtomicWrite {
-                    mutations,
-                    ..Default::default()
-                };
+            DeliveryFailure::DeadLetter { write } if write.mutations.is_empty() => {
+                Effects::default()
+            }
+            DeliveryFailure::DeadLetter { write } => {
                 // Dead-letter writes have no checks: they always commit.
                 self.commit(&write, now)?
                     .map(|(_, effects)| effects)
