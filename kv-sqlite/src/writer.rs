@@ -24,7 +24,7 @@ use kv_proto::queue::{
     MESSAGE_KEEPALIVE_INTERVAL, Taken, after_delivery, after_failed_delivery,
 };
 use kv_proto::{
-    AtomicWrite, ChangeSignal, ChangedKeys, Clock, CommitResult, KvError, Versionstamp,
+    ChangeSignal, ChangedKeys, Clock, CommitResult, KvError, ValidatedWrite, Versionstamp,
     WriteOutcome, apply_atomic_write, ms_to_datetime,
 };
 use rusqlite::{Connection, ErrorCode, params};
@@ -73,7 +73,7 @@ impl Found {
 
 enum Command {
     Write {
-        write: AtomicWrite,
+        write: ValidatedWrite,
         now: DateTime<Utc>,
         reply: oneshot::Sender<Result<Option<CommitResult>, KvError>>,
     },
@@ -157,7 +157,10 @@ impl Writer {
         answer.await.map_err(|_| KvError::Closed)?
     }
 
-    pub(crate) async fn write(&self, write: AtomicWrite) -> Result<Option<CommitResult>, KvError> {
+    pub(crate) async fn write(
+        &self,
+        write: ValidatedWrite,
+    ) -> Result<Option<CommitResult>, KvError> {
         let now = self.clock.now();
         self.ask(|reply| Command::Write { write, now, reply }).await
     }
@@ -555,7 +558,7 @@ fn next_version(conn: &Connection) -> Result<Versionstamp, KvError> {
 
 fn commit_write(
     conn: &Connection,
-    write: &AtomicWrite,
+    write: &ValidatedWrite,
     now: DateTime<Utc>,
     effects: &mut Effects,
 ) -> Result<Option<CommitResult>, KvError> {
@@ -711,12 +714,8 @@ fn apply_failure(
             )?;
             effects.queue = true;
         }
-        DeliveryFailure::DeadLetter { mutations } if mutations.is_empty() => {}
-        DeliveryFailure::DeadLetter { mutations } => {
-            let write = AtomicWrite {
-                mutations,
-                ..Default::default()
-            };
+        DeliveryFailure::DeadLetter { write } if write.mutations.is_empty() => {}
+        DeliveryFailure::DeadLetter { write } => {
             commit_write(conn, &write, now, effects)?;
         }
     }
