@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use kv_proto::queue::{DeliveryOutcome, Taken};
-use kv_proto::{AtomicWrite, ChangedKeys, Clock, CommitResult, KvError};
+use kv_proto::{ChangedKeys, Clock, CommitResult, KvError, ValidatedWrite};
 use redb::{Database, ReadableTable};
 use tokio::sync::oneshot;
 use uuid::Uuid;
@@ -65,7 +65,7 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T, KvError>>;
 /// One change the writer makes, run inside a group.
 pub(crate) enum Command {
     Write {
-        write: AtomicWrite,
+        write: ValidatedWrite,
         now: DateTime<Utc>,
         reply: Reply<Option<CommitResult>>,
     },
@@ -621,7 +621,8 @@ mod tests {
     use std::time::Duration;
 
     use kv_proto::{
-        Check, Enqueue, KvValue, ManualClock, MutationKind, Versionstamp, encode_key, key,
+        AtomicWrite, Check, Enqueue, KvValue, ManualClock, MutationKind, Versionstamp, encode_key,
+        key,
     };
     use redb::ReadableDatabase;
 
@@ -659,6 +660,9 @@ mod tests {
         Command,
         oneshot::Receiver<Result<Option<CommitResult>, KvError>>,
     ) {
+        let write = kv_proto::Limits::deno()
+            .accept_atomic_write(write, now)
+            .expect("valid");
         let (reply, answer) = oneshot::channel();
         (Command::Write { write, now, reply }, answer)
     }

@@ -25,11 +25,11 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use kv_proto::KvError;
 use kv_proto::queue::{
     Delivery, DeliveryEngine, DeliveryFailure, DeliveryOutcome, MESSAGE_DEADLINE, QueuedMessage,
     Taken, after_delivery,
 };
-use kv_proto::{AtomicWrite, KvError};
 use redb::ReadableTable;
 use uuid::Uuid;
 
@@ -188,12 +188,8 @@ fn apply_failure(
             effects.queue = true;
             Ok(Ok(()))
         }
-        DeliveryFailure::DeadLetter { mutations } if mutations.is_empty() => Ok(Ok(())),
-        DeliveryFailure::DeadLetter { mutations } => {
-            let write = AtomicWrite {
-                mutations,
-                ..Default::default()
-            };
+        DeliveryFailure::DeadLetter { write } if write.mutations.is_empty() => Ok(Ok(())),
+        DeliveryFailure::DeadLetter { write } => {
             Ok(commit_write(tables, &write, now, last_version, effects)?.map(|_| ()))
         }
     }

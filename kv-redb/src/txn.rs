@@ -22,7 +22,8 @@
 use chrono::{DateTime, Utc};
 use kv_proto::queue::QueuedMessage;
 use kv_proto::{
-    AtomicWrite, ChangedKeys, CommitResult, KvError, StoredEntry, Versionstamp, stage_atomic_write,
+    ChangedKeys, CommitResult, KvError, StoredEntry, ValidatedWrite, Versionstamp,
+    stage_atomic_write,
 };
 use redb::{ReadableTable, Table};
 
@@ -239,7 +240,7 @@ impl<'t> Tables<'t> {
 /// order with no reuse).
 pub(crate) fn commit_write(
     tables: &mut Tables<'_>,
-    write: &AtomicWrite,
+    write: &ValidatedWrite,
     now: DateTime<Utc>,
     last_version: &mut u64,
     effects: &mut Effects,

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use kv_proto::queue::{DeliveryOutcome, Taken};
-use kv_proto::{AtomicWrite, CommitResult, KvError, run_blocking};
+use kv_proto::{CommitResult, KvError, ValidatedWrite, run_blocking};
 use tokio::sync::oneshot;
 
 use crate::RedbError;
@@ -316,7 +316,7 @@ impl Writer {
     /// Commits a validated write; `Ok(None)` if a check failed.
     pub(crate) async fn write(
         &self,
-        write: AtomicWrite,
+        write: ValidatedWrite,
         now: DateTime<Utc>,
     ) -> Result<Option<CommitResult>, KvError> {
         self.ask(|reply| Command::Write { write, now, reply }).await
@@ -458,12 +458,15 @@ mod tests {
         Writer::start(state).expect("start")
     }
 
-    fn set(name: &str, n: u64) -> AtomicWrite {
+    fn set(name: &str, n: u64) -> ValidatedWrite {
         let k = encode_key(&key![name, n.cast_signed()]).expect("key");
-        AtomicWrite {
+        let write = kv_proto::AtomicWrite {
             mutations: vec![Mutation::set(k, kv_proto::KvValue::U64(n))],
             ..Default::default()
-        }
+        };
+        kv_proto::Limits::deno()
+            .accept_atomic_write(write, now())
+            .expect("valid")
     }
 
     fn now() -> DateTime<Utc> {
