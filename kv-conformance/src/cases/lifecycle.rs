@@ -15,13 +15,18 @@ use crate::{Case, Env};
 pub(crate) fn cases() -> Vec<Case> {
     cases![NOTHING =>
         reads_and_writes_fail_with_closed_after_close,
-        close_is_idempotent;
+        close_is_idempotent,
+        optional_methods_without_their_capability_refuse;
         WATCH =>
         watch_fails_with_closed_after_close,
         watch_stream_ends_after_close;
         QUEUES =>
         dequeue_after_close_hands_out_nothing,
         blocked_dequeue_returns_when_closed;
+        QUEUE_INSPECTION =>
+        queue_listing_fails_with_closed_after_close;
+        INTEGRITY_CHECK =>
+        integrity_check_fails_with_closed_after_close;
         REOPEN =>
         reopen_keeps_entries_values_and_versionstamps,
         reopen_keeps_expiry_times,
@@ -141,6 +146,34 @@ async fn close_is_idempotent(env: Env) {
     );
 }
 
+/// Every optional method whose capability the backend does not report answers
+/// `Unsupported`, and the answer does not depend on anything stored. (On a backend offering every
+/// capability there is nothing to refuse; the minimal engine and the masked memory engine of
+/// `tests/capability_gating.rs` offer none, kv-remote offers neither queue inspection nor the
+/// integrity check.)
+async fn optional_methods_without_their_capability_refuse(env: Env) {
+    let caps = env.kv.capabilities();
+    let refused = |what: &str, answer: Result<(), KvError>| {
+        assert!(
+            matches!(answer, Err(KvError::Unsupported { .. })),
+            "{what} without its capability: expected Unsupported, got {answer:?}"
+        );
+    };
+    if !caps.queues {
+        let answer = env.kv.dequeue_next_message().await.map(|_| ());
+        refused("dequeue_next_message", answer);
+    }
+    if !caps.queue_inspection {
+        refused("queued_messages", env.kv.queued_messages().await.map(drop));
+    }
+    if !caps.watch {
+        refused("watch", env.kv.watch(vec![enc(&key!["a"])]).map(drop));
+    }
+    if !caps.integrity_check {
+        refused("check_integrity", env.kv.check_integrity().await.map(drop));
+    }
+}
+
 async fn watch_fails_with_closed_after_close(env: Env) {
     env.kv.close().await.expect("close");
     match env.kv.watch(vec![enc(&key!["a"])]) {
@@ -170,14 +203,41 @@ async fn watch_stream_ends_after_close(env: Env) {
     }
 }
 
-/// A message already due when the handle closes is not handed out by the closed handle.
+/// A message already due when the handle closes is not handed out by the closed handle: the
+/// dequeue answers `Ok(None)`, so a consumer loop simply ends.
 async fn dequeue_after_close_hands_out_nothing(env: Env) {
     commit(&*env.kv, enqueue_write(&env, "due", Duration::ZERO)).await;
     env.kv.close().await.expect("close");
     let outcome = tokio::time::timeout(WAIT, env.kv.dequeue_next_message())
         .await
         .expect("a dequeue on a closed handle returns at once");
-    assert_closed_dequeue(&outcome);
+    assert!(
+        matches!(outcome, Ok(None)),
+        "a closed handle's dequeue must answer Ok(None), got {}",
+        describe(&outcome)
+    );
+}
+
+/// Listing the queue of a closed handle fails with `Closed`, even with a message waiting.
+async fn queue_listing_fails_with_closed_after_close(env: Env) {
+    commit(&*env.kv, enqueue_write(&env, "waiting", HOUR)).await;
+    env.kv.close().await.expect("close");
+    let listed = env.kv.queued_messages().await;
+    assert!(
+        matches!(listed, Err(KvError::Closed)),
+        "queued_messages after close: {listed:?}"
+    );
+}
+
+/// The integrity check of a closed handle fails with `Closed`.
+async fn integrity_check_fails_with_closed_after_close(env: Env) {
+    set(&*env.kv, &key!["a"], KvValue::U64(1)).await;
+    env.kv.close().await.expect("close");
+    let report = env.kv.check_integrity().await;
+    assert!(
+        matches!(report, Err(KvError::Closed)),
+        "check_integrity after close: {report:?}"
+    );
 }
 
 /// A dequeue waiting for a message (here one due in an hour) returns promptly when the handle
