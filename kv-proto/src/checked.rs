@@ -1,17 +1,4 @@
 //! [`Checked`]: the one layer that turns any [`Engine`] into a [`Backend`].
-//!
-//! Every request crosses it in the same order, whatever the engine:
-//!
-//! 1. **Closed?** After [`Backend::close`], reads, writes, watches, queue inspection and
-//!    integrity checks fail with [`KvError::Closed`] and dequeues return `Ok(None)` (a consumer
-//!    loop simply ends), all without calling the engine. A second close does nothing.
-//! 2. **Offered?** An optional method whose [`Capabilities`] flag is off is refused with
-//!    [`KvError::Unsupported`]; on a handle reporting [`Capabilities::read_only`], writes and
-//!    dequeues are refused with [`KvError::ReadOnly`].
-//! 3. **Within the limits?** [`Limits`] validate the request at the clock's `now` and hand the
-//!    engine a [`crate::Validated`] value, the only form it accepts.
-//!
-//! The engine's own methods (a file path, a store) stay reachable through `Deref`.
 
 use std::fmt;
 use std::ops::Deref;
@@ -28,7 +15,20 @@ use crate::{
 };
 
 /// An [`Engine`] behind the correctness layer: the [`Backend`] every engine of this workspace
-/// hands out (see the [module](self) for what it checks).
+/// hands out, as OpenDAL puts one correctness layer above all its services.
+///
+/// Every request crosses the layer in the same order, whatever the engine:
+///
+/// 1. **Closed?** After [`Backend::close`], reads, writes, watches, queue inspection and
+///    integrity checks fail with [`KvError::Closed`] and dequeues return `Ok(None)` (a consumer
+///    loop simply ends), all without calling the engine. A second close does nothing.
+/// 2. **Offered?** An optional method whose [`Capabilities`] flag is off is refused with
+///    [`KvError::Unsupported`]; on a handle reporting [`Capabilities::read_only`], writes and
+///    dequeues are refused with [`KvError::ReadOnly`].
+/// 3. **Within the limits?** [`Limits`] validate the request at the clock's `now` and hand the
+///    engine a [`crate::Validated`] value, the only form it accepts.
+///
+/// The engine's own methods (a file path, a store) stay reachable through `Deref`.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]

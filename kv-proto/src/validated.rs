@@ -1,47 +1,47 @@
 //! Requests that passed Deno's limits, as types: the proof that validation ran.
-//!
-//! [`Limits::accept_atomic_write`](crate::Limits::accept_atomic_write) (and its read and watch
-//! siblings) is the only way to build a [`Validated`] value: the field is private, and there is no
-//! public constructor, no `From`, no `Default`. The write path every engine runs
-//! ([`crate::apply_atomic_write`], [`crate::stage_atomic_write`]) and the [`crate::Engine`] trait
-//! take these types, so an engine cannot apply a write nobody validated — the compiler refuses
-//! it, instead of a review having to notice a missing call.
-//!
-//! ```
-//! use kv_proto::{AtomicWrite, KvValue, Limits, Mutation, ValidatedWrite, encode_key, key};
-//!
-//! let write = AtomicWrite {
-//!     mutations: vec![Mutation::set(encode_key(&key!["a"]).unwrap(), KvValue::U64(1))],
-//!     ..Default::default()
-//! };
-//! let valid: ValidatedWrite = Limits::deno().accept_atomic_write(write, chrono::Utc::now()).unwrap();
-//! assert_eq!(valid.mutations.len(), 1); // read through `Deref`
-//! let _plain: AtomicWrite = valid.into_inner(); // or taken back apart
-//! ```
-//!
-//! Building one by hand does not compile:
-//!
-//! ```compile_fail
-//! use kv_proto::{AtomicWrite, Validated};
-//! let forged = Validated(AtomicWrite::default()); // the field is private
-//! ```
-//!
-//! ```compile_fail
-//! use kv_proto::{AtomicWrite, ValidatedWrite};
-//! let forged = ValidatedWrite::from(AtomicWrite::default()); // no `From`
-//! ```
-//!
-//! ```compile_fail
-//! use kv_proto::ValidatedWrite;
-//! let forged = ValidatedWrite::default(); // no `Default`
-//! ```
 
 use std::ops::Deref;
 
 use crate::{AtomicWrite, SnapshotRead};
 
 /// A request of type `T` that passed [`crate::Limits`]; read it through `Deref`, take it apart
-/// with [`Validated::into_inner`]. Only kv-proto constructs one (see the [module](self)).
+/// with [`Validated::into_inner`]: the proof that validation ran.
+///
+/// [`Limits::accept_atomic_write`](crate::Limits::accept_atomic_write) (and its read and watch
+/// siblings) is the only way to build a [`Validated`] value: the field is private, and there is no
+/// public constructor, no `From`, no `Default`. The write path every engine runs
+/// ([`crate::apply_atomic_write`], [`crate::stage_atomic_write`]) and the [`crate::Engine`] trait
+/// take these types, so an engine cannot apply a write nobody validated — the compiler refuses
+/// it, instead of a review having to notice a missing call.
+///
+/// ```
+/// use kv_proto::{AtomicWrite, KvValue, Limits, Mutation, ValidatedWrite, encode_key, key};
+///
+/// let write = AtomicWrite {
+///     mutations: vec![Mutation::set(encode_key(&key!["a"]).unwrap(), KvValue::U64(1))],
+///     ..Default::default()
+/// };
+/// let valid: ValidatedWrite = Limits::deno().accept_atomic_write(write, chrono::Utc::now()).unwrap();
+/// assert_eq!(valid.mutations.len(), 1); // read through `Deref`
+/// let _plain: AtomicWrite = valid.into_inner(); // or taken back apart
+/// ```
+///
+/// Building one by hand does not compile:
+///
+/// ```compile_fail
+/// use kv_proto::{AtomicWrite, Validated};
+/// let forged = Validated(AtomicWrite::default()); // the field is private
+/// ```
+///
+/// ```compile_fail
+/// use kv_proto::{AtomicWrite, ValidatedWrite};
+/// let forged = ValidatedWrite::from(AtomicWrite::default()); // no `From`
+/// ```
+///
+/// ```compile_fail
+/// use kv_proto::ValidatedWrite;
+/// let forged = ValidatedWrite::default(); // no `Default`
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Validated<T>(T);
 
