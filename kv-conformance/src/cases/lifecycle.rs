@@ -95,6 +95,14 @@ fn payload_of(text: &str) -> Vec<u8> {
     }
 }
 
+/// `what` on a closed handle answered `Err(Closed)`.
+fn assert_closed<T: std::fmt::Debug>(what: &str, answer: Result<T, KvError>) {
+    assert!(
+        matches!(answer, Err(KvError::Closed)),
+        "{what} after close: expected Closed, got {answer:?}"
+    );
+}
+
 /// Every entry in the store (up to 1000), in key order.
 async fn everything(kv: &dyn Backend) -> Vec<KvEntry> {
     list_prefix(kv, &key![], 1000, false).await
@@ -110,10 +118,7 @@ async fn reads_and_writes_fail_with_closed_after_close(env: Env) {
             ..Default::default()
         })
         .await;
-    assert!(
-        matches!(read, Err(KvError::Closed)),
-        "read after close: {read:?}"
-    );
+    assert_closed("snapshot_read", read);
     let write = env
         .kv
         .atomic_write(AtomicWrite {
@@ -121,10 +126,7 @@ async fn reads_and_writes_fail_with_closed_after_close(env: Env) {
             ..Default::default()
         })
         .await;
-    assert!(
-        matches!(write, Err(KvError::Closed)),
-        "write after close: {write:?}"
-    );
+    assert_closed("atomic_write", write);
 }
 
 async fn close_is_idempotent(env: Env) {
@@ -222,22 +224,14 @@ async fn dequeue_after_close_hands_out_nothing(env: Env) {
 async fn queue_listing_fails_with_closed_after_close(env: Env) {
     commit(&*env.kv, enqueue_write(&env, "waiting", HOUR)).await;
     env.kv.close().await.expect("close");
-    let listed = env.kv.queued_messages().await;
-    assert!(
-        matches!(listed, Err(KvError::Closed)),
-        "queued_messages after close: {listed:?}"
-    );
+    assert_closed("queued_messages", env.kv.queued_messages().await);
 }
 
 /// The integrity check of a closed handle fails with `Closed`.
 async fn integrity_check_fails_with_closed_after_close(env: Env) {
     set(&*env.kv, &key!["a"], KvValue::U64(1)).await;
     env.kv.close().await.expect("close");
-    let report = env.kv.check_integrity().await;
-    assert!(
-        matches!(report, Err(KvError::Closed)),
-        "check_integrity after close: {report:?}"
-    );
+    assert_closed("check_integrity", env.kv.check_integrity().await);
 }
 
 /// A dequeue waiting for a message (here one due in an hour) returns promptly when the handle
