@@ -22,7 +22,7 @@
 use chrono::{DateTime, Utc};
 use kv_proto::queue::QueuedMessage;
 use kv_proto::{
-    AtomicWrite, ChangedKeys, CommitResult, KvError, StoredEntry, Versionstamp, stage_atomic_write,
+    AtomicWrite, CommitResult, Effects, KvError, StoredEntry, Versionstamp, stage_atomic_write,
 };
 use redb::{ReadableTable, Table};
 
@@ -44,15 +44,6 @@ pub(crate) fn fatal(err: impl Into<redb::Error>) -> Fatal {
 }
 
 type BytesTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
-
-/// Which waiters a committed group must wake.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Effects {
-    /// The entries written: their watches wake.
-    pub(crate) changed: ChangedKeys,
-    /// A message became ready: wake queue consumers.
-    pub(crate) queue: bool,
-}
 
 /// The tables of one group transaction, opened on first use (a group that only writes entries
 /// never opens the queue tables).
