@@ -76,6 +76,9 @@ impl GroupRunner for Numbering {
     }
 }
 
+/// Thread names, as answers.
+impl Answer for String {}
+
 fn committer() -> (Committer<Numbering>, Arc<Seen>) {
     committer_with(Duration::from_secs(60), Duration::ZERO)
 }
@@ -235,7 +238,6 @@ fn on_a_multi_thread_runtime_a_lone_caller_leads_in_place() {
             answers.send(Ok(()));
         }
     }
-    impl Answer for String {}
     let committer = Arc::new(Committer::start(ThreadName, "standby").unwrap());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
