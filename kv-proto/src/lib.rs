@@ -14,6 +14,9 @@
 //! - the rules: sum/min/max and versionstamped keys ([`rules`]), the queue retry decision
 //!   ([`queue`]), expiry, and the whole write path ([`apply_atomic_write`]);
 //! - watch streams built on a commit signal ([`watch_stream`]);
+//! - the engine kit: the group committer blocking engines write through ([`committer`]), the
+//!   wake-ups of watches and consumers after a commit ([`Notifier`], [`Effects`]), and the queue
+//!   delivery handle, lease book and settlement rule ([`queue`]);
 //! - an injected [`Clock`];
 //! - the [`Backend`] trait itself, and the one error type [`KvError`].
 //!
