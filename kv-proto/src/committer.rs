@@ -71,10 +71,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use tokio::sync::oneshot;
 
-use crate::queue::{DeliveryEngine, Taken};
-use crate::{CommitResult, KvError, run_blocking};
+use crate::queue::{DeliveryEngine, DeliveryOutcome, Taken};
+use crate::{AtomicWrite, CommitResult, KvError, run_blocking};
 
 /// The most commands one group (one transaction) takes.
 pub const MAX_GROUP: usize = 512;
@@ -92,6 +93,64 @@ pub trait Command: Send + 'static {
     /// Answers the command with `err` without running it (the committer is closed, or the group
     /// could not start).
     fn reject(self, err: KvError);
+}
+
+/// No engine-specific commands (for [`Change`]).
+impl Command for std::convert::Infallible {
+    fn reject(self, _: KvError) {
+        match self {}
+    }
+}
+
+/// The changes every engine's committer runs: a write, a queue take, a delivery's settlement,
+/// and the engine's own commands (`X`; [`std::convert::Infallible`] for none). `E` settles the
+/// deliveries the engine hands out.
+pub enum Change<E: DeliveryEngine + ?Sized, X = std::convert::Infallible> {
+    /// Commit a validated write; the answer is `None` if a check failed.
+    Write {
+        /// The write.
+        write: AtomicWrite,
+        /// The time its expiry and queue rules run at.
+        now: DateTime<Utc>,
+        /// Its answer.
+        reply: Reply<Option<CommitResult>>,
+    },
+    /// Take the first message due at `now` for handle `owner`, guarded by a delivery `engine`
+    /// settles (built inside the group: see [`Answer`] for a group that does not commit).
+    Take {
+        /// The handle that dequeues.
+        owner: u64,
+        /// The time the message must be due by.
+        now: DateTime<Utc>,
+        /// Settles the delivery the take creates.
+        engine: Arc<E>,
+        /// Its answer.
+        reply: Reply<Taken<E>>,
+    },
+    /// End a delivery as `outcome` says.
+    Settle {
+        /// Which delivery.
+        ticket: E::Ticket,
+        /// How it ended.
+        outcome: DeliveryOutcome,
+        /// The time the queue rule runs at.
+        now: DateTime<Utc>,
+        /// Its answer, if anyone waits.
+        reply: Option<Reply<()>>,
+    },
+    /// A command of the engine's own.
+    Engine(X),
+}
+
+impl<E: DeliveryEngine + ?Sized, X: Command> Command for Change<E, X> {
+    fn reject(self, err: KvError) {
+        match self {
+            Change::Write { reply, .. } => answer(Some(reply), Err(err)),
+            Change::Take { reply, .. } => answer(Some(reply), Err(err)),
+            Change::Settle { reply, .. } => answer(reply, Err(err)),
+            Change::Engine(command) => command.reject(err),
+        }
+    }
 }
 
 /// What an engine supplies to a [`Committer`]: how to run a group of commands in one
@@ -553,6 +612,71 @@ impl<R: GroupRunner> Committer<R> {
     /// the runner.
     pub fn stop_in_background(&self) {
         let _ = self.core.begin_stop(false);
+    }
+}
+
+/// The changes every engine sends, for committers that run [`Change`]s.
+impl<R, E, X> Committer<R>
+where
+    R: GroupRunner<Command = Change<E, X>>,
+    E: DeliveryEngine + ?Sized,
+    X: Command,
+{
+    /// Commits a validated write as of `now`; `Ok(None)` if a check failed.
+    pub async fn write(
+        &self,
+        write: AtomicWrite,
+        now: DateTime<Utc>,
+    ) -> Result<Option<CommitResult>, KvError> {
+        self.ask(|reply| Change::Write { write, now, reply }).await
+    }
+
+    /// Takes the first message due at `now` for handle `owner`, guarded by a delivery `engine`
+    /// settles.
+    pub async fn take(
+        &self,
+        owner: u64,
+        now: DateTime<Utc>,
+        engine: Arc<E>,
+    ) -> Result<Taken<E>, KvError> {
+        self.ask(|reply| Change::Take {
+            owner,
+            now,
+            engine,
+            reply,
+        })
+        .await
+    }
+
+    /// Ends a delivery as `outcome` says, and waits until that is stored.
+    pub async fn settle(
+        &self,
+        ticket: E::Ticket,
+        outcome: DeliveryOutcome,
+        now: DateTime<Utc>,
+    ) -> Result<(), KvError> {
+        self.ask(|reply| Change::Settle {
+            ticket,
+            outcome,
+            now,
+            reply: Some(reply),
+        })
+        .await
+    }
+
+    /// [`Committer::settle`] without waiting (from a delivery's `Drop`).
+    pub fn settle_in_background(
+        &self,
+        ticket: E::Ticket,
+        outcome: DeliveryOutcome,
+        now: DateTime<Utc>,
+    ) {
+        self.send(Change::Settle {
+            ticket,
+            outcome,
+            now,
+            reply: None,
+        });
     }
 }
 

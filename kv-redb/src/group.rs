@@ -31,9 +31,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use kv_proto::committer::{self, Answer, Answers, GroupRunner, Reply};
+use kv_proto::committer::{self, Answer, Answers, Change, GroupRunner, Reply};
 use kv_proto::queue::{Delivery, DeliveryOutcome, Leases, Taken};
-use kv_proto::{AtomicWrite, Clock, CommitResult, Effects, KvError, Notifier};
+use kv_proto::{Clock, Effects, KvError, Notifier};
 use redb::{Database, ReadableTable};
 use uuid::Uuid;
 
@@ -56,54 +56,27 @@ const SWEEP_BATCH: usize = 256;
 /// How long sweeping stops after a sweep failed (reads still hide expired entries meanwhile).
 const SWEEP_PAUSE_AFTER_FAILURE: Duration = Duration::from_secs(60);
 
-/// One change the writer makes, run inside a group.
-pub(crate) enum Command {
-    Write {
-        write: AtomicWrite,
-        now: DateTime<Utc>,
-        reply: Reply<Option<CommitResult>>,
-    },
-    Take {
-        owner: u64,
-        now: DateTime<Utc>,
-        /// Settles the delivery the take creates.
-        engine: Arc<Engine>,
-        reply: Reply<Taken<Engine>>,
-    },
-    Finish {
-        ticket: Ticket,
-        outcome: DeliveryOutcome,
-        now: DateTime<Utc>,
-        reply: Option<Reply<()>>,
-    },
-    /// A handle closed: its unfinished messages are failed deliveries.
-    Release {
-        owner: u64,
-        now: DateTime<Utc>,
-        reply: Option<Reply<()>>,
-    },
+/// One change the writer makes, run inside a group: the kit's changes, and [`Release`].
+pub(crate) type Command = Change<Engine, Release>;
+
+/// A handle closed: its unfinished messages are failed deliveries, and it gets no more.
+pub(crate) struct Release {
+    pub(crate) owner: u64,
+    pub(crate) now: DateTime<Utc>,
+    pub(crate) reply: Option<Reply<()>>,
 }
 
-impl Command {
-    fn now(&self) -> DateTime<Utc> {
-        match self {
-            Command::Write { now, .. }
-            | Command::Take { now, .. }
-            | Command::Finish { now, .. }
-            | Command::Release { now, .. } => *now,
-        }
+impl committer::Command for Release {
+    fn reject(self, err: KvError) {
+        committer::answer(self.reply, Err(err));
     }
 }
 
-impl committer::Command for Command {
-    fn reject(self, err: KvError) {
-        match self {
-            Command::Write { reply, .. } => committer::answer(Some(reply), Err(err)),
-            Command::Take { reply, .. } => committer::answer(Some(reply), Err(err)),
-            Command::Finish { reply, .. } | Command::Release { reply, .. } => {
-                committer::answer(reply, Err(err));
-            }
-        }
+/// The time a command runs at.
+fn command_now(command: &Command) -> DateTime<Utc> {
+    match command {
+        Change::Write { now, .. } | Change::Take { now, .. } | Change::Settle { now, .. } => *now,
+        Change::Engine(release) => release.now,
     }
 }
 
@@ -219,7 +192,7 @@ impl GroupRunner for GroupState {
                 return;
             }
         };
-        let touches_queue = group.iter().any(|c| !matches!(c, Command::Write { .. }));
+        let touches_queue = group.iter().any(|c| !matches!(c, Change::Write { .. }));
         let saved = Saved {
             last_version: self.last_version,
             leases: touches_queue.then(|| self.leases.clone()),
@@ -228,7 +201,7 @@ impl GroupRunner for GroupState {
         // Never sweep what a command of this group may still see as alive.
         let sweep_now = group
             .iter()
-            .map(Command::now)
+            .map(command_now)
             .fold(self.clock.now(), DateTime::min);
 
         let mut answers = Answers::with_capacity(group.len());
@@ -479,11 +452,11 @@ impl GroupState {
         effects: &mut Effects,
     ) -> Result<(), Fatal> {
         match command {
-            Command::Write { write, now, reply } => {
+            Change::Write { write, now, reply } => {
                 let step = commit_write(tables, &write, now, &mut self.last_version, effects);
                 hold(answers, Some(reply), step)
             }
-            Command::Take {
+            Change::Take {
                 owner,
                 now,
                 engine,
@@ -508,7 +481,7 @@ impl GroupState {
                 };
                 hold(answers, Some(reply), step)
             }
-            Command::Finish {
+            Change::Settle {
                 ticket,
                 outcome,
                 now,
@@ -523,7 +496,7 @@ impl GroupState {
                 };
                 hold(answers, reply, step)
             }
-            Command::Release { owner, now, reply } => {
+            Change::Engine(Release { owner, now, reply }) => {
                 let mut step = Ok(Ok(()));
                 for id in self.leases.close_owner(owner) {
                     match self.settle(tables, id, DeliveryOutcome::Failed, now, effects) {
@@ -559,7 +532,8 @@ mod tests {
     use std::time::Duration;
 
     use kv_proto::{
-        Check, Enqueue, KvValue, ManualClock, MutationKind, Versionstamp, encode_key, key,
+        AtomicWrite, Check, CommitResult, Enqueue, KvValue, ManualClock, MutationKind,
+        Versionstamp, encode_key, key,
     };
     use redb::ReadableDatabase;
     use tokio::sync::oneshot;
@@ -599,7 +573,7 @@ mod tests {
         oneshot::Receiver<Result<Option<CommitResult>, KvError>>,
     ) {
         let (reply, answer) = oneshot::channel();
-        (Command::Write { write, now, reply }, answer)
+        (Change::Write { write, now, reply }, answer)
     }
 
     fn stored(db: &Database, name: &str) -> Option<(u64, Versionstamp)> {
@@ -740,7 +714,7 @@ mod tests {
         assert_eq!(rows(&thread.test_db(), QUEUE_READY), 1);
         let take = |thread: &mut GroupState, now| {
             let (reply, mut answer) = oneshot::channel();
-            thread.run_group(vec![Command::Take {
+            thread.run_group(vec![Change::Take {
                 owner: 1,
                 now,
                 engine: Arc::new(queue::SettlesNothing),

@@ -83,7 +83,7 @@ impl Shared {
 
     /// Stops the writer (it settles and syncs everything) and closes the file.
     fn shut_down(&self) -> Result<(), KvError> {
-        let stopped = self.writer.as_ref().map_or(Ok(()), Writer::stop);
+        let stopped = self.writer.as_ref().map_or(Ok(()), |writer| writer.stop());
         // No read can start once the slot is closed, so none can cache a snapshot again. The
         // cached one is a read transaction: it must end before the file closes. The stopped
         // writer has let go of the database: closing here releases the file lock before the

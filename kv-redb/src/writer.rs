@@ -7,114 +7,47 @@
 //! the committer's standby thread, which also does the idle work: expired-entry sweeps and, in
 //! [`crate::Durability::Deferred`] mode, the sync at least once a second.
 
-use std::sync::Arc;
+use std::ops::Deref;
 
 use chrono::{DateTime, Utc};
-use kv_proto::committer::Committer;
-use kv_proto::queue::{DeliveryOutcome, Taken};
-use kv_proto::{AtomicWrite, CommitResult, KvError};
+use kv_proto::KvError;
+use kv_proto::committer::{Change, Committer};
 
 use crate::RedbError;
-use crate::group::{Command, GroupState};
-use crate::queue::{Engine, Ticket};
+use crate::group::{GroupState, Release};
 
-/// The writer of one open file, shared by its handles.
-pub(crate) struct Writer {
-    committer: Committer<GroupState>,
+/// The writer of one open file, shared by its handles: the kit's committer (writes, takes,
+/// settlements) and the one command of kv-redb's own, [`Release`].
+pub(crate) struct Writer(Committer<GroupState>);
+
+impl Deref for Writer {
+    type Target = Committer<GroupState>;
+
+    fn deref(&self) -> &Committer<GroupState> {
+        &self.0
+    }
 }
 
 impl Writer {
     /// Starts the writer of a prepared file (see [`GroupState::prepare`]).
     pub(crate) fn start(state: GroupState) -> Result<Self, KvError> {
         let committer = Committer::start(state, "kv-redb-writer").map_err(RedbError::Thread)?;
-        Ok(Writer { committer })
-    }
-
-    /// Commits a validated write; `Ok(None)` if a check failed.
-    pub(crate) async fn write(
-        &self,
-        write: AtomicWrite,
-        now: DateTime<Utc>,
-    ) -> Result<Option<CommitResult>, KvError> {
-        self.committer
-            .ask(|reply| Command::Write { write, now, reply })
-            .await
-    }
-
-    /// Hands the first due message to handle `owner`, guarded by a delivery that `engine`
-    /// settles.
-    pub(crate) async fn take(
-        &self,
-        owner: u64,
-        now: DateTime<Utc>,
-        engine: Arc<Engine>,
-    ) -> Result<Taken<Engine>, KvError> {
-        self.committer
-            .ask(|reply| Command::Take {
-                owner,
-                now,
-                engine,
-                reply,
-            })
-            .await
-    }
-
-    /// Settles a delivery as `outcome` says.
-    pub(crate) async fn settle(
-        &self,
-        ticket: Ticket,
-        outcome: DeliveryOutcome,
-        now: DateTime<Utc>,
-    ) -> Result<(), KvError> {
-        self.committer
-            .ask(|reply| Command::Finish {
-                ticket,
-                outcome,
-                now,
-                reply: Some(reply),
-            })
-            .await
-    }
-
-    /// [`Writer::settle`] without waiting (from a delivery's `Drop`).
-    pub(crate) fn settle_in_background(
-        &self,
-        ticket: Ticket,
-        outcome: DeliveryOutcome,
-        now: DateTime<Utc>,
-    ) {
-        self.committer.send(Command::Finish {
-            ticket,
-            outcome,
-            now,
-            reply: None,
-        });
+        Ok(Writer(committer))
     }
 
     /// Fails every message handle `owner` still holds, and refuses it further messages.
     pub(crate) async fn release(&self, owner: u64, now: DateTime<Utc>) -> Result<(), KvError> {
-        self.committer
-            .ask(|reply| Command::Release {
-                owner,
-                now,
-                reply: Some(reply),
-            })
-            .await
+        self.ask(|reply| {
+            let reply = Some(reply);
+            Change::Engine(Release { owner, now, reply })
+        })
+        .await
     }
 
     /// [`Writer::release`] without waiting (a handle dropped without `close`).
     pub(crate) fn release_in_background(&self, owner: u64, now: DateTime<Utc>) {
-        self.committer.send(Command::Release {
-            owner,
-            now,
-            reply: None,
-        });
-    }
-
-    /// Runs every command already queued, then stops the writer, makes everything durable and
-    /// lets go of the database (blocking). Returns the error of the final sync, if any.
-    pub(crate) fn stop(&self) -> Result<(), KvError> {
-        self.committer.stop()
+        let reply = None;
+        self.send(Change::Engine(Release { owner, now, reply }));
     }
 }
 
@@ -122,11 +55,15 @@ impl Writer {
 mod tests {
     use std::collections::HashSet;
 
-    use kv_proto::{Clock, ManualClock, Mutation, Versionstamp, encode_key, key};
+    use std::sync::Arc;
+
+    use kv_proto::queue::{DeliveryOutcome, Taken};
+    use kv_proto::{AtomicWrite, Clock, ManualClock, Mutation, Versionstamp, encode_key, key};
     use uuid::Uuid;
 
     use super::*;
     use crate::Durability;
+    use crate::queue::Ticket;
     use crate::snapshot::ReadSnapshot;
 
     fn writer_in(dir: &tempfile::TempDir) -> Writer {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use kv_proto::committer::{self, Answers, Committer, GroupRunner, Reply};
+use kv_proto::committer::{self, Answers, Change, Committer, GroupRunner};
 use kv_proto::queue::{
     Delivery, DeliveryEngine, DeliveryOutcome, MESSAGE_KEEPALIVE_INTERVAL, Taken,
 };
@@ -41,36 +41,9 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 /// Attempts to take the write lock from another process before giving up.
 const LOCK_ATTEMPTS: u32 = 40;
 
-/// One change to the file, run inside a group.
-enum Command {
-    Write {
-        write: AtomicWrite,
-        now: DateTime<Utc>,
-        reply: Reply<Option<CommitResult>>,
-    },
-    Take {
-        now: DateTime<Utc>,
-        /// Settles the delivery the take creates.
-        engine: Arc<Writer>,
-        reply: Reply<Taken<Writer>>,
-    },
-    Finish {
-        id: String,
-        outcome: DeliveryOutcome,
-        now: DateTime<Utc>,
-        reply: Option<Reply<()>>,
-    },
-}
-
-impl committer::Command for Command {
-    fn reject(self, err: KvError) {
-        match self {
-            Command::Write { reply, .. } => committer::answer(Some(reply), Err(err)),
-            Command::Take { reply, .. } => committer::answer(Some(reply), Err(err)),
-            Command::Finish { reply, .. } => committer::answer(reply, Err(err)),
-        }
-    }
-}
+/// One change to the file, run inside a group: the kit's changes (a write, a take, a
+/// settlement); this handle's deliveries are settled through its [`Writer`].
+type Command = Change<Writer>;
 
 /// The handle's side of the writer.
 pub(crate) struct Writer {
@@ -118,10 +91,7 @@ impl Writer {
     }
 
     pub(crate) async fn write(&self, write: AtomicWrite) -> Result<Option<CommitResult>, KvError> {
-        let now = self.clock.now();
-        self.committer
-            .ask(|reply| Command::Write { write, now, reply })
-            .await
+        self.committer.write(write, self.clock.now()).await
     }
 
     /// Takes the first message due at `now`, guarded by a [`Delivery`] settled through this
@@ -130,10 +100,7 @@ impl Writer {
         self: &Arc<Self>,
         now: DateTime<Utc>,
     ) -> Result<Taken<Writer>, KvError> {
-        let engine = self.clone();
-        self.committer
-            .ask(|reply| Command::Take { now, engine, reply })
-            .await
+        self.committer.take(0, now, self.clone()).await
     }
 
     pub(crate) fn subscribe_queue(&self) -> watch::Receiver<u64> {
@@ -158,26 +125,13 @@ impl DeliveryEngine for Writer {
     type Ticket = String;
 
     async fn settle(&self, id: String, outcome: DeliveryOutcome) -> Result<(), KvError> {
-        let now = self.clock.now();
-        self.committer
-            .ask(|reply| Command::Finish {
-                id,
-                outcome,
-                now,
-                reply: Some(reply),
-            })
-            .await
+        self.committer.settle(id, outcome, self.clock.now()).await
     }
 
     fn settle_in_background(&self, id: String, outcome: DeliveryOutcome) {
-        let now = self.clock.now();
         // A closed writer has given up every message it held (failed at close): nothing to do.
-        self.committer.send(Command::Finish {
-            id,
-            outcome,
-            now,
-            reply: None,
-        });
+        self.committer
+            .settle_in_background(id, outcome, self.clock.now());
     }
 }
 
@@ -216,12 +170,14 @@ impl GroupRunner for WriteConnection {
         let registry_key = &self.registry_key;
         for command in group {
             match command {
-                Command::Write { write, now, reply } => {
+                Change::Write { write, now, reply } => {
                     let result =
                         in_savepoint(&tx, |conn| commit_write(conn, &write, now, &mut effects));
                     answers.hold(Some(reply), result);
                 }
-                Command::Take { now, engine, reply } => {
+                Change::Take {
+                    now, engine, reply, ..
+                } => {
                     let found = in_savepoint(&tx, |conn| {
                         messages::take(conn, now, registry_key, &mut effects)
                     });
@@ -234,8 +190,8 @@ impl GroupRunner for WriteConnection {
                     });
                     answers.hold(Some(reply), taken);
                 }
-                Command::Finish {
-                    id,
+                Change::Settle {
+                    ticket: id,
                     outcome,
                     now,
                     reply,
@@ -246,6 +202,7 @@ impl GroupRunner for WriteConnection {
                     released.push(id);
                     answers.hold(reply, result);
                 }
+                Change::Engine(never) => match never {},
             }
         }
         let committed = tx.commit();
