@@ -1,6 +1,6 @@
 //! What the writer does with a group of commands: run them all in **one redb write transaction
 //! with one commit** — with [`crate::Durability::Immediate`], one fsync for the whole group.
-//! The kit's group committer ([`kv_proto::committer`], driven through [`crate::writer`]) decides
+//! The kit's group committer ([`kv_proto::committer`], driven through the `writer` module) decides
 //! who runs a group and when; this module is the group itself, and the state that lives from one
 //! group to the next ([`GroupState`], the engine's [`GroupRunner`]).
 //!

@@ -42,7 +42,7 @@ pub(crate) struct Ticket {
     pub(crate) token: u64,
 }
 
-/// What settles a handle's deliveries (see `crate::consumer`).
+/// What settles a handle's deliveries (see the `consumer` module).
 pub(crate) type Engine = dyn DeliveryEngine<Ticket = Ticket>;
 
 /// Moves the first message due at `now` from ready to running. Returns the message, or else the

@@ -105,7 +105,7 @@ impl<'t> Tables<'t> {
     }
 
     /// Records the version ceiling: no versionstamp handed out is above it (see
-    /// [`crate::group`]).
+    /// the `group` module).
     pub(crate) fn set_version_ceiling(&mut self, version: u64) -> Result<(), Fatal> {
         let mut meta = self.txn.open_table(META).map_err(fatal)?;
         meta.insert(META_LAST_VERSION, version).map_err(fatal)?;
