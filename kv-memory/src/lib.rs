@@ -1,10 +1,11 @@
 //! # kv-memory — an in-memory Deno KV backend
 //!
-//! A complete [`Engine`] (handed out as a [`Backend`](kv_proto::Backend) behind kv-proto's [`Checked`] layer, which
-//! checks limits and the closed state): an ordered map of entries, consistent snapshots, atomic writes with
-//! increasing versionstamps, expiry that is never visible after its time, queues with delay,
-//! back-off, dead-letter keys and redelivery, and watch. Everything time-based reads the injected
-//! [`Clock`], so tests move time instead of sleeping.
+//! A complete [`Engine`] (handed out as a [`Backend`](kv_proto::Backend) behind kv-proto's
+//! [`Checked`] layer, which checks limits and the closed state): an ordered map of entries,
+//! consistent snapshots, atomic writes with increasing versionstamps, expiry that is never
+//! visible after its time, queues with delay, back-off, dead-letter keys and redelivery, and
+//! watch. Everything time-based reads the injected [`Clock`], so tests move time instead of
+//! sleeping.
 //!
 //! Data lives in a [`MemoryStore`]. Several [`MemoryBackend`] handles may share one store, as
 //! several `Deno.openKv` calls share one file: they see each other's commits, watches and queue,

@@ -14,6 +14,9 @@
 //! - the rules: sum/min/max and versionstamped keys ([`rules`]), the queue retry decision
 //!   ([`queue`]), expiry, and the whole write path ([`apply_atomic_write`]);
 //! - watch streams built on a commit signal ([`watch_stream`]);
+//! - the engine kit: the group committer blocking engines write through ([`committer`]), the
+//!   wake-ups of watches and consumers after a commit ([`Notifier`], [`Effects`]), and the queue
+//!   delivery handle, lease book and settlement rule ([`queue`]);
 //! - an injected [`Clock`];
 //! - the [`Engine`] trait a storage engine implements, and [`Checked`], the one layer above every
 //!   engine that makes it a [`Backend`]: the closed state, the limits (an engine receives only
@@ -34,13 +37,14 @@ mod blocking;
 mod checked;
 mod clock;
 mod commit;
+pub mod committer;
 mod engine;
 mod error;
-mod group_commit;
 mod integrity;
 mod key;
 mod key_codec;
 mod limits;
+mod notifier;
 pub mod queue;
 mod read;
 pub mod rules;
@@ -60,11 +64,11 @@ pub use clock::{Clock, ManualClock, SystemClock, ms_to_datetime};
 pub use commit::{StoredEntry, WriteOutcome, WriteTransaction, apply_atomic_write, is_expired};
 pub use engine::Engine;
 pub use error::KvError;
-pub use group_commit::next_group;
 pub use integrity::IntegrityReport;
 pub use key::{Key, KeyPart};
 pub use key_codec::{KeyError, MAX_INT_MAGNITUDE_BYTES, decode_key, encode_key, encode_part};
 pub use limits::{LimitError, LimitKind, Limits};
+pub use notifier::{Effects, Notifier};
 pub use queue::{QueueMessageHandle, QueuedMessage};
 pub use read::{Consistency, KvEntry, ReadRange, ReadRangeOutput, SnapshotRead, WatchKeyOutput};
 pub use rules::MutationError;

@@ -34,9 +34,11 @@ use crate::{
 
 mod delivery;
 mod dequeue;
+mod leases;
 
-pub use delivery::{Delivery, DeliveryEngine, DeliveryOutcome, after_delivery};
+pub use delivery::{Delivery, DeliveryEngine, DeliveryOutcome, Settlement, after_delivery};
 pub use dequeue::{Taken, next_delivery};
+pub use leases::{Lease, Leases};
 
 /// How long a consumer holds a message before it is presumed dead and the message requeued
 /// (Deno: 5 s).
@@ -45,6 +47,12 @@ pub const MESSAGE_DEADLINE: Duration = Duration::from_secs(5);
 pub const MESSAGE_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
 /// How many messages one handle may have in flight at once (Deno: 100).
 pub const MAX_MESSAGES_IN_FLIGHT: usize = 100;
+
+/// The deadline of a delivery handed out at `now`: when its consumer is presumed dead (see
+/// [`MESSAGE_DEADLINE`]).
+pub fn delivery_deadline(now: DateTime<Utc>) -> DateTime<Utc> {
+    now + TimeDelta::from_std(MESSAGE_DEADLINE).unwrap_or(TimeDelta::seconds(5))
+}
 
 /// A message as a backend stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -84,7 +84,9 @@ use kv_proto::{
 };
 
 pub use error::RedbError;
-pub use group::{DEFERRED_SYNC_INTERVAL, MAX_GROUP};
+pub use group::DEFERRED_SYNC_INTERVAL;
+/// The most commands (writes, queue takes and settlements) one redb transaction groups.
+pub use kv_proto::committer::MAX_GROUP;
 pub use schema::SCHEMA_VERSION;
 
 use crate::file::{FileStorage, OpenStorage};

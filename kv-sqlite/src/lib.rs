@@ -6,10 +6,11 @@
 //!
 //! How it works ([`SqliteBackend`] is the engine; its constructors hand it out behind kv-proto's
 //! [`Checked`] layer, which answers for the closed state, limits and read-only refusals):
-//! - **Writes** go to one writer thread per handle, which groups whatever writes are waiting into
-//!   one SQLite transaction and one fsync (group commit, no fixed wait). Each write runs in its
-//!   own savepoint, so a failed check or a bad mutation rolls back only that write. Deno's rules
-//!   come from kv-proto's write path.
+//! - **Writes** go through one write connection per handle and kv-proto's group committer: a
+//!   write that finds it idle commits on its caller's thread, and writes that arrive meanwhile
+//!   share the next SQLite transaction and fsync (group commit, no fixed wait). Each write runs in
+//!   its own savepoint, so a failed check or a bad mutation rolls back only that write. Deno's
+//!   rules come from kv-proto's write path.
 //! - **Reads** use a pool of read connections and run on the calling worker thread (tokio's
 //!   `block_in_place`, so other tasks move away) rather than hopping to another thread; a get is
 //!   an equality lookup. In WAL mode readers never block the writer and see a consistent
@@ -43,6 +44,7 @@
 //! ```
 
 mod integrity;
+mod messages;
 mod queue;
 mod reader;
 mod schema;
@@ -219,7 +221,7 @@ impl SqliteBackend {
                 &path,
                 options.durability,
                 options.clock.clone(),
-                signal.clone(),
+                &signal,
             )?))
         };
         let readers = Arc::new(ReaderPool::new(
