@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use chrono::{DateTime, Utc};
 use kv_proto::queue::{DeliveryOutcome, Leases, QueuedMessage, Settlement};
 use kv_proto::{
-    AtomicWrite, ChangeSignal, CommitResult, Effects, IntegrityReport, KvEntry, KvError, Notifier,
-    ReadRange, ReadRangeOutput, StoredEntry, Versionstamp, WatchedEntry, is_expired,
+    ChangeSignal, CommitResult, Effects, IntegrityReport, KvEntry, KvError, Notifier, ReadRange,
+    ReadRangeOutput, StoredEntry, ValidatedWrite, Versionstamp, WatchedEntry, is_expired,
     stage_atomic_write,
 };
 use tokio::sync::watch;
@@ -126,7 +126,7 @@ impl MemoryStore {
     /// with nothing applied.
     pub(crate) fn commit(
         &self,
-        write: &AtomicWrite,
+        write: &ValidatedWrite,
         now: DateTime<Utc>,
     ) -> Result<Option<CommitResult>, KvError> {
         let outcome = {
@@ -251,7 +251,7 @@ impl State {
     /// write touches the state. Returns the result and the waiters to wake.
     fn commit(
         &mut self,
-        write: &AtomicWrite,
+        write: &ValidatedWrite,
         now: DateTime<Utc>,
     ) -> Result<Option<(CommitResult, Effects)>, KvError> {
         self.purge_expired(now);

@@ -75,7 +75,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::oneshot;
 
 use crate::queue::{DeliveryEngine, DeliveryOutcome, Taken};
-use crate::{AtomicWrite, CommitResult, KvError, run_blocking};
+use crate::{CommitResult, KvError, ValidatedWrite, run_blocking};
 
 /// The most commands one group (one transaction) takes.
 pub const MAX_GROUP: usize = 512;
@@ -108,8 +108,8 @@ impl Command for std::convert::Infallible {
 pub enum Change<E: DeliveryEngine + ?Sized, X = std::convert::Infallible> {
     /// Commit a validated write; the answer is `None` if a check failed.
     Write {
-        /// The write.
-        write: AtomicWrite,
+        /// The write, validated by the layer above the engine.
+        write: ValidatedWrite,
         /// The time its expiry and queue rules run at.
         now: DateTime<Utc>,
         /// Its answer.
@@ -625,7 +625,7 @@ where
     /// Commits a validated write as of `now`; `Ok(None)` if a check failed.
     pub async fn write(
         &self,
-        write: AtomicWrite,
+        write: ValidatedWrite,
         now: DateTime<Utc>,
     ) -> Result<Option<CommitResult>, KvError> {
         self.ask(|reply| Change::Write { write, now, reply }).await

@@ -572,6 +572,9 @@ mod tests {
         Command,
         oneshot::Receiver<Result<Option<CommitResult>, KvError>>,
     ) {
+        let write = kv_proto::Limits::deno()
+            .accept_atomic_write(write, now)
+            .expect("valid");
         let (reply, answer) = oneshot::channel();
         (Change::Write { write, now, reply }, answer)
     }

@@ -22,7 +22,7 @@
 use chrono::{DateTime, Utc};
 use kv_proto::queue::QueuedMessage;
 use kv_proto::{
-    AtomicWrite, CommitResult, Effects, KvError, StoredEntry, Versionstamp, stage_atomic_write,
+    CommitResult, Effects, KvError, StoredEntry, ValidatedWrite, Versionstamp, stage_atomic_write,
 };
 use redb::{ReadableTable, Table};
 
@@ -230,7 +230,7 @@ impl<'t> Tables<'t> {
 /// order with no reuse).
 pub(crate) fn commit_write(
     tables: &mut Tables<'_>,
-    write: &AtomicWrite,
+    write: &ValidatedWrite,
     now: DateTime<Utc>,
     last_version: &mut u64,
     effects: &mut Effects,

@@ -58,7 +58,9 @@ mod tests {
     use std::sync::Arc;
 
     use kv_proto::queue::{DeliveryOutcome, Taken};
-    use kv_proto::{AtomicWrite, Clock, ManualClock, Mutation, Versionstamp, encode_key, key};
+    use kv_proto::{
+        AtomicWrite, Clock, ManualClock, Mutation, ValidatedWrite, Versionstamp, encode_key, key,
+    };
     use uuid::Uuid;
 
     use super::*;
@@ -84,12 +86,15 @@ mod tests {
         Writer::start(state).expect("start")
     }
 
-    fn set(name: &str, n: u64) -> AtomicWrite {
+    fn set(name: &str, n: u64) -> ValidatedWrite {
         let k = encode_key(&key![name, n.cast_signed()]).expect("key");
-        AtomicWrite {
+        let write = AtomicWrite {
             mutations: vec![Mutation::set(k, kv_proto::KvValue::U64(n))],
             ..Default::default()
-        }
+        };
+        kv_proto::Limits::deno()
+            .accept_atomic_write(write, now())
+            .expect("valid")
     }
 
     fn now() -> DateTime<Utc> {

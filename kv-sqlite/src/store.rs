@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use kv_proto::queue::QueuedMessage;
 use kv_proto::{
-    AtomicWrite, CommitResult, Effects, KvEntry, KvError, KvValue, StoredEntry, Versionstamp,
+    CommitResult, Effects, KvEntry, KvError, KvValue, StoredEntry, ValidatedWrite, Versionstamp,
     WriteOutcome, WriteTransaction, apply_atomic_write, ms_to_datetime,
 };
 use rusqlite::{Connection, OpenFlags, Row, params};
@@ -354,7 +354,7 @@ fn next_version(conn: &Connection) -> Result<Versionstamp, KvError> {
 /// transaction or savepoint, which the caller rolls back unless this returns `Ok(Some(_))`).
 pub(crate) fn commit_write(
     conn: &Connection,
-    write: &AtomicWrite,
+    write: &ValidatedWrite,
     now: DateTime<Utc>,
     effects: &mut Effects,
 ) -> Result<Option<CommitResult>, KvError> {

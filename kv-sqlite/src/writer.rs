@@ -24,7 +24,7 @@ use kv_proto::queue::{
     Delivery, DeliveryEngine, DeliveryOutcome, MESSAGE_KEEPALIVE_INTERVAL, Taken,
 };
 use kv_proto::{
-    AtomicWrite, ChangeSignal, Clock, CommitResult, Effects, KvError, Notifier, ms_to_datetime,
+    ChangeSignal, Clock, CommitResult, Effects, KvError, Notifier, ValidatedWrite, ms_to_datetime,
     run_blocking,
 };
 use rusqlite::{Connection, ErrorCode, params};
@@ -90,7 +90,10 @@ impl Writer {
         })
     }
 
-    pub(crate) async fn write(&self, write: AtomicWrite) -> Result<Option<CommitResult>, KvError> {
+    pub(crate) async fn write(
+        &self,
+        write: ValidatedWrite,
+    ) -> Result<Option<CommitResult>, KvError> {
         self.committer.write(write, self.clock.now()).await
     }
 

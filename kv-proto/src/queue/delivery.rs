@@ -27,7 +27,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{DeliveryFailure, QueueMessageHandle, QueuedMessage, after_failed_delivery};
-use crate::{AtomicWrite, KvError};
+use crate::{KvError, ValidatedWrite};
 
 /// How a delivery ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +83,7 @@ pub enum Settlement {
     /// Put the message back in the ready queue, due at its `ready_at`.
     Requeue(QueuedMessage),
     /// Out of retries: commit this write of the payload to its dead-letter keys.
-    DeadLetter(AtomicWrite),
+    DeadLetter(ValidatedWrite),
 }
 
 impl Settlement {
@@ -105,15 +105,10 @@ impl Settlement {
         match after_delivery(message, outcome, now) {
             None => Settlement::Forget,
             Some(DeliveryFailure::Retry(next)) => Settlement::Requeue(next),
-            Some(DeliveryFailure::DeadLetter { mutations }) if mutations.is_empty() => {
+            Some(DeliveryFailure::DeadLetter { write }) if write.mutations.is_empty() => {
                 Settlement::Forget
             }
-            Some(DeliveryFailure::DeadLetter { mutations }) => {
-                Settlement::DeadLetter(AtomicWrite {
-                    mutations,
-                    ..AtomicWrite::default()
-                })
-            }
+            Some(DeliveryFailure::DeadLetter { write }) => Settlement::DeadLetter(write),
         }
     }
 }
