@@ -6,8 +6,8 @@ use async_trait::async_trait;
 use kv_connect::convert::{self, AtomicWriteResult};
 use kv_connect::prost::Message;
 use kv_proto::{
-    AtomicWrite, Backend, Capabilities, CommitResult, KvError, QueueMessageHandle, ReadRangeOutput,
-    SnapshotRead, WatchStream,
+    Capabilities, Checked, CommitResult, Engine, KvError, QueueMessageHandle, ReadRangeOutput,
+    ValidatedRead, ValidatedWatch, ValidatedWrite, WatchStream,
 };
 
 use crate::RemoteOptions;
@@ -15,10 +15,10 @@ use crate::ext::{AtomicWriteExt, SnapshotReadExpiry};
 use crate::queue::RemoteQueue;
 use crate::transport::{Inner, Replay, protocol};
 
-/// A Deno KV database on a KV Connect server; see the [crate documentation](crate).
-///
-/// Cloning is cheap: clones share the connection, the metadata and the closed state.
-#[derive(Clone)]
+/// A Deno KV database on a KV Connect server; see the [crate documentation](crate). The engine,
+/// handed out behind kv-proto's [`Checked`] layer, which validates every request against
+/// [`crate::RemoteOptions::limits`] before it is sent (as Deno's client does) and answers for the
+/// closed state.
 pub struct RemoteBackend {
     pub(crate) inner: Arc<Inner>,
     /// The `queue/1` client over the same connection.
@@ -36,8 +36,8 @@ impl std::fmt::Debug for RemoteBackend {
 impl RemoteBackend {
     /// Opens the database at `url` (`http://host:port/path`): runs the metadata exchange now,
     /// so a wrong token, a wrong path or an unreachable server is reported here (as
-    /// [`KvError::Storage`] holding a [`RemoteError`]). Needs a tokio runtime.
-    pub async fn connect(url: &str, options: RemoteOptions) -> Result<Self, KvError> {
+    /// [`KvError::Storage`] holding a [`crate::RemoteError`]). Needs a tokio runtime.
+    pub async fn connect(url: &str, options: RemoteOptions) -> Result<Checked<Self>, KvError> {
         let backend = Self::connect_lazy(url, options)?;
         backend.inner.session(false, None).await?;
         Ok(backend)
@@ -45,32 +45,27 @@ impl RemoteBackend {
 
     /// Checks `url` but sends nothing: the metadata exchange happens on the first call (whose
     /// error then reports a wrong token). For callers that cannot wait at open, such as the
-    /// synchronous `kv::Kv::open_blocking`. Until then [`Backend::capabilities`] reports queues and
-    /// watch as available; a server without the queue extension refuses the first dequeue.
-    pub fn connect_lazy(url: &str, options: RemoteOptions) -> Result<Self, KvError> {
+    /// synchronous `kv::Kv::open_blocking`. Until then [`kv_proto::Backend::capabilities`]
+    /// reports queues and watch as available; a server without the queue extension refuses the
+    /// first dequeue.
+    pub fn connect_lazy(url: &str, options: RemoteOptions) -> Result<Checked<Self>, KvError> {
+        let (limits, clock) = (options.limits.clone(), options.clock.clone());
         let inner = Arc::new(Inner::new(url, options)?);
-        Ok(RemoteBackend {
+        let engine = RemoteBackend {
             queue: Arc::new(RemoteQueue::new(inner.clone())),
             inner,
-        })
+        };
+        Ok(Checked::new(engine, limits, clock))
     }
 
     /// The metadata URL this backend was opened with.
     pub fn url(&self) -> &str {
         &self.inner.url
     }
-
-    fn open_check(&self) -> Result<(), KvError> {
-        if self.inner.is_closed() {
-            Err(KvError::Closed)
-        } else {
-            Ok(())
-        }
-    }
 }
 
 #[async_trait]
-impl Backend for RemoteBackend {
+impl Engine for RemoteBackend {
     /// Watch always; queues when the server offers the `queue/1` extension (assumed until the
     /// metadata is known). Never `durable`: durability is the server's business, and reopening
     /// the same URL reaches the same data only if the server keeps it.
@@ -80,9 +75,7 @@ impl Backend for RemoteBackend {
             .with_watch(true)
     }
 
-    async fn snapshot_read(&self, read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError> {
-        self.open_check()?;
-        self.inner.options.limits.validate_snapshot_read(&read)?;
+    async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
         let body = convert::encode_snapshot_read(&read).encode_to_vec();
         let (session, bytes) = self
             .inner
@@ -128,13 +121,7 @@ impl Backend for RemoteBackend {
         Ok(ranges)
     }
 
-    async fn atomic_write(&self, write: AtomicWrite) -> Result<Option<CommitResult>, KvError> {
-        self.open_check()?;
-        let now = self.inner.options.clock.now();
-        self.inner
-            .options
-            .limits
-            .validate_atomic_write(&write, now)?;
+    async fn atomic_write(&self, write: ValidatedWrite) -> Result<Option<CommitResult>, KvError> {
         let mut body = convert::encode_atomic_write(&write).encode_to_vec();
         let without_retries: Vec<u32> = write
             .enqueues
@@ -166,25 +153,17 @@ impl Backend for RemoteBackend {
     }
 
     async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
-        if self.inner.is_closed() {
-            return Ok(None);
-        }
         crate::queue::dequeue(&self.queue).await
     }
 
-    fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {
-        self.open_check()?;
-        self.inner.options.limits.validate_watch(&keys)?;
-        crate::watch::watch(self.inner.clone(), keys)
+    fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {
+        crate::watch::watch(self.inner.clone(), keys.into_inner())
     }
 
     /// Reports every queue message this client still holds as failed (so the server retries it
     /// at once instead of after the lease), then ends watches and pending dequeues. Later calls
     /// fail with [`KvError::Closed`]. The server's data is untouched.
     async fn close(&self) -> Result<(), KvError> {
-        if self.inner.is_closed() {
-            return Ok(());
-        }
         crate::queue::release_all(&self.queue).await;
         self.inner.closed.send_replace(true);
         Ok(())

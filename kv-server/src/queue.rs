@@ -328,13 +328,16 @@ mod tests {
     use std::future::poll_fn;
 
     use kv_memory::{MemoryBackend, MemoryStore};
-    use kv_proto::{AtomicWrite, Clock, Enqueue, ManualClock};
+    use kv_proto::{AtomicWrite, Checked, Clock, Enqueue, ManualClock};
 
     use super::*;
 
     /// A store with one message due now, a backend on it, and the message taken and held as the
     /// long poll holds it; returns the answer's body.
-    async fn held_answer(deliveries: &Deliveries, database: Uuid) -> (MemoryBackend, DeliveryBody) {
+    async fn held_answer(
+        deliveries: &Deliveries,
+        database: Uuid,
+    ) -> (Checked<MemoryBackend>, DeliveryBody) {
         let clock = ManualClock::at_test_epoch();
         let store = MemoryStore::new();
         let kv = MemoryBackend::open(&store, Arc::new(clock.clone()));
