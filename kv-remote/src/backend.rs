@@ -7,12 +7,13 @@ use kv_connect::convert::{self, AtomicWriteResult};
 use kv_connect::prost::Message;
 use kv_proto::{
     Capabilities, Checked, CommitResult, Engine, KvError, QueueMessageHandle, ReadRangeOutput,
-    ValidatedRead, ValidatedWatch, ValidatedWrite, WatchStream, ms_to_datetime,
+    ValidatedRead, ValidatedWatch, ValidatedWrite, WatchStream,
 };
 
 use crate::RemoteOptions;
 use crate::ext::{AtomicWriteExt, SnapshotReadExpiry};
-use crate::transport::{Inner, RemoteError, Replay, protocol};
+use crate::queue::RemoteQueue;
+use crate::transport::{Inner, Replay, protocol};
 
 /// A Deno KV database on a KV Connect server; see the [crate documentation](crate). The engine,
 /// handed out behind kv-proto's [`Checked`] layer, which validates every request against
@@ -20,6 +21,8 @@ use crate::transport::{Inner, RemoteError, Replay, protocol};
 /// closed state.
 pub struct RemoteBackend {
     pub(crate) inner: Arc<Inner>,
+    /// The `queue/1` client over the same connection.
+    queue: Arc<RemoteQueue>,
 }
 
 impl std::fmt::Debug for RemoteBackend {
@@ -33,7 +36,7 @@ impl std::fmt::Debug for RemoteBackend {
 impl RemoteBackend {
     /// Opens the database at `url` (`http://host:port/path`): runs the metadata exchange now,
     /// so a wrong token, a wrong path or an unreachable server is reported here (as
-    /// [`KvError::Storage`] holding a [`RemoteError`]). Needs a tokio runtime.
+    /// [`KvError::Storage`] holding a [`crate::RemoteError`]). Needs a tokio runtime.
     pub async fn connect(url: &str, options: RemoteOptions) -> Result<Checked<Self>, KvError> {
         let backend = Self::connect_lazy(url, options)?;
         backend.inner.session(false, None).await?;
@@ -47,8 +50,10 @@ impl RemoteBackend {
     /// first dequeue.
     pub fn connect_lazy(url: &str, options: RemoteOptions) -> Result<Checked<Self>, KvError> {
         let (limits, clock) = (options.limits.clone(), options.clock.clone());
+        let inner = Arc::new(Inner::new(url, options)?);
         let engine = RemoteBackend {
-            inner: Arc::new(Inner::new(url, options)?),
+            queue: Arc::new(RemoteQueue::new(inner.clone())),
+            inner,
         };
         Ok(Checked::new(engine, limits, clock))
     }
@@ -108,18 +113,10 @@ impl Engine for RemoteBackend {
             }
         }
         if session.extensions.expiry {
-            let times = SnapshotReadExpiry::decode(bytes.as_ref()).map_err(protocol)?;
-            if times.ranges.len() != ranges.len() {
-                return Err(protocol("expiry extension: wrong number of ranges"));
-            }
-            for (range, times) in ranges.iter_mut().zip(times.ranges) {
-                if times.expires_at_ms.len() != range.entries.len() {
-                    return Err(protocol("expiry extension: wrong number of entries"));
-                }
-                for (entry, ms) in range.entries.iter_mut().zip(times.expires_at_ms) {
-                    entry.expires_at = expiry_from_ms(ms)?;
-                }
-            }
+            SnapshotReadExpiry::decode(bytes.as_ref())
+                .map_err(protocol)?
+                .apply_to(&mut ranges)
+                .map_err(protocol)?;
         }
         Ok(ranges)
     }
@@ -156,7 +153,7 @@ impl Engine for RemoteBackend {
     }
 
     async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
-        crate::queue::dequeue(&self.inner).await
+        crate::queue::dequeue(&self.queue).await
     }
 
     fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {
@@ -167,18 +164,8 @@ impl Engine for RemoteBackend {
     /// at once instead of after the lease), then ends watches and pending dequeues. Later calls
     /// fail with [`KvError::Closed`]. The server's data is untouched.
     async fn close(&self) -> Result<(), KvError> {
-        crate::queue::release_all(&self.inner).await;
+        crate::queue::release_all(&self.queue).await;
         self.inner.closed.send_replace(true);
         Ok(())
     }
-}
-
-/// An expiry time from the extension: 0 = none.
-pub(crate) fn expiry_from_ms(ms: i64) -> Result<Option<chrono::DateTime<chrono::Utc>>, KvError> {
-    if ms == 0 {
-        return Ok(None);
-    }
-    ms_to_datetime(ms)
-        .map(Some)
-        .ok_or_else(|| RemoteError::Protocol(format!("invalid expiry time {ms}")).into())
 }

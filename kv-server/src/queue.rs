@@ -58,7 +58,7 @@ use crate::ext::{
     DequeueRequest, DequeueResponse, FinishRequest, FinishResponse, KeepAliveRequest,
     KeepAliveResponse,
 };
-use crate::handler::{Failure, ResponseBody, kv_failure, protobuf_response};
+use crate::response::{Failure, ResponseBody, kv_failure, protobuf_response};
 
 /// The queue endpoints, after `<endpoint>/queue/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -269,7 +269,7 @@ pub(crate) async fn handle(
             };
             match outcome {
                 None => {
-                    let mut response = hyper::Response::new(crate::handler::empty_body());
+                    let mut response = hyper::Response::new(crate::response::empty_body());
                     *response.status_mut() = StatusCode::NO_CONTENT;
                     Ok(response)
                 }
