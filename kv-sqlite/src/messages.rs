@@ -80,12 +80,9 @@ impl QueueTables for SqlQueue<'_> {
 
     /// `queue_running` does not keep a message's ready time: it comes back as its deadline,
     /// so a message given back untouched is due at once.
-    fn remove_running(&mut self, id: &String) -> Result<Option<QueuedMessage>, KvError> {
-        let Some(row) = query_row(self.conn, SELECT_RUNNING, params![id])? else {
-            return Ok(None);
-        };
-        self.delete_running(id)?;
-        row.to_message().map(Some)
+    fn running(&mut self, id: &String) -> Result<Option<QueuedMessage>, KvError> {
+        let row = query_row(self.conn, SELECT_RUNNING, params![id])?;
+        row.map(|row| row.to_message()).transpose()
     }
 
     fn insert_ready(&mut self, id: &String, message: &QueuedMessage) -> Result<(), KvError> {

@@ -47,8 +47,8 @@
 //!         self.running.remove(id);
 //!         Ok(())
 //!     }
-//!     fn remove_running(&mut self, id: &u128) -> Result<Option<QueuedMessage>, KvError> {
-//!         Ok(self.running.remove(id))
+//!     fn running(&mut self, id: &u128) -> Result<Option<QueuedMessage>, KvError> {
+//!         Ok(self.running.get(id).cloned())
 //!     }
 //!     fn insert_ready(&mut self, id: &u128, message: &QueuedMessage) -> Result<(), KvError> {
 //!         self.ready.insert((message.ready_at, *id), message.clone());
@@ -112,9 +112,10 @@ pub trait QueueTables {
     /// Deletes running message `id` (its delivery succeeded); nothing if it is not running.
     fn delete_running(&mut self, id: &Self::Id) -> Result<(), Self::Error>;
 
-    /// Removes running message `id` and returns it as it was delivered (`None` if it is not
-    /// running: already settled).
-    fn remove_running(&mut self, id: &Self::Id) -> Result<Option<QueuedMessage>, Self::Error>;
+    /// Running message `id` as it was delivered (`None` if it is not running: already
+    /// settled). Reads only: the kit deletes the row once what replaces it is stored, so an
+    /// engine without per-command rollback loses nothing when a dead-letter write is refused.
+    fn running(&mut self, id: &Self::Id) -> Result<Option<QueuedMessage>, Self::Error>;
 
     /// Stores `message` as ready under `id`, due at its `ready_at`.
     fn insert_ready(&mut self, id: &Self::Id, message: &QueuedMessage) -> Result<(), Self::Error>;
@@ -168,7 +169,7 @@ pub fn settle<T: QueueTables + ?Sized>(
     if outcome == DeliveryOutcome::Succeeded {
         return tables.delete_running(id);
     }
-    let Some(message) = tables.remove_running(id)? else {
+    let Some(message) = tables.running(id)? else {
         return Ok(());
     };
     match Settlement::of(&message, outcome, now) {
@@ -179,7 +180,7 @@ pub fn settle<T: QueueTables + ?Sized>(
         }
         Settlement::DeadLetter(write) => tables.write_dead_letters(&write, now, effects)?,
     }
-    Ok(())
+    tables.delete_running(id)
 }
 
 /// Fails the deliveries of `ids`, which their consumers abandoned (a handle closed, a process
