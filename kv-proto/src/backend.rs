@@ -110,6 +110,25 @@ impl Capabilities {
         self.read_only = yes;
         self
     }
+
+    /// A durable store that offers every optional method (kv-sqlite, kv-redb): a read-only open
+    /// reports [`Capabilities::read_only`] and consumes no queue, but still lists the queue,
+    /// watches and checks its integrity.
+    ///
+    /// ```
+    /// use kv_proto::Capabilities;
+    /// let reader = Capabilities::durable_store(true);
+    /// assert!(reader.read_only && !reader.queues && reader.queue_inspection && reader.watch);
+    /// ```
+    pub const fn durable_store(read_only: bool) -> Self {
+        Capabilities::none()
+            .with_durable(true)
+            .with_queues(!read_only)
+            .with_queue_inspection(true)
+            .with_watch(true)
+            .with_integrity_check(true)
+            .with_read_only(read_only)
+    }
 }
 
 /// The optional methods of [`Backend`] (and of [`crate::Engine`]), each gated by one flag of

@@ -75,7 +75,10 @@ use chrono::{DateTime, Utc};
 use tokio::sync::oneshot;
 
 use crate::queue::{DeliveryEngine, DeliveryOutcome, Taken};
-use crate::{CommitResult, KvError, ValidatedWrite, run_blocking};
+use crate::{
+    ChangeSignal, Clock, CommitResult, KvError, Notifier, QueueMessageHandle, ValidatedWrite,
+    run_blocking,
+};
 
 /// The most commands one group (one transaction) takes.
 pub const MAX_GROUP: usize = 512;
@@ -629,6 +632,22 @@ where
         now: DateTime<Utc>,
     ) -> Result<Option<CommitResult>, KvError> {
         self.ask(|reply| Change::Write { write, now, reply }).await
+    }
+
+    /// The dequeue of handle `owner` ([`crate::queue::next_delivery`] over this committer's
+    /// takes): waits until a message is due by `clock`, a commit wakes `notifier`'s consumers,
+    /// or the handle closes (`closed`, then `Ok(None)`); the message is guarded by a delivery
+    /// `engine` settles. Cancel-safe as `next_delivery` is.
+    pub async fn next_delivery(
+        &self,
+        owner: u64,
+        engine: Arc<E>,
+        notifier: &Notifier,
+        clock: &dyn Clock,
+        closed: &ChangeSignal,
+    ) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
+        let take = |now| self.take(owner, now, engine.clone());
+        crate::queue::next_delivery(notifier.subscribe_queue(), clock, closed, take).await
     }
 
     /// Takes the first message due at `now` for handle `owner`, guarded by a delivery `engine`

@@ -64,7 +64,7 @@ pub use clock::{Clock, ManualClock, SystemClock, ms_to_datetime};
 pub use commit::{StoredEntry, WriteOutcome, WriteTransaction, apply_atomic_write, is_expired};
 pub use engine::Engine;
 pub use error::KvError;
-pub use integrity::IntegrityReport;
+pub use integrity::{IntegrityReport, RowProblem, TableHolds};
 pub use key::{Key, KeyPart};
 pub use key_codec::{KeyError, MAX_INT_MAGNITUDE_BYTES, decode_key, encode_key, encode_part};
 pub use limits::{LimitError, LimitKind, Limits};
@@ -77,7 +77,9 @@ pub use staged::{StagedCommit, stage_atomic_write};
 pub use validated::{Validated, ValidatedRead, ValidatedWatch, ValidatedWrite};
 pub use value::{KvValue, ValueEncoding, ValueError};
 pub use versionstamp::{Versionstamp, VersionstampParseError};
-pub use watch::{ChangeSignal, ChangedKeys, WatchReader, WatchedEntry, watch_stream};
+pub use watch::{
+    ChangeSignal, ChangedKeys, WatchReader, WatchedEntry, blocking_watch_stream, watch_stream,
+};
 pub use write::{
     AtomicWrite, Check, CommitResult, DEFAULT_BACKOFF_SCHEDULE, Enqueue, Mutation, MutationKind,
 };

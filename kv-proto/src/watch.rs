@@ -261,6 +261,23 @@ struct WatchState {
     done: bool,
 }
 
+/// [`watch_stream`] for a blocking engine: `read` reads the current entries of the watched keys
+/// from one snapshot (blocking work, run through [`crate::run_blocking`] so it leaves the
+/// executor as every read of the engine does).
+pub fn blocking_watch_stream(
+    keys: Vec<Vec<u8>>,
+    signal: &ChangeSignal,
+    clock: Arc<dyn Clock>,
+    read: impl Fn(&[Vec<u8>]) -> Result<Vec<WatchedEntry>, KvError> + Send + Sync + 'static,
+) -> WatchStream {
+    let read = Arc::new(read);
+    let reader: WatchReader = Arc::new(move |keys| {
+        let read = read.clone();
+        Box::pin(crate::run_blocking(move || read(&keys)))
+    });
+    watch_stream(keys, reader, signal, clock)
+}
+
 /// Builds the watch stream for `keys` over `reader`, woken by `signal` when a commit writes one
 /// of `keys` and by `clock` at expiry times. Validate the keys (with
 /// [`crate::Limits::validate_watch`]) before calling.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use kv_proto::queue::{DeliveryEngine, DeliveryOutcome, next_delivery};
+use kv_proto::queue::{DeliveryEngine, DeliveryOutcome};
 use kv_proto::{ChangeSignal, Clock, KvError, QueueMessageHandle};
 
 use crate::queue::{Engine, Ticket};
@@ -47,13 +47,8 @@ pub(crate) async fn next_message(
         shared: shared.clone(),
         clock: clock.clone(),
     });
-    let writer = shared.writer()?;
-    let take = |now| writer.take(owner, now, engine.clone());
-    next_delivery(
-        shared.notifier.subscribe_queue(),
-        &**clock,
-        handle_signal,
-        take,
-    )
-    .await
+    let (notifier, clock) = (&shared.notifier, &**clock);
+    (shared.writer()?)
+        .next_delivery(owner, engine, notifier, clock, handle_signal)
+        .await
 }

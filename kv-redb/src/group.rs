@@ -32,14 +32,14 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use kv_proto::committer::{self, Answer, Answers, Change, GroupRunner, Reply};
-use kv_proto::queue::{Delivery, DeliveryOutcome, Leases, Taken};
+use kv_proto::queue::{self as kit, DeliveryOutcome, Leases, Taken};
 use kv_proto::{Clock, Effects, KvError, Notifier};
 use redb::{Database, ReadableTable};
 use uuid::Uuid;
 
 use crate::error::storage;
 use crate::file::{DbSlot, needs_reopen};
-use crate::queue::{self, Engine, Ticket};
+use crate::queue::{self, Engine, RedbQueue, Ticket};
 use crate::snapshot::ReadSnapshot;
 use crate::txn::{Fatal, Step, Tables, commit_write};
 use crate::{Durability, schema};
@@ -465,17 +465,21 @@ impl GroupState {
                 let step = if self.leases.is_closed(owner) {
                     Ok(Ok(Taken::Closed))
                 } else {
-                    queue::take_due(tables, now).map(|taken| {
-                        taken.map(|due| match due {
-                            Ok(message) => {
-                                let token = self.leases.grant(message.id, owner);
-                                let ticket = Ticket {
-                                    id: message.id,
-                                    token,
-                                };
-                                Taken::Message(Delivery::new(engine, ticket, message.payload))
-                            }
-                            Err(next_at) => Taken::NextAt(next_at),
+                    let last_version = &mut self.last_version;
+                    let due = kit::take_due(
+                        &mut RedbQueue {
+                            tables,
+                            last_version,
+                        },
+                        now,
+                    );
+                    let leases = &mut self.leases;
+                    queue::step(due).map(|due| {
+                        due.map(|due| {
+                            due.into_taken(engine, |id| Ticket {
+                                id,
+                                token: leases.grant(id, owner),
+                            })
                         })
                     })
                 };
@@ -519,7 +523,18 @@ impl GroupState {
         now: DateTime<Utc>,
         effects: &mut Effects,
     ) -> Step<()> {
-        let result = queue::settle(tables, id, outcome, now, &mut self.last_version, effects)?;
+        let last_version = &mut self.last_version;
+        let settled = kit::settle(
+            &mut RedbQueue {
+                tables,
+                last_version,
+            },
+            &id,
+            outcome,
+            now,
+            effects,
+        );
+        let result = queue::step(settled)?;
         if result.is_ok() {
             self.leases.end(id);
         }
@@ -704,8 +719,13 @@ mod tests {
                     vec![100, 1_000],
                 );
                 tables.insert_ready(&message).expect("enqueue");
-                let taken = queue::take_due(&mut tables, clock.now()).expect("take");
-                assert!(matches!(taken, Ok(Ok(_))));
+                let mut last_version = 0;
+                let mut queue = RedbQueue {
+                    tables: &mut tables,
+                    last_version: &mut last_version,
+                };
+                let taken = kit::take_due(&mut queue, clock.now());
+                assert!(matches!(taken, Ok(kit::Due::Message(..))));
             }
             txn.commit().expect("commit");
             assert_eq!(rows(&thread.test_db(), QUEUE_RUNNING), 1);

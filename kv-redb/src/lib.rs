@@ -80,7 +80,7 @@ use kv_proto::run_blocking;
 use kv_proto::{
     Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, IntegrityReport, KvError,
     Limits, QueueMessageHandle, QueuedMessage, ReadRangeOutput, SystemClock, ValidatedRead,
-    ValidatedWatch, ValidatedWrite, WatchReader, WatchStream, watch_stream,
+    ValidatedWatch, ValidatedWrite, WatchStream, blocking_watch_stream,
 };
 
 pub use error::RedbError;
@@ -225,14 +225,7 @@ impl RedbBackend {
 #[async_trait]
 impl Engine for RedbBackend {
     fn capabilities(&self) -> Capabilities {
-        let read_only = self.shared.is_read_only();
-        Capabilities::none()
-            .with_durable(true)
-            .with_queues(!read_only)
-            .with_queue_inspection(true)
-            .with_watch(true)
-            .with_integrity_check(true)
-            .with_read_only(read_only)
+        Capabilities::durable_store(self.shared.is_read_only())
     }
 
     async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
@@ -268,20 +261,17 @@ impl Engine for RedbBackend {
     }
 
     fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {
-        let shared = self.shared.clone();
-        let clock = self.options.clock.clone();
-        let reader: WatchReader = Arc::new(move |keys| {
-            let shared = shared.clone();
+        let (shared, clock) = (self.shared.clone(), self.options.clock.clone());
+        let read = move |keys: &[Vec<u8>]| {
             let mut time = ReadTime::new(clock.clone());
-            Box::pin(run_blocking(move || {
-                shared.with_entries(|entries| reader::read_watched(entries, &keys, &mut time))
-            }))
-        });
-        Ok(watch_stream(
+            shared.with_entries(|entries| reader::read_watched(entries, keys, &mut time))
+        };
+        let clock = self.options.clock.clone();
+        Ok(blocking_watch_stream(
             keys.into_inner(),
-            reader,
             &self.signal,
-            self.options.clock.clone(),
+            clock,
+            read,
         ))
     }
 

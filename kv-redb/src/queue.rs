@@ -6,10 +6,11 @@
 //! - `queue_running`, keyed by id: handed to a consumer, with a deadline (hand-out time +
 //!   [`MESSAGE_DEADLINE`]) and the message as it was delivered.
 //!
-//! Taking a message moves it from ready to running in the same transaction; finishing it deletes
-//! the running row and, for a failure, applies kv-proto's rule
-//! ([`Settlement`]): back to `queue_ready` after the next back-off interval, or — with
-//! no interval left — its payload written under its dead-letter keys by an ordinary commit.
+//! This module is table access only ([`RedbQueue`], kv-proto's [`QueueTables`]): kv-proto's queue
+//! state machine moves a message from ready to running when it is taken, and decides what its
+//! settlement leaves ([`kv_proto::queue::settle`]): nothing, the message back in `queue_ready`
+//! after the next back-off interval, or its payload under its dead-letter keys (an ordinary
+//! commit).
 //!
 //! **Who holds a running message.** redb locks the file for one process
 //! ([`redb::ConcurrencyMode::ExclusiveWriter`]), and every handle of this process shares one open
@@ -23,10 +24,8 @@
 //! recorded for inspection and for the format's sake.
 
 use chrono::{DateTime, Utc};
-use kv_proto::queue::{
-    DeliveryEngine, DeliveryOutcome, QueuedMessage, Settlement, delivery_deadline,
-};
-use kv_proto::{Effects, KvError};
+use kv_proto::queue::{DeliveryEngine, Due, QueueTables, QueuedMessage, fail_deliveries};
+use kv_proto::{Effects, KvError, ValidatedWrite};
 use redb::ReadableTable;
 use uuid::Uuid;
 
@@ -45,115 +44,105 @@ pub(crate) struct Ticket {
 /// What settles a handle's deliveries (see the `consumer` module).
 pub(crate) type Engine = dyn DeliveryEngine<Ticket = Ticket>;
 
-/// Moves the first message due at `now` from ready to running. Returns the message, or else the
-/// time the next one is due.
-pub(crate) fn take_due(
-    tables: &mut Tables<'_>,
-    now: DateTime<Utc>,
-) -> Step<Result<QueuedMessage, Option<DateTime<Utc>>>> {
-    let first = {
-        let ready = match tables.ready() {
-            Ok(ready) => ready,
-            Err(err) => return Ok(Err(storage(err))),
-        };
-        match ready.first() {
-            Ok(first) => first.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())),
-            Err(err) => return Ok(Err(storage(err))),
-        }
-    };
-    let Some((key, body)) = first else {
-        return Ok(Ok(Err(None)));
-    };
-    let message = match decode_ready(&key, &body) {
-        Ok(message) => message,
-        Err(err) => return Ok(Err(err)),
-    };
-    if message.ready_at > now {
-        return Ok(Ok(Err(Some(message.ready_at))));
+/// Why a queue step failed: before it modified the transaction (the command's own answer), or
+/// after (the group is abandoned; see [`Fatal`]).
+pub(crate) enum Failure {
+    Command(KvError),
+    Group(Fatal),
+}
+
+impl From<Fatal> for Failure {
+    fn from(fatal: Fatal) -> Self {
+        Failure::Group(fatal)
     }
-    let deadline = delivery_deadline(now);
-    tables.dirty = true;
-    tables
-        .ready()
-        .map_err(fatal)?
-        .remove(key.as_slice())
-        .map_err(fatal)?;
-    tables
-        .running()
-        .map_err(fatal)?
-        .insert(
-            message.id.as_bytes().as_slice(),
-            codec::encode_running(deadline, &message).as_slice(),
-        )
-        .map_err(fatal)?;
-    Ok(Ok(Ok(message)))
 }
 
-fn decode_ready(key: &[u8], body: &[u8]) -> Result<QueuedMessage, KvError> {
-    let (ready_at, id) = codec::decode_ready_key(key)?;
-    codec::decode_message_body(body, id, ready_at)
+/// A read that failed before anything was modified: the command's own failure.
+fn own(err: impl Into<redb::Error>) -> Failure {
+    Failure::Command(storage(err))
 }
 
-/// Ends the delivery of running message `id` as `outcome` says (see [`Settlement`]): success
-/// deletes it, failure retries it or dead-letters it, an undelivered message goes back to
-/// `queue_ready` as it was. A message that is not running (already settled) is left alone.
-pub(crate) fn settle(
-    tables: &mut Tables<'_>,
-    id: Uuid,
-    outcome: DeliveryOutcome,
-    now: DateTime<Utc>,
-    last_version: &mut u64,
-    effects: &mut Effects,
-) -> Step<()> {
-    let running = {
-        let table = match tables.running() {
-            Ok(table) => table,
-            Err(err) => return Ok(Err(storage(err))),
-        };
-        match table.get(id.as_bytes().as_slice()) {
-            Ok(row) => row.map(|guard| guard.value().to_vec()),
-            Err(err) => return Ok(Err(storage(err))),
-        }
-    };
-    let Some(record) = running else {
-        return Ok(Ok(()));
-    };
-    if outcome != DeliveryOutcome::Succeeded {
-        let message = match codec::decode_running(&record, id) {
-            Ok((_deadline, message)) => message,
-            Err(err) => return Ok(Err(err)),
-        };
-        let settlement = Settlement::of(&message, outcome, now);
-        if let Err(err) = apply(tables, settlement, now, last_version, effects)? {
-            return Ok(Err(err));
-        }
+/// A queue step's result as a step of the group.
+pub(crate) fn step<T>(result: Result<T, Failure>) -> Step<T> {
+    match result {
+        Ok(value) => Ok(Ok(value)),
+        Err(Failure::Command(err)) => Ok(Err(err)),
+        Err(Failure::Group(fatal)) => Err(fatal),
     }
-    tables.dirty = true;
-    tables
-        .running()
-        .map_err(fatal)?
-        .remove(id.as_bytes().as_slice())
-        .map_err(fatal)?;
-    Ok(Ok(()))
 }
 
-/// Stores what ending a delivery leaves: the message back in `queue_ready`, or its dead letters.
-fn apply(
-    tables: &mut Tables<'_>,
-    settlement: Settlement,
-    now: DateTime<Utc>,
-    last_version: &mut u64,
-    effects: &mut Effects,
-) -> Step<()> {
-    match settlement {
-        Settlement::Forget => Ok(Ok(())),
-        Settlement::Requeue(next) => {
-            tables.insert_ready(&next)?;
-            effects.queue = true;
-            Ok(Ok(()))
+/// The queue tables of one group transaction, with the writer's version counter (a dead-letter
+/// write takes a versionstamp): kv-proto's [`QueueTables`].
+pub(crate) struct RedbQueue<'a, 't> {
+    pub(crate) tables: &'a mut Tables<'t>,
+    pub(crate) last_version: &'a mut u64,
+}
+
+impl QueueTables for RedbQueue<'_, '_> {
+    type Id = Uuid;
+    type Error = Failure;
+
+    fn take_due(
+        &mut self,
+        now: DateTime<Utc>,
+        deadline: DateTime<Utc>,
+    ) -> Result<Due<Uuid>, Failure> {
+        let first = {
+            let ready = self.tables.ready().map_err(own)?;
+            let first = ready.first().map_err(own)?;
+            first.map(|(k, v)| (k.value().to_vec(), v.value().to_vec()))
+        };
+        let Some((key, body)) = first else {
+            return Ok(Due::NextAt(None));
+        };
+        let (ready_at, id) = codec::decode_ready_key(&key).map_err(Failure::Command)?;
+        let message = codec::decode_message_body(&body, id, ready_at).map_err(Failure::Command)?;
+        if message.ready_at > now {
+            return Ok(Due::NextAt(Some(message.ready_at)));
         }
-        Settlement::DeadLetter(write) => {
-            Ok(commit_write(tables, &write, now, last_version, effects)?.map(|_| ()))
+        self.tables.dirty = true;
+        let ready = self.tables.ready().map_err(fatal)?;
+        ready.remove(key.as_slice()).map_err(fatal)?;
+        let record = codec::encode_running(deadline, &message);
+        let running = self.tables.running().map_err(fatal)?;
+        (running.insert(id.as_bytes().as_slice(), record.as_slice())).map_err(fatal)?;
+        Ok(Due::Message(id, message))
+    }
+
+    fn delete_running(&mut self, id: &Uuid) -> Result<(), Failure> {
+        let running = self.tables.running().map_err(own)?;
+        let removed = running
+            .remove(id.as_bytes().as_slice())
+            .map_err(fatal)?
+            .is_some();
+        self.tables.dirty |= removed;
+        Ok(())
+    }
+
+    fn running(&mut self, id: &Uuid) -> Result<Option<QueuedMessage>, Failure> {
+        let running = self.tables.running().map_err(own)?;
+        let record = running.get(id.as_bytes().as_slice()).map_err(own)?;
+        let Some(record) = record.map(|guard| guard.value().to_vec()) else {
+            return Ok(None);
+        };
+        let (_deadline, message) = codec::decode_running(&record, *id).map_err(Failure::Command)?;
+        Ok(Some(message))
+    }
+
+    fn insert_ready(&mut self, id: &Uuid, message: &QueuedMessage) -> Result<(), Failure> {
+        debug_assert_eq!(*id, message.id, "kv-redb keys a message by its own id");
+        Ok(self.tables.insert_ready(message)?)
+    }
+
+    fn write_dead_letters(
+        &mut self,
+        write: &ValidatedWrite,
+        now: DateTime<Utc>,
+        effects: &mut Effects,
+    ) -> Result<(), Failure> {
+        match commit_write(self.tables, write, now, self.last_version, effects)? {
+            Ok(_) => Ok(()),
+            Err(err) => Err(Failure::Command(err)),
         }
     }
 }
@@ -176,23 +165,16 @@ pub(crate) fn recover(
         }
         ids
     };
+    let mut queue = RedbQueue {
+        tables,
+        last_version,
+    };
     let mut problems = Vec::new();
     for raw in ids {
-        let id = match codec::decode_id(&raw) {
-            Ok(id) => id,
-            Err(err) => {
-                problems.push(err);
-                continue;
-            }
-        };
-        if let Err(err) = settle(
-            tables,
-            id,
-            DeliveryOutcome::Failed,
-            now,
-            last_version,
-            effects,
-        )? {
+        let failed = codec::decode_id(&raw)
+            .map_err(Failure::Command)
+            .and_then(|id| fail_deliveries(&mut queue, [id], now, effects));
+        if let Err(err) = step(failed)? {
             problems.push(err);
         }
     }
@@ -208,9 +190,9 @@ pub(crate) struct SettlesNothing;
 impl DeliveryEngine for SettlesNothing {
     type Ticket = Ticket;
 
-    async fn settle(&self, _: Ticket, _: DeliveryOutcome) -> Result<(), KvError> {
+    async fn settle(&self, _: Ticket, _: kv_proto::queue::DeliveryOutcome) -> Result<(), KvError> {
         Ok(())
     }
 
-    fn settle_in_background(&self, _: Ticket, _: DeliveryOutcome) {}
+    fn settle_in_background(&self, _: Ticket, _: kv_proto::queue::DeliveryOutcome) {}
 }

@@ -1,6 +1,6 @@
 //! The integrity check: SQLite's own, then every row decoded as reads decode it.
 
-use kv_proto::{IntegrityReport, KvError, decode_key};
+use kv_proto::{IntegrityReport, KvError, RowProblem, TableHolds, decode_key};
 use rusqlite::{Connection, Row};
 
 use crate::store::{QueueRow, entry_from_row, storage};
@@ -23,17 +23,20 @@ pub(crate) fn check(conn: &mut Connection) -> Result<IntegrityReport, KvError> {
     let tx = conn.transaction().map_err(storage)?;
     let mut report = IntegrityReport::default();
     structure(&tx, &mut report);
-    scan(&tx, ENTRIES_SQL, "kv", &mut report, |row, report| {
-        let entry = entry_from_row(row)?;
-        decode_key(&entry.key)?;
-        report.entries_checked += 1;
-        Ok(())
-    });
-    for (table, sql) in MESSAGES_SQL {
-        scan(&tx, sql, table, &mut report, |row, report| {
-            QueueRow::from_row(row)?.to_message()?;
-            report.messages_checked += 1;
+    scan(
+        &tx,
+        ENTRIES_SQL,
+        "kv",
+        TableHolds::Entries,
+        &mut report,
+        |row| {
+            decode_key(&entry_from_row(row)?.key)?;
             Ok(())
+        },
+    );
+    for (table, sql) in MESSAGES_SQL {
+        scan(&tx, sql, table, TableHolds::Messages, &mut report, |row| {
+            QueueRow::from_row(row)?.to_message().map(|_| ())
         });
     }
     tx.finish().map_err(storage)?;
@@ -56,48 +59,28 @@ fn structure(conn: &Connection, report: &mut IntegrityReport) {
     }
 }
 
-/// Reads every row of `sql` through `decode`. A row that does not decode is a problem and the
-/// scan goes on; a scan that stops with an error is a problem too (the rows after it are unseen).
+/// Reads every row of `sql` through `decode`, into the report (see
+/// [`IntegrityReport::scan_rows`]); a row's key is its first column when that is a blob.
 fn scan(
     conn: &Connection,
     sql: &str,
     table: &str,
+    holds: TableHolds,
     report: &mut IntegrityReport,
-    decode: impl Fn(&Row<'_>, &mut IntegrityReport) -> Result<(), KvError>,
+    decode: impl Fn(&Row<'_>) -> Result<(), KvError>,
 ) {
     let mut stmt = match conn.prepare(sql) {
         Ok(stmt) => stmt,
-        Err(err) => return report.problem(format!("table {table} cannot be read: {err}")),
+        Err(err) => return report.unreadable(table, err),
     };
-    let mut rows = match stmt.query([]) {
-        Ok(rows) => rows,
-        Err(err) => return report.problem(format!("table {table} cannot be read: {err}")),
-    };
-    let mut index = 0u64;
-    loop {
-        match rows.next() {
-            Ok(Some(row)) => {
-                if let Err(err) = decode(row, report) {
-                    let key = row
-                        .get_ref(0)
-                        .ok()
-                        .and_then(|value| value.as_blob().ok())
-                        .map(|key| format!(" (key {})", hex_bytes(key)))
-                        .unwrap_or_default();
-                    report.problem(format!("table {table}, row {index}{key}: {err}"));
-                }
-            }
-            Ok(None) => return,
-            Err(err) => {
-                return report.problem(format!(
-                    "table {table}: the scan stopped after {index} rows: {err}"
-                ));
-            }
-        }
-        index += 1;
+    let rows = stmt.query_map([], |row| {
+        Ok(decode(row).map_err(|err| -> RowProblem {
+            let key = row.get_ref(0).ok().and_then(|value| value.as_blob().ok());
+            (key.map(<[u8]>::to_vec), err)
+        }))
+    });
+    match rows {
+        Ok(rows) => report.scan_rows(table, holds, rows),
+        Err(err) => report.unreadable(table, err),
     }
-}
-
-fn hex_bytes(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -45,7 +45,6 @@
 
 mod integrity;
 mod messages;
-mod queue;
 mod reader;
 mod schema;
 mod store;
@@ -58,7 +57,7 @@ use async_trait::async_trait;
 use kv_proto::{
     Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, IntegrityReport, KvError,
     Limits, QueueMessageHandle, QueuedMessage, ReadRangeOutput, SystemClock, ValidatedRead,
-    ValidatedWatch, ValidatedWrite, WatchReader, WatchStream, watch_stream,
+    ValidatedWatch, ValidatedWrite, WatchStream, blocking_watch_stream,
 };
 use thiserror::Error;
 
@@ -254,13 +253,7 @@ impl SqliteBackend {
 #[async_trait]
 impl Engine for SqliteBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::none()
-            .with_durable(true)
-            .with_queues(!self.options.read_only)
-            .with_queue_inspection(true)
-            .with_watch(true)
-            .with_integrity_check(true)
-            .with_read_only(self.options.read_only)
+        Capabilities::durable_store(self.options.read_only)
     }
 
     async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
@@ -274,7 +267,7 @@ impl Engine for SqliteBackend {
     }
 
     async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
-        queue::next_message(self.writer()?, &self.options.clock, &self.signal).await
+        self.writer()?.next_message(&self.signal).await
     }
 
     async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
@@ -290,18 +283,14 @@ impl Engine for SqliteBackend {
     }
 
     fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {
-        let readers = self.readers.clone();
+        let (readers, clock) = (self.readers.clone(), self.options.clock.clone());
+        let read = move |keys: &[Vec<u8>]| readers.read_watched(keys, clock.now_ms());
         let clock = self.options.clock.clone();
-        let reader: WatchReader = Arc::new(move |keys| {
-            let readers = readers.clone();
-            let now_ms = clock.now_ms();
-            Box::pin(run_blocking(move || readers.read_watched(&keys, now_ms)))
-        });
-        Ok(watch_stream(
+        Ok(blocking_watch_stream(
             keys.into_inner(),
-            reader,
             &self.signal,
-            self.options.clock.clone(),
+            clock,
+            read,
         ))
     }
 

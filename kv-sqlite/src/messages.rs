@@ -1,9 +1,9 @@
-//! Deno's queue tables, as the writer changes them inside its group transaction.
+//! Deno's queue tables, as the writer changes them inside its group transaction: the table
+//! access of kv-proto's queue state machine ([`QueueTables`]).
 //!
 //! A message is in `queue` (waiting, by ready time `ts`) or in `queue_running` (handed to a
-//! consumer, with a `deadline` its writer renews while the consumer lives). Taking one moves it
-//! from `queue` to `queue_running`; settling it deletes the running row and stores what kv-proto's
-//! rule says ([`Settlement`]): nothing, the message back in `queue`, or its dead letters.
+//! consumer, with a `deadline` its writer renews while the consumer lives). kv-proto moves it
+//! between the two and decides what a settled delivery leaves ([`kv_proto::queue::settle`]).
 //!
 //! Several handles, in this process and in others, may share a file. A running row whose
 //! deadline passed belongs to a dead consumer, unless a live consumer of this process holds it
@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
 use chrono::{DateTime, Utc};
-use kv_proto::queue::{DeliveryOutcome, Settlement, delivery_deadline};
-use kv_proto::{Effects, KvError};
+use kv_proto::queue::{Due, QueueTables, QueuedMessage, fail_deliveries};
+use kv_proto::{Effects, KvError, ValidatedWrite, ms_to_datetime};
 use rusqlite::{Connection, params};
 
 use crate::store::{QueueRow, commit_write, insert_queue_row, storage};
@@ -33,43 +33,71 @@ pub(crate) fn held_registry() -> MutexGuard<'static, HashMap<PathBuf, HashSet<St
 const SELECT_DUE: &str = "select ts, id, data, backoff_schedule, keys_if_undelivered from queue
     where ts <= ?1 order by ts limit 1";
 const SELECT_DEAD: &str =
-    "select deadline, id, data, backoff_schedule, keys_if_undelivered from queue_running
-    where deadline <= ?1 order by deadline limit 100";
+    "select id from queue_running where deadline <= ?1 order by deadline limit 100";
 const SELECT_RUNNING: &str =
     "select deadline, id, data, backoff_schedule, keys_if_undelivered from queue_running
     where id = ?1";
 
-/// What a take found: the message taken (its id and payload), or else when the next one is due
-/// (ms), if any.
-pub(crate) type Found = Result<(String, Vec<u8>), Option<i64>>;
-
-/// The deadline of a delivery handed out (or renewed) at `now`, as stored.
-pub(crate) fn deadline_ms(now: DateTime<Utc>) -> i64 {
-    delivery_deadline(now).timestamp_millis()
+/// Deno's queue tables on a connection inside the writer's transaction (or savepoint).
+pub(crate) struct SqlQueue<'a> {
+    pub(crate) conn: &'a Connection,
 }
 
-/// Takes the first message due at `now` (after requeueing dead consumers' messages).
-pub(crate) fn take(
-    conn: &Connection,
-    now: DateTime<Utc>,
-    registry_key: &Path,
-    effects: &mut Effects,
-) -> Result<Found, KvError> {
-    requeue_dead(conn, now, registry_key, effects)?;
-    let Some(row) = query_row(conn, SELECT_DUE, params![now.timestamp_millis()])? else {
-        let next: Option<i64> = conn
-            .query_row("select min(ts) from queue", [], |row| row.get(0))
+impl QueueTables for SqlQueue<'_> {
+    type Id = String;
+    type Error = KvError;
+
+    fn take_due(
+        &mut self,
+        now: DateTime<Utc>,
+        deadline: DateTime<Utc>,
+    ) -> Result<Due<String>, KvError> {
+        let Some(row) = query_row(self.conn, SELECT_DUE, params![now.timestamp_millis()])? else {
+            let next: Option<i64> = self
+                .conn
+                .query_row("select min(ts) from queue", [], |row| row.get(0))
+                .map_err(storage)?;
+            return Ok(Due::NextAt(next.and_then(ms_to_datetime)));
+        };
+        self.conn
+            .execute(
+                "delete from queue where ts = ?1 and id = ?2",
+                params![row.time_ms, row.id],
+            )
             .map_err(storage)?;
-        return Ok(Err(next));
-    };
-    conn.execute(
-        "delete from queue where ts = ?1 and id = ?2",
-        params![row.time_ms, row.id],
-    )
-    .map_err(storage)?;
-    let message = row.to_message()?;
-    insert_queue_row(conn, "queue_running", deadline_ms(now), &row.id, &message)?;
-    Ok(Ok((row.id, row.data)))
+        let message = row.to_message()?;
+        let deadline_ms = deadline.timestamp_millis();
+        insert_queue_row(self.conn, "queue_running", deadline_ms, &row.id, &message)?;
+        Ok(Due::Message(row.id, message))
+    }
+
+    fn delete_running(&mut self, id: &String) -> Result<(), KvError> {
+        self.conn
+            .execute("delete from queue_running where id = ?1", [id])
+            .map_err(storage)?;
+        Ok(())
+    }
+
+    /// `queue_running` does not keep a message's ready time: it comes back as its deadline,
+    /// so a message given back untouched is due at once.
+    fn running(&mut self, id: &String) -> Result<Option<QueuedMessage>, KvError> {
+        let row = query_row(self.conn, SELECT_RUNNING, params![id])?;
+        row.map(|row| row.to_message()).transpose()
+    }
+
+    fn insert_ready(&mut self, id: &String, message: &QueuedMessage) -> Result<(), KvError> {
+        let ready_ms = message.ready_at.timestamp_millis();
+        insert_queue_row(self.conn, "queue", ready_ms, id, message)
+    }
+
+    fn write_dead_letters(
+        &mut self,
+        write: &ValidatedWrite,
+        now: DateTime<Utc>,
+        effects: &mut Effects,
+    ) -> Result<(), KvError> {
+        commit_write(self.conn, write, now, effects).map(|_| ())
+    }
 }
 
 /// Requeues (or dead-letters) running messages whose deadline passed and that no live consumer
@@ -80,70 +108,17 @@ pub(crate) fn requeue_dead(
     registry_key: &Path,
     effects: &mut Effects,
 ) -> Result<(), KvError> {
-    let dead: Vec<QueueRow> = {
+    let dead: Vec<String> = {
         let mut stmt = conn.prepare_cached(SELECT_DEAD).map_err(storage)?;
-        let mut rows = stmt.query([now.timestamp_millis()]).map_err(storage)?;
-        let mut dead = Vec::new();
-        while let Some(row) = rows.next().map_err(storage)? {
-            dead.push(QueueRow::from_row(row)?);
-        }
-        dead
+        let ids = stmt.query_map([now.timestamp_millis()], |row| row.get(0));
+        ids.and_then(Iterator::collect).map_err(storage)?
     };
-    let alive: HashSet<String> = held_registry()
+    let alive = held_registry()
         .get(registry_key)
         .cloned()
         .unwrap_or_default();
-    for row in dead.into_iter().filter(|row| !alive.contains(&row.id)) {
-        conn.execute(
-            "delete from queue_running where deadline = ?1 and id = ?2",
-            params![row.time_ms, row.id],
-        )
-        .map_err(storage)?;
-        let settlement = Settlement::of(&row.to_message()?, DeliveryOutcome::Failed, now);
-        apply(conn, &row, settlement, now, effects)?;
-    }
-    Ok(())
-}
-
-/// Ends the delivery of running message `id` as `outcome` says. An undelivered message goes back
-/// to `queue` due now (`queue_running` does not keep its ready time), its schedule untouched.
-pub(crate) fn finish(
-    conn: &Connection,
-    id: &str,
-    outcome: DeliveryOutcome,
-    now: DateTime<Utc>,
-    effects: &mut Effects,
-) -> Result<(), KvError> {
-    // Already settled (or requeued by another process after our deadline passed): nothing to do.
-    let Some(row) = query_row(conn, SELECT_RUNNING, params![id])? else {
-        return Ok(());
-    };
-    conn.execute("delete from queue_running where id = ?1", [id])
-        .map_err(storage)?;
-    let settlement = Settlement::of(&row.to_message()?, outcome, now);
-    apply(conn, &row, settlement, now, effects)
-}
-
-/// Stores what ending a delivery leaves: the message back in `queue`, or its dead letters.
-fn apply(
-    conn: &Connection,
-    row: &QueueRow,
-    settlement: Settlement,
-    now: DateTime<Utc>,
-    effects: &mut Effects,
-) -> Result<(), KvError> {
-    match settlement {
-        Settlement::Forget => {}
-        Settlement::Requeue(next) => {
-            let ready_ms = next.ready_at.timestamp_millis();
-            insert_queue_row(conn, "queue", ready_ms, &row.id, &next)?;
-            effects.queue = true;
-        }
-        Settlement::DeadLetter(write) => {
-            commit_write(conn, &write, now, effects)?;
-        }
-    }
-    Ok(())
+    let abandoned = dead.into_iter().filter(|id| !alive.contains(id));
+    fail_deliveries(&mut SqlQueue { conn }, abandoned, now, effects)
 }
 
 /// The first row `sql` selects (as `<time>, id, data, backoff_schedule, keys_if_undelivered`).

@@ -8,6 +8,10 @@
 //! for the whole group, with no timer to wait for. Replies go out after the commit, so an
 //! acknowledged write is on disk.
 //!
+//! Queue consumers dequeue through the kit's loop ([`Committer::next_delivery`]): the message is
+//! taken inside a group and handed out as a [`kv_proto::queue::Delivery`] settled through the
+//! writer, which renews its deadline while it is held.
+//!
 //! Between groups the committer's standby thread notices other processes' commits (`PRAGMA
 //! data_version` changes), renews the deadlines of the messages this handle's consumers hold, and
 //! sweeps expired entries and messages whose consumer died.
@@ -18,19 +22,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use kv_proto::committer::{self, Answers, Change, Committer, GroupRunner};
 use kv_proto::queue::{
-    Delivery, DeliveryEngine, DeliveryOutcome, MESSAGE_KEEPALIVE_INTERVAL, Taken,
+    self as kit, DeliveryEngine, DeliveryOutcome, Due, MESSAGE_KEEPALIVE_INTERVAL,
+    delivery_deadline,
 };
 use kv_proto::{
-    ChangeSignal, Clock, CommitResult, Effects, KvError, Notifier, ValidatedWrite, ms_to_datetime,
-    run_blocking,
+    ChangeSignal, Clock, CommitResult, Effects, KvError, Notifier, QueueMessageHandle,
+    ValidatedWrite, run_blocking,
 };
 use rusqlite::{Connection, ErrorCode, params};
-use tokio::sync::watch;
 
-use crate::messages::{self, Found, deadline_ms, held_registry};
+use crate::messages::{self, SqlQueue, held_registry};
 use crate::store::{commit_write, open_connection, storage};
 use crate::{Durability, SqliteError, schema};
 
@@ -97,17 +100,16 @@ impl Writer {
         self.committer.write(write, self.clock.now()).await
     }
 
-    /// Takes the first message due at `now`, guarded by a [`Delivery`] settled through this
-    /// writer.
-    pub(crate) async fn take_message(
+    /// Waits for the next due message and hands it out, settled through this writer; `Ok(None)`
+    /// once the handle closes (`closed`). See [`Committer::next_delivery`].
+    pub(crate) async fn next_message(
         self: &Arc<Self>,
-        now: DateTime<Utc>,
-    ) -> Result<Taken<Writer>, KvError> {
-        self.committer.take(0, now, self.clone()).await
-    }
-
-    pub(crate) fn subscribe_queue(&self) -> watch::Receiver<u64> {
-        self.notifier.subscribe_queue()
+        closed: &ChangeSignal,
+    ) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
+        let (notifier, clock) = (&self.notifier, &*self.clock);
+        (self.committer)
+            .next_delivery(0, self.clone(), notifier, clock, closed)
+            .await
     }
 
     /// Runs what is queued, then fails this handle's unfinished messages and closes the
@@ -181,15 +183,15 @@ impl GroupRunner for WriteConnection {
                 Change::Take {
                     now, engine, reply, ..
                 } => {
-                    let found = in_savepoint(&tx, |conn| {
-                        messages::take(conn, now, registry_key, &mut effects)
+                    let due = in_savepoint(&tx, |conn| {
+                        messages::requeue_dead(conn, now, registry_key, &mut effects)?;
+                        kit::take_due(&mut SqlQueue { conn }, now)
                     });
-                    let taken = found.map(|found| match found {
-                        Ok((id, payload)) => {
+                    let taken = due.map(|due| {
+                        due.into_taken(engine, |id| {
                             newly_held.push(id.clone());
-                            Taken::Message(Delivery::new(engine, id, payload))
-                        }
-                        Err(next_ms) => Taken::NextAt(next_ms.and_then(ms_to_datetime)),
+                            id
+                        })
                     });
                     answers.hold(Some(reply), taken);
                 }
@@ -200,7 +202,7 @@ impl GroupRunner for WriteConnection {
                     reply,
                 } => {
                     let result = in_savepoint(&tx, |conn| {
-                        messages::finish(conn, &id, outcome, now, &mut effects)
+                        kit::settle(&mut SqlQueue { conn }, &id, outcome, now, &mut effects)
                     });
                     released.push(id);
                     answers.hold(reply, result);
@@ -251,9 +253,8 @@ impl GroupRunner for WriteConnection {
         let now = self.clock.now();
         let mut effects = Effects::default();
         let failed = WriteTxn::begin(&self.conn).and_then(|tx| {
-            for id in &own {
-                messages::finish(&tx, id, DeliveryOutcome::Failed, now, &mut effects)?;
-            }
+            let mut tables = SqlQueue { conn: &tx };
+            kit::fail_deliveries(&mut tables, own.iter().cloned(), now, &mut effects)?;
             tx.commit()
         });
         // Whether or not the failures were stored, nobody here holds these messages any more: a
@@ -283,7 +284,7 @@ impl WriteConnection {
 
     /// Pushes the deadlines of this handle's held messages forward.
     fn renew_deadlines(&mut self) -> Result<(), KvError> {
-        let deadline = deadline_ms(self.clock.now());
+        let deadline = delivery_deadline(self.clock.now()).timestamp_millis();
         let tx = WriteTxn::begin(&self.conn)?;
         for id in &self.held {
             tx.execute(
@@ -399,7 +400,7 @@ trait Keep {
     }
 }
 impl Keep for () {}
-impl Keep for Found {}
+impl Keep for Due<String> {}
 impl Keep for Option<CommitResult> {
     fn keep(&self) -> bool {
         self.is_some()
