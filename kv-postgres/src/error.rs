@@ -60,6 +60,13 @@ pub enum PostgresError {
         source: tokio_postgres::Error,
     },
 
+    /// A broken promise inside this crate (a bug): the operation was not applied.
+    #[error("internal error in kv-postgres: {message}")]
+    Internal {
+        /// What went wrong.
+        message: String,
+    },
+
     /// The store was created by a newer version of this crate. It is left untouched.
     #[error(
         "the store's schema version {found} is newer than this build supports ({supported}); \

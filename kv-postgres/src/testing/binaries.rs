@@ -27,7 +27,10 @@ impl ServerBinaries {
         // An explicit PG_BIN is the only place looked at: a wrong one is reported, not ignored.
         let candidates: Vec<PathBuf> = match std::env::var_os("PG_BIN") {
             Some(dir) => vec![PathBuf::from(dir)],
-            None => debian_bin_dirs().into_iter().chain(pg_config_bindir()).collect(),
+            None => debian_bin_dirs()
+                .into_iter()
+                .chain(pg_config_bindir())
+                .collect(),
         };
         let Some(dir) = candidates.iter().find(|dir| has_programs(dir)) else {
             let searched = if candidates.is_empty() {
@@ -119,7 +122,7 @@ fn debian_bin_dirs() -> Vec<PathBuf> {
             Some((version, entry.path().join("bin")))
         })
         .collect();
-    versions.sort_by(|a, b| b.0.cmp(&a.0));
+    versions.sort_by_key(|(version, _)| std::cmp::Reverse(*version));
     versions.into_iter().map(|(_, dir)| dir).collect()
 }
 

@@ -149,7 +149,9 @@ impl TestCluster {
             .arg(self.primary.port.to_string())
             .args(["-d", database, "-c", sql]);
         let output = self.bin.run("psql", &mut command)?;
-        Ok(String::from_utf8_lossy(&output.stdout).trim_end().to_owned())
+        Ok(String::from_utf8_lossy(&output.stdout)
+            .trim_end()
+            .to_owned())
     }
 
     /// Stops the primary (`how`) and starts it again on the same port, as a fault test does:
@@ -298,12 +300,15 @@ impl TestCluster {
             .arg("-l")
             .arg(&log)
             .args(["-w", "-t", "60", "start"]);
-        self.bin.run("pg_ctl start", &mut start).map(drop).map_err(|err| {
-            cluster_error(
-                &format!("starting the {}", server.name),
-                format!("{err}\nlog:\n{}", tail(&log)),
-            )
-        })
+        self.bin
+            .run("pg_ctl start", &mut start)
+            .map(drop)
+            .map_err(|err| {
+                cluster_error(
+                    &format!("starting the {}", server.name),
+                    format!("{err}\nlog:\n{}", tail(&log)),
+                )
+            })
     }
 
     fn stop(&self, server: &Server, how: Shutdown) -> Result<(), PostgresError> {
@@ -319,13 +324,13 @@ impl TestCluster {
         if !server.data.join("postmaster.pid").exists() {
             return;
         }
-        if let Err(fast) = self.stop(server, Shutdown::Fast) {
-            if let Err(immediate) = self.stop(server, Shutdown::Immediate) {
-                eprintln!(
-                    "kv-postgres: could not stop the test {} ({fast}; then {immediate})",
-                    server.name
-                );
-            }
+        if let Err(fast) = self.stop(server, Shutdown::Fast)
+            && let Err(immediate) = self.stop(server, Shutdown::Immediate)
+        {
+            eprintln!(
+                "kv-postgres: could not stop the test {} ({fast}; then {immediate})",
+                server.name
+            );
         }
     }
 }
@@ -352,8 +357,8 @@ fn append(path: &Path, text: &str) -> Result<(), PostgresError> {
 /// A port nothing listens on right now (the server may still lose a race for it: the caller
 /// retries).
 fn free_port() -> Result<u16, PostgresError> {
-    let listener = TcpListener::bind(("127.0.0.1", 0))
-        .map_err(|e| cluster_error("finding a free port", e))?;
+    let listener =
+        TcpListener::bind(("127.0.0.1", 0)).map_err(|e| cluster_error("finding a free port", e))?;
     listener
         .local_addr()
         .map(|a| a.port())
