@@ -14,7 +14,10 @@ fn a_cluster_with_a_replica_streams_restarts_and_cleans_up() {
     let dir = cluster.dir().to_path_buf();
     assert!(cluster.url().starts_with("postgres://postgres@127.0.0.1:"));
     cluster
-        .psql("postgres", "create table t(x int); insert into t values (42)")
+        .psql(
+            "postgres",
+            "create table t(x int); insert into t values (42)",
+        )
         .unwrap();
 
     for how in [Shutdown::Fast, Shutdown::Immediate] {
