@@ -27,7 +27,7 @@ async fn open(cluster: &TestCluster, schema: &str) -> Result<PostgresBackend, Kv
 }
 
 fn k(name: &str) -> Vec<u8> {
-    encode_key(&key![name]).unwrap()
+    encode_key(&key![name]).expect("a valid key")
 }
 
 async fn set(kv: &dyn Backend, name: &str, value: u64) -> Versionstamp {
@@ -35,7 +35,11 @@ async fn set(kv: &dyn Backend, name: &str, value: u64) -> Versionstamp {
         mutations: vec![Mutation::set(k(name), KvValue::U64(value))],
         ..AtomicWrite::default()
     };
-    kv.atomic_write(write).await.unwrap().unwrap().versionstamp
+    kv.atomic_write(write)
+        .await
+        .expect("write")
+        .expect("no checks")
+        .versionstamp
 }
 
 async fn get(kv: &dyn Backend, name: &str) -> Option<KvValue> {
@@ -43,7 +47,7 @@ async fn get(kv: &dyn Backend, name: &str) -> Option<KvValue> {
         ranges: vec![ReadRange::single_encoded_key(k(name))],
         ..SnapshotRead::default()
     };
-    let mut out = kv.snapshot_read(read).await.unwrap();
+    let mut out = kv.snapshot_read(read).await.expect("read");
     out.remove(0).entries.pop().map(|e| e.value)
 }
 
