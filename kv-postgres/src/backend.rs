@@ -19,7 +19,7 @@ use crate::committer::Committer;
 use crate::connect::connect;
 use crate::events::Events;
 use crate::group::{WriteGroup, WriteRequest};
-use crate::queue::Queue;
+use crate::queue::{Queue, QueueContext};
 use crate::sql::Sql;
 use crate::{PostgresError, PostgresOptions, housekeeping, listener, reader, schema};
 
@@ -91,14 +91,14 @@ impl PostgresBackend {
         let group = WriteGroup::new(config, sql.clone(), events.clone(), origin.clone());
         // The committer's task ends by itself once every handle to it is gone.
         let (committer, _) = Committer::start(group, options.max_group);
-        let (queue, settler) = Queue::start(
-            pool.clone(),
-            sql.clone(),
-            options.clock.clone(),
-            events.clone(),
-            committer.clone(),
+        let (queue, settler) = Queue::start(QueueContext {
+            pool: pool.clone(),
+            sql: sql.clone(),
+            clock: options.clock.clone(),
+            events: events.clone(),
+            committer: committer.clone(),
             origin,
-        );
+        });
         let housekeeping = housekeeping::start(
             pool.clone(),
             sql.clone(),

@@ -48,14 +48,21 @@ pub(crate) struct Ticket {
     lease: Uuid,
 }
 
+/// What the queue of a handle works with.
+pub(crate) struct QueueContext {
+    pub(crate) pool: Pool,
+    pub(crate) sql: Arc<Sql>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) events: Arc<Events>,
+    /// Dead letters are commits: they lock the version row like every write.
+    pub(crate) committer: Committer<WriteGroup>,
+    /// This handle's name in notifications.
+    pub(crate) origin: String,
+}
+
 /// The queue side of one handle.
 pub(crate) struct Queue {
-    pool: Pool,
-    sql: Arc<Sql>,
-    clock: Arc<dyn Clock>,
-    events: Arc<Events>,
-    committer: Committer<WriteGroup>,
-    origin: String,
+    ctx: QueueContext,
     /// Messages this handle handed out and that are not settled: id → lease.
     held: Mutex<HashMap<Uuid, Uuid>>,
     /// Settlements from `Drop`, for the settler task.
@@ -64,22 +71,10 @@ pub(crate) struct Queue {
 
 impl Queue {
     /// The queue of a handle, and the task that settles deliveries dropped unfinished.
-    pub(crate) fn start(
-        pool: Pool,
-        sql: Arc<Sql>,
-        clock: Arc<dyn Clock>,
-        events: Arc<Events>,
-        committer: Committer<WriteGroup>,
-        origin: String,
-    ) -> (Arc<Self>, JoinHandle<()>) {
+    pub(crate) fn start(ctx: QueueContext) -> (Arc<Self>, JoinHandle<()>) {
         let (settler, mut inbox) = mpsc::unbounded_channel::<(Ticket, DeliveryOutcome)>();
         let queue = Arc::new(Queue {
-            pool,
-            sql,
-            clock,
-            events,
-            committer,
-            origin,
+            ctx,
             held: Mutex::new(HashMap::new()),
             settler,
         });
@@ -99,9 +94,9 @@ impl Queue {
         self: &Arc<Self>,
     ) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
         next_delivery(
-            self.events.queue_changes(),
-            &*self.clock,
-            &self.events.signal,
+            self.ctx.events.queue_changes(),
+            &*self.ctx.clock,
+            &self.ctx.events.signal,
             |now| {
                 let queue = self.clone();
                 async move {
@@ -127,12 +122,12 @@ impl Queue {
 
     /// Requeues what dead consumers left, then takes the first due message.
     async fn take(self: Arc<Self>, now: DateTime<Utc>) -> Result<Taken<Queue>, KvError> {
-        let client = pooled(&self.pool).await?;
+        let client = pooled(&self.ctx.pool).await?;
         let held = self.held_ids();
         let now_ms = codec::ms(now);
 
         let expired = client
-            .prepare_cached(&self.sql.expired_leases)
+            .prepare_cached(&self.ctx.sql.expired_leases)
             .await
             .map_err(pg)?;
         for row in client
@@ -154,7 +149,7 @@ impl Queue {
         let lease = Uuid::new_v4();
         let deadline = now + TimeDelta::from_std(MESSAGE_DEADLINE).unwrap_or(TimeDelta::MAX);
         let take = client
-            .prepare_cached(&self.sql.take_due)
+            .prepare_cached(&self.ctx.sql.take_due)
             .await
             .map_err(pg)?;
         let rows = client
@@ -173,7 +168,7 @@ impl Queue {
         }
 
         let next = client
-            .prepare_cached(&self.sql.next_due)
+            .prepare_cached(&self.ctx.sql.next_due)
             .await
             .map_err(pg)?;
         let row = client.query_one(&next, &[&held]).await.map_err(pg)?;
@@ -197,11 +192,11 @@ impl Queue {
         match after_failed_delivery(message, at) {
             DeliveryFailure::Retry(next) => {
                 let statement = client
-                    .prepare_cached(&self.sql.retry_leased)
+                    .prepare_cached(&self.ctx.sql.retry_leased)
                     .await
                     .map_err(pg)?;
                 let backoff = codec::backoff_column(&next.backoff_schedule);
-                let note = payload(&self.origin, false, true);
+                let note = payload(&self.ctx.origin, false, true);
                 client
                     .query(
                         &statement,
@@ -210,13 +205,13 @@ impl Queue {
                             &ticket.lease,
                             &codec::ms(next.ready_at),
                             &backoff,
-                            &self.sql.channel,
+                            &self.ctx.sql.channel,
                             &note,
                         ],
                     )
                     .await
                     .map_err(pg)?;
-                self.events.queue_changed();
+                self.ctx.events.queue_changed();
                 Ok(())
             }
             DeliveryFailure::DeadLetter { mutations } => {
@@ -225,10 +220,10 @@ impl Queue {
                         mutations,
                         ..AtomicWrite::default()
                     },
-                    now: self.clock.now(),
+                    now: self.ctx.clock.now(),
                     claim: Some((ticket.id, ticket.lease)),
                 };
-                self.committer.submit(request).await?.map(drop)
+                self.ctx.committer.submit(request).await?.map(drop)
             }
         }
     }
@@ -236,8 +231,8 @@ impl Queue {
     /// Stores how a delivery ended (unless its lease was lost meanwhile: then someone else
     /// already settled it).
     async fn settle_now(&self, ticket: Ticket, outcome: DeliveryOutcome) -> Result<(), KvError> {
-        let client = pooled(&self.pool).await?;
-        let sql = &self.sql;
+        let client = pooled(&self.ctx.pool).await?;
+        let sql = &self.ctx.sql;
         match outcome {
             DeliveryOutcome::Succeeded => {
                 let statement = client
@@ -254,8 +249,8 @@ impl Queue {
                     .prepare_cached(&sql.release_leased)
                     .await
                     .map_err(pg)?;
-                let now = codec::ms(self.clock.now());
-                let note = payload(&self.origin, false, true);
+                let now = codec::ms(self.ctx.clock.now());
+                let note = payload(&self.ctx.origin, false, true);
                 client
                     .query(
                         &statement,
@@ -263,7 +258,7 @@ impl Queue {
                     )
                     .await
                     .map_err(pg)?;
-                self.events.queue_changed();
+                self.ctx.events.queue_changed();
             }
             DeliveryOutcome::Failed => {
                 let statement = client
@@ -276,7 +271,7 @@ impl Queue {
                     .map_err(pg)?;
                 if let Some(row) = rows.first() {
                     let stored = codec::message(row)?;
-                    self.fail(&client, &stored.message, ticket, self.clock.now())
+                    self.fail(&client, &stored.message, ticket, self.ctx.clock.now())
                         .await?;
                 }
             }
@@ -293,10 +288,10 @@ impl Queue {
             return Ok(());
         }
         let deadline =
-            self.clock.now() + TimeDelta::from_std(MESSAGE_DEADLINE).unwrap_or(TimeDelta::MAX);
-        let client = pooled(&self.pool).await?;
+            self.ctx.clock.now() + TimeDelta::from_std(MESSAGE_DEADLINE).unwrap_or(TimeDelta::MAX);
+        let client = pooled(&self.ctx.pool).await?;
         let statement = client
-            .prepare_cached(&self.sql.renew_leases)
+            .prepare_cached(&self.ctx.sql.renew_leases)
             .await
             .map_err(pg)?;
         client

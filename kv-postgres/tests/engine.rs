@@ -7,11 +7,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
+use kv_conformance::support;
 use kv_postgres::testing::{ClusterOptions, Shutdown, TestCluster};
 use kv_postgres::{PostgresBackend, PostgresError, PostgresOptions};
 use kv_proto::{
-    AtomicWrite, Backend, Check, Enqueue, KvError, KvValue, Mutation, ReadRange, SnapshotRead,
-    Versionstamp, WatchKeyOutput, encode_key, key,
+    AtomicWrite, Backend, Check, Enqueue, KvError, KvValue, Mutation, Versionstamp, WatchKeyOutput,
+    key,
 };
 
 fn cluster() -> Option<TestCluster> {
@@ -27,28 +28,15 @@ async fn open(cluster: &TestCluster, schema: &str) -> Result<PostgresBackend, Kv
 }
 
 fn k(name: &str) -> Vec<u8> {
-    encode_key(&key![name]).expect("a valid key")
+    support::enc(&key![name])
 }
 
 async fn set(kv: &dyn Backend, name: &str, value: u64) -> Versionstamp {
-    let write = AtomicWrite {
-        mutations: vec![Mutation::set(k(name), KvValue::U64(value))],
-        ..AtomicWrite::default()
-    };
-    kv.atomic_write(write)
-        .await
-        .expect("write")
-        .expect("no checks")
-        .versionstamp
+    support::set(kv, &key![name], KvValue::U64(value)).await
 }
 
 async fn get(kv: &dyn Backend, name: &str) -> Option<KvValue> {
-    let read = SnapshotRead {
-        ranges: vec![ReadRange::single_encoded_key(k(name))],
-        ..SnapshotRead::default()
-    };
-    let mut out = kv.snapshot_read(read).await.expect("read");
-    out.remove(0).entries.pop().map(|e| e.value)
+    support::get_value(kv, &key![name]).await
 }
 
 /// The PostgresError inside a KvError::Storage, if any.
