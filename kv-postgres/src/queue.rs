@@ -3,7 +3,7 @@
 //! A consumer **takes** a message with one statement (`FOR UPDATE SKIP LOCKED`, so consumers
 //! never wait for each other) that gives it a *lease*: a random token and a deadline
 //! ([`MESSAGE_DEADLINE`] ahead). While the consumer holds the message, this handle renews the
-//! deadline every [`kv_proto::queue::MESSAGE_KEEPALIVE_INTERVAL`] (see `crate::housekeeping`).
+//! deadline every [`kv_proto::queue::MESSAGE_KEEPALIVE_INTERVAL`] (the handle's housekeeping task does it).
 //! Every later change to the message names its lease, so a stale holder changes nothing:
 //!
 //! - success deletes it; failure applies kv-proto's rule ([`after_failed_delivery`]): back in

@@ -63,7 +63,7 @@ pub(crate) async fn ensure(client: &mut Client, sql: &Sql) -> Result<(), Postgre
     .await?;
     let found = columns(&tx, &sql.schema).await?;
     if found.is_empty() {
-        tx.batch_execute(&sql.create_tables()).await?;
+        tx.batch_execute(&create_tables(&sql.schema)).await?;
         tx.commit().await?;
         return Ok(());
     }
@@ -71,6 +71,40 @@ pub(crate) async fn ensure(client: &mut Client, sql: &Sql) -> Result<(), Postgre
     // Nothing was changed either way; end the transaction without committing anything.
     tx.rollback().await?;
     checked
+}
+
+/// The statements that create the store's tables in `s` (at [`SCHEMA_VERSION`]).
+fn create_tables(s: &str) -> String {
+    format!(
+        "CREATE SCHEMA IF NOT EXISTS \"{s}\";
+         CREATE TABLE \"{s}\".kv_meta (
+           id boolean PRIMARY KEY DEFAULT true CHECK (id),
+           schema_version integer NOT NULL,
+           data_version bigint NOT NULL
+         );
+         INSERT INTO \"{s}\".kv_meta VALUES (true, {SCHEMA_VERSION}, 0);
+         CREATE TABLE \"{s}\".kv (
+           k bytea PRIMARY KEY,
+           v bytea NOT NULL,
+           v_encoding smallint NOT NULL,
+           vs bytea NOT NULL CHECK (length(vs) = 10),
+           expires_at bigint
+         );
+         CREATE INDEX kv_expires_at ON \"{s}\".kv (expires_at) WHERE expires_at IS NOT NULL;
+         CREATE TABLE \"{s}\".kv_queue (
+           id uuid PRIMARY KEY,
+           ready_at bigint NOT NULL,
+           payload bytea NOT NULL,
+           keys_if_undelivered bytea[] NOT NULL,
+           backoff_ms integer[] NOT NULL,
+           lease uuid,
+           deadline bigint,
+           CHECK ((lease IS NULL) = (deadline IS NULL))
+         );
+         CREATE INDEX kv_queue_ready ON \"{s}\".kv_queue (ready_at, id) WHERE lease IS NULL;
+         CREATE INDEX kv_queue_deadline ON \"{s}\".kv_queue (deadline)
+           WHERE lease IS NOT NULL;"
+    )
 }
 
 /// The columns of our tables that exist in `schema`: table → [(column, type)].

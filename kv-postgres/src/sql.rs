@@ -159,42 +159,6 @@ impl Sql {
             all_messages: format!("SELECT {MESSAGE} FROM {queue} ORDER BY ready_at, id"),
         })
     }
-
-    /// The statements that create the store's tables (schema version
-    /// [`crate::schema::SCHEMA_VERSION`]).
-    pub(crate) fn create_tables(&self) -> String {
-        let s = &self.schema;
-        format!(
-            "CREATE SCHEMA IF NOT EXISTS \"{s}\";
-             CREATE TABLE \"{s}\".kv_meta (
-               id boolean PRIMARY KEY DEFAULT true CHECK (id),
-               schema_version integer NOT NULL,
-               data_version bigint NOT NULL
-             );
-             INSERT INTO \"{s}\".kv_meta VALUES (true, {version}, 0);
-             CREATE TABLE \"{s}\".kv (
-               k bytea PRIMARY KEY,
-               v bytea NOT NULL,
-               v_encoding smallint NOT NULL,
-               vs bytea NOT NULL CHECK (length(vs) = 10),
-               expires_at bigint
-             );
-             CREATE INDEX kv_expires_at ON \"{s}\".kv (expires_at) WHERE expires_at IS NOT NULL;
-             CREATE TABLE \"{s}\".kv_queue (
-               id uuid PRIMARY KEY,
-               ready_at bigint NOT NULL,
-               payload bytea NOT NULL,
-               keys_if_undelivered bytea[] NOT NULL,
-               backoff_ms integer[] NOT NULL,
-               lease uuid,
-               deadline bigint,
-               CHECK ((lease IS NULL) = (deadline IS NULL))
-             );
-             CREATE INDEX kv_queue_ready ON \"{s}\".kv_queue (ready_at, id) WHERE lease IS NULL;
-             CREATE INDEX kv_queue_deadline ON \"{s}\".kv_queue (deadline) WHERE lease IS NOT NULL;",
-            version = crate::schema::SCHEMA_VERSION,
-        )
-    }
 }
 
 #[cfg(test)]
