@@ -244,18 +244,21 @@ impl Backend for PostgresBackend {
 
     /// Closes this handle: its watch streams end, its waiting dequeues return `None`, and its
     /// background tasks stop. Every acknowledged write is already committed. Messages it handed
-    /// out and that are not finished are released when their lease runs out (as a crashed
-    /// consumer's would be).
+    /// out and that are not finished count as failed deliveries, as kv-sqlite does at close: they
+    /// come back after their next back-off interval (or go to their dead-letter keys) rather than
+    /// after their lease. If that cannot be stored (the server is unreachable), or the close is
+    /// dropped half-way, they come back when their lease runs out, as a crashed consumer's do.
     async fn close(&self) -> Result<(), KvError> {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         self.stop_tasks();
+        let released = self.queue.fail_held().await;
         self.pool.close();
         for replica in &self.replicas {
             replica.close();
         }
-        Ok(())
+        released
     }
 }
 

@@ -301,6 +301,27 @@ impl Queue {
         Ok(())
     }
 
+    /// Counts a failed delivery for every message this handle still holds (its handle is
+    /// closing): each comes back after its next back-off interval, or goes to its dead-letter
+    /// keys, instead of waiting for its lease to run out. A delivery settled later through its
+    /// handle changes nothing, as its lease no longer holds.
+    pub(crate) async fn fail_held(&self) -> Result<(), KvError> {
+        let held: Vec<Ticket> = self
+            .held()
+            .drain()
+            .map(|(id, lease)| Ticket { id, lease })
+            .collect();
+        let mut first_error = None;
+        for ticket in held {
+            // One failure must not keep the others held: each failed one comes back when its
+            // lease runs out.
+            if let Err(err) = self.settle_now(ticket, DeliveryOutcome::Failed).await {
+                first_error.get_or_insert(err);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
     /// Forgets `ticket` among the held messages (it is being settled).
     fn let_go(&self, ticket: Ticket) {
         let mut held = self.held();

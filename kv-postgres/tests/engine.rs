@@ -11,8 +11,8 @@ use kv_conformance::support;
 use kv_postgres::testing::{ClusterOptions, Shutdown, TestCluster};
 use kv_postgres::{PostgresBackend, PostgresError, PostgresOptions};
 use kv_proto::{
-    AtomicWrite, Backend, Check, Enqueue, KvError, KvValue, Mutation, Versionstamp, WatchKeyOutput,
-    key,
+    AtomicWrite, Backend, Check, Clock, Enqueue, KvError, KvValue, ManualClock, Mutation,
+    Versionstamp, WatchKeyOutput, key,
 };
 
 fn cluster() -> Option<TestCluster> {
@@ -25,6 +25,31 @@ async fn open(cluster: &TestCluster, schema: &str) -> Result<PostgresBackend, Kv
         ..PostgresOptions::default()
     };
     PostgresBackend::open_with(&cluster.url(), options).await
+}
+
+/// A handle on `schema` whose time is `clock`.
+async fn open_at(cluster: &TestCluster, schema: &str, clock: &ManualClock) -> PostgresBackend {
+    let options = PostgresOptions {
+        schema: schema.to_owned(),
+        clock: Arc::new(clock.clone()),
+        ..PostgresOptions::default()
+    };
+    PostgresBackend::open_with(&cluster.url(), options)
+        .await
+        .expect("open")
+}
+
+/// A message due now on `clock`, with the default back-off schedule.
+fn message_write(payload: &[u8], clock: &ManualClock) -> AtomicWrite {
+    AtomicWrite {
+        enqueues: vec![Enqueue {
+            payload: payload.to_vec(),
+            ready_at: clock.now(),
+            keys_if_undelivered: vec![],
+            backoff_schedule: None,
+        }],
+        ..AtomicWrite::default()
+    }
 }
 
 fn k(name: &str) -> Vec<u8> {
@@ -323,4 +348,36 @@ async fn acknowledged_writes_survive_primary_restarts_under_load() {
         acked_after_restarts.load(Ordering::Relaxed) > 0,
         "writes resumed after the restarts without reopening"
     );
+}
+
+/// Closing a handle gives back the messages it still holds as failed deliveries: another
+/// consumer gets them after the first back-off interval (100 ms), long before the 5 s lease of
+/// the closed handle would have run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_handle_gives_back_the_messages_it_holds() {
+    let Some(cluster) = cluster() else { return };
+    let clock = ManualClock::at_test_epoch();
+    let first = open_at(&cluster, "closing", &clock).await;
+    let second = open_at(&cluster, "closing", &clock).await;
+    first
+        .atomic_write(message_write(b"held at close", &clock))
+        .await
+        .unwrap()
+        .unwrap();
+    let held = first.dequeue_next_message().await.unwrap().unwrap();
+    first.close().await.unwrap();
+
+    // Past the back-off interval, well inside the lease.
+    clock.advance(Duration::from_secs(1));
+    let again = tokio::time::timeout(Duration::from_secs(5), second.dequeue_next_message())
+        .await
+        .expect("the message came back when its holder closed, not after its lease")
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.payload(), b"held at close");
+    // The closed handle's late answer (an error or not) changes nothing.
+    let _ = held.finish(true).await;
+    assert_eq!(second.queued_messages().await.unwrap().len(), 1);
+    again.finish(true).await.unwrap();
+    assert!(second.queued_messages().await.unwrap().is_empty());
 }
