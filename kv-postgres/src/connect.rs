@@ -2,6 +2,7 @@
 
 use std::error::Error as _;
 
+use kv_proto::KvError;
 use tokio_postgres::{Client, Config, NoTls};
 
 use crate::PostgresError;
@@ -32,4 +33,15 @@ pub(crate) fn is_connection_failure(err: &tokio_postgres::Error) -> bool {
         // starting up); 40001 / 40P01: serialization failure / deadlock, safe to run again.
         code.starts_with("08") || code.starts_with("57") || code == "40001" || code == "40P01"
     })
+}
+
+/// Whether `err` (as this crate reports it) is a [connection failure](is_connection_failure).
+pub(crate) fn is_lost_connection(err: &KvError) -> bool {
+    match err {
+        KvError::Storage { source } => matches!(
+            source.downcast_ref::<PostgresError>(),
+            Some(PostgresError::Postgres(err)) if is_connection_failure(err)
+        ),
+        _ => false,
+    }
 }

@@ -5,6 +5,8 @@
 //! range is one statement, which is a snapshot by itself. Expired entries are filtered by the
 //! query, with the handle's clock: invisible from the millisecond they expire, swept or not.
 
+use std::future::Future;
+
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Object, Pool};
 use futures::future::try_join_all;
@@ -15,6 +17,7 @@ use tokio_postgres::types::ToSql;
 
 use crate::PostgresError;
 use crate::codec;
+use crate::connect::is_lost_connection;
 use crate::error::pg;
 use crate::sql::Sql;
 
@@ -25,6 +28,27 @@ pub(crate) async fn pooled(pool: &Pool) -> Result<Object, KvError> {
         .map_err(|e| PostgresError::Pool(e.to_string()).into())
 }
 
+/// Runs `read` on a pooled connection, and once more on a fresh one if the connection turned out
+/// to be dead.
+///
+/// A pooled connection can die without anyone noticing while it sits idle (the server restarted,
+/// a firewall dropped the path): the pool hands it out as healthy and its first statement fails.
+/// Every other idle connection is then suspect too, so they are all dropped and `read` runs again
+/// on a new connection. Only for reads, which can run twice harmlessly.
+pub(crate) async fn with_fresh_retry<T, F, Fut>(pool: &Pool, read: F) -> Result<T, KvError>
+where
+    F: Fn(Object) -> Fut,
+    Fut: Future<Output = Result<T, KvError>>,
+{
+    match read(pooled(pool).await?).await {
+        Err(err) if is_lost_connection(&err) => {
+            pool.retain(|_, _| false);
+            read(pooled(pool).await?).await
+        }
+        answer => answer,
+    }
+}
+
 /// Answers `ranges` from one snapshot, as of `now`.
 pub(crate) async fn read_ranges(
     pool: &Pool,
@@ -32,7 +56,16 @@ pub(crate) async fn read_ranges(
     ranges: &[ReadRange],
     now: DateTime<Utc>,
 ) -> Result<Vec<ReadRangeOutput>, KvError> {
-    let mut client = pooled(pool).await?;
+    with_fresh_retry(pool, |client| read_ranges_on(client, sql, ranges, now)).await
+}
+
+/// [`read_ranges`] on one connection.
+async fn read_ranges_on(
+    mut client: Object,
+    sql: &Sql,
+    ranges: &[ReadRange],
+    now: DateTime<Utc>,
+) -> Result<Vec<ReadRangeOutput>, KvError> {
     let now = codec::ms(now);
     if let [range] = ranges {
         return Ok(vec![read_range(&client, sql, range, now).await?]);
@@ -88,9 +121,11 @@ pub(crate) async fn read_watched(
     keys: &[Vec<u8>],
     now: DateTime<Utc>,
 ) -> Result<Vec<WatchedEntry>, KvError> {
-    let client = pooled(pool).await?;
-    let statement = client.prepare_cached(&sql.read_keys).await.map_err(pg)?;
-    let rows = client.query(&statement, &[&keys]).await.map_err(pg)?;
+    let rows = with_fresh_retry(pool, |client| async move {
+        let statement = client.prepare_cached(&sql.read_keys).await.map_err(pg)?;
+        client.query(&statement, &[&keys]).await.map_err(pg)
+    })
+    .await?;
     let mut found = std::collections::HashMap::with_capacity(rows.len());
     for row in &rows {
         let (key, stored) = codec::stored_entry(row)?;
@@ -117,9 +152,11 @@ pub(crate) async fn queued_messages(
     sql: &Sql,
     now: DateTime<Utc>,
 ) -> Result<Vec<QueuedMessage>, KvError> {
-    let client = pooled(pool).await?;
-    let statement = client.prepare_cached(&sql.all_messages).await.map_err(pg)?;
-    let rows = client.query(&statement, &[]).await.map_err(pg)?;
+    let rows = with_fresh_retry(pool, |client| async move {
+        let statement = client.prepare_cached(&sql.all_messages).await.map_err(pg)?;
+        client.query(&statement, &[]).await.map_err(pg)
+    })
+    .await?;
     let mut messages = rows
         .iter()
         .map(|row| {

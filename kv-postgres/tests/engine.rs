@@ -1,76 +1,18 @@
 //! What kv-postgres adds beyond the conformance suite: its schema refusals, several handles (as
-//! several processes would) sharing one store, batching, and surviving primary restarts. Each
+//! several processes would) sharing one store, batching, and closing. Each
 //! test starts its own throwaway cluster.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
-use kv_conformance::support;
-use kv_postgres::testing::{ClusterOptions, Shutdown, TestCluster};
-use kv_postgres::{PostgresBackend, PostgresError, PostgresOptions};
+use kv_postgres::PostgresError;
 use kv_proto::{
-    AtomicWrite, Backend, Check, Clock, Enqueue, KvError, KvValue, ManualClock, Mutation,
-    Versionstamp, WatchKeyOutput, key,
+    AtomicWrite, Backend, Check, Enqueue, KvError, KvValue, ManualClock, Mutation, WatchKeyOutput,
 };
 
-fn cluster() -> Option<TestCluster> {
-    TestCluster::start_or_skip(ClusterOptions::default())
-}
-
-async fn open(cluster: &TestCluster, schema: &str) -> Result<PostgresBackend, KvError> {
-    let options = PostgresOptions {
-        schema: schema.to_owned(),
-        ..PostgresOptions::default()
-    };
-    PostgresBackend::open_with(&cluster.url(), options).await
-}
-
-/// A handle on `schema` whose time is `clock`.
-async fn open_at(cluster: &TestCluster, schema: &str, clock: &ManualClock) -> PostgresBackend {
-    let options = PostgresOptions {
-        schema: schema.to_owned(),
-        clock: Arc::new(clock.clone()),
-        ..PostgresOptions::default()
-    };
-    PostgresBackend::open_with(&cluster.url(), options)
-        .await
-        .expect("open")
-}
-
-/// A message due now on `clock`, with the default back-off schedule.
-fn message_write(payload: &[u8], clock: &ManualClock) -> AtomicWrite {
-    AtomicWrite {
-        enqueues: vec![Enqueue {
-            payload: payload.to_vec(),
-            ready_at: clock.now(),
-            keys_if_undelivered: vec![],
-            backoff_schedule: None,
-        }],
-        ..AtomicWrite::default()
-    }
-}
-
-fn k(name: &str) -> Vec<u8> {
-    support::enc(&key![name])
-}
-
-async fn set(kv: &dyn Backend, name: &str, value: u64) -> Versionstamp {
-    support::set(kv, &key![name], KvValue::U64(value)).await
-}
-
-async fn get(kv: &dyn Backend, name: &str) -> Option<KvValue> {
-    support::get_value(kv, &key![name]).await
-}
-
-/// The PostgresError inside a KvError::Storage, if any.
-fn postgres_error(err: &KvError) -> Option<&PostgresError> {
-    match err {
-        KvError::Storage { source } => source.downcast_ref::<PostgresError>(),
-        _ => None,
-    }
-}
+mod common;
+use common::{cluster, k, message_write, open, open_at, postgres_error, set};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_with_a_newer_schema_version_is_refused_untouched() {
@@ -274,79 +216,6 @@ async fn concurrent_writes_share_transactions_and_a_failed_check_fails_alone() {
         transactions <= WRITERS / 2,
         "{} rows came from {transactions} transactions: writes were not grouped",
         WRITERS / 2 + 1
-    );
-}
-
-/// Restarting the primary (fast, then immediate) under load: writes go on by themselves, and
-/// every acknowledged write is there; a write either committed, failed clearly, or reported an
-/// unknown outcome — and only those may or may not be there.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acknowledged_writes_survive_primary_restarts_under_load() {
-    let Some(cluster) = cluster() else { return };
-    let cluster = Arc::new(cluster);
-    let kv = Arc::new(open(&cluster, "public").await.unwrap());
-    let stop = Arc::new(AtomicBool::new(false));
-    const WRITERS: usize = 4;
-    let acked_after_restarts = Arc::new(AtomicU64::new(0));
-    let restarted = Arc::new(AtomicBool::new(false));
-    let writers: Vec<_> = (0..WRITERS)
-        .map(|n| {
-            let (kv, stop) = (kv.clone(), stop.clone());
-            let (after, restarted) = (acked_after_restarts.clone(), restarted.clone());
-            tokio::spawn(async move {
-                let (mut acked, mut unknown, mut failed) = (0u64, 0u64, 0u64);
-                while !stop.load(Ordering::Acquire) {
-                    let write = AtomicWrite {
-                        mutations: vec![Mutation::sum(k(&format!("counter {n}")), KvValue::U64(1))],
-                        ..AtomicWrite::default()
-                    };
-                    match kv.atomic_write(write).await {
-                        Ok(Some(_)) => {
-                            acked += 1;
-                            if restarted.load(Ordering::Acquire) {
-                                after.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        Ok(None) => unreachable!("no checks"),
-                        Err(err) => match postgres_error(&err) {
-                            Some(PostgresError::OutcomeUnknown { .. }) => unknown += 1,
-                            _ => failed += 1,
-                        },
-                    }
-                }
-                (n, acked, unknown, failed)
-            })
-        })
-        .collect();
-    for how in [Shutdown::Fast, Shutdown::Immediate] {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        // Pooled read connections exist when the server goes away, and must be replaced.
-        get(&*kv, "counter 0").await;
-        let cluster = cluster.clone();
-        tokio::task::spawn_blocking(move || cluster.restart_primary(how))
-            .await
-            .unwrap()
-            .unwrap();
-    }
-    restarted.store(true, Ordering::Release);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, Ordering::Release);
-    for writer in writers {
-        let (n, acked, unknown, failed) = writer.await.unwrap();
-        eprintln!("writer {n}: {acked} acknowledged, {unknown} unknown, {failed} failed");
-        let stored = match get(&*kv, &format!("counter {n}")).await {
-            Some(KvValue::U64(v)) => v,
-            None => 0,
-            other => panic!("{other:?}"),
-        };
-        assert!(
-            acked <= stored && stored <= acked + unknown,
-            "writer {n}: {acked} acknowledged, {unknown} unknown, {stored} stored"
-        );
-    }
-    assert!(
-        acked_after_restarts.load(Ordering::Relaxed) > 0,
-        "writes resumed after the restarts without reopening"
     );
 }
 

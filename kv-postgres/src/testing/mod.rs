@@ -5,7 +5,8 @@
 //! authentication for loopback connections only, and optionally a streaming replica made with
 //! `pg_basebackup -R`. Dropping the cluster stops the servers (`pg_ctl -m fast`, then `-m
 //! immediate` if that fails) and removes the directory. Fault tests restart the primary with
-//! [`TestCluster::restart_primary`].
+//! [`TestCluster::restart_primary`]; [`SilentCutProxy`] kills connections without telling their
+//! clients.
 //!
 //! The server binaries are found in `PG_BIN` when it is set, else in `/usr/lib/postgresql/*/bin` (newest
 //! first), then `pg_config --bindir`. When run as root, the servers run as the unprivileged OS
@@ -26,6 +27,8 @@
 
 mod binaries;
 mod cluster;
+mod proxy;
 
 pub use binaries::{SKIP_VARIABLE, ServerBinaries};
 pub use cluster::{ClusterOptions, Shutdown, TestCluster};
+pub use proxy::SilentCutProxy;
