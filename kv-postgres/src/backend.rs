@@ -1,6 +1,6 @@
 //! [`PostgresBackend`]: the [`Backend`] trait over the pieces of this crate.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -33,6 +33,9 @@ pub struct PostgresBackend {
     pool: Pool,
     replicas: Vec<Pool>,
     next_replica: AtomicUsize,
+    /// The newest version this handle committed or read from a replica: eventual reads wait for
+    /// a replica to reach it ([`PostgresOptions::read_your_writes`]).
+    seen_version: Arc<AtomicU64>,
     committer: Committer<WriteGroup>,
     queue: Arc<Queue>,
     events: Arc<Events>,
@@ -88,7 +91,14 @@ impl PostgresBackend {
             events.clone(),
         )
         .await?;
-        let group = WriteGroup::new(config, sql.clone(), events.clone(), origin.clone());
+        let seen_version = Arc::new(AtomicU64::new(0));
+        let group = WriteGroup::new(
+            config,
+            sql.clone(),
+            events.clone(),
+            origin.clone(),
+            seen_version.clone(),
+        );
         // The committer's task ends by itself once every handle to it is gone.
         let (committer, _) = Committer::start(group, options.max_group);
         let (queue, settler) = Queue::start(QueueContext {
@@ -111,6 +121,7 @@ impl PostgresBackend {
             pool,
             replicas,
             next_replica: AtomicUsize::new(0),
+            seen_version,
             committer,
             queue,
             events,
@@ -182,17 +193,30 @@ impl Backend for PostgresBackend {
             .with_watch(true)
     }
 
-    /// Strong reads go to the primary; eventual reads to a replica when there is one (and to the
-    /// primary if it fails).
+    /// Strong reads go to the primary. Eventual reads go to a replica when there is one, in
+    /// turn; with [`PostgresOptions::read_your_writes`] only once it has replayed what this handle
+    /// committed or already read (else, after [`PostgresOptions::replica_wait`], to the primary).
+    /// A replica that fails sends the read to the primary too.
     async fn snapshot_read(&self, read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError> {
         self.ensure_open()?;
         self.options.limits.validate_snapshot_read(&read)?;
         let now = self.options.clock.now();
         if read.consistency == Consistency::Eventual
             && let Some(replica) = self.next_replica()
-            && let Ok(outputs) = reader::read_ranges(replica, &self.sql, &read.ranges, now).await
         {
-            return Ok(outputs);
+            let floor = if self.options.read_your_writes {
+                self.seen_version.load(Ordering::Acquire)
+            } else {
+                0
+            };
+            let wait = self.options.replica_wait;
+            let answer =
+                reader::read_replica(replica, &self.sql, &read.ranges, now, floor, wait).await;
+            if let Ok(Some(answer)) = answer {
+                self.seen_version
+                    .fetch_max(answer.version, Ordering::AcqRel);
+                return Ok(answer.outputs);
+            }
         }
         reader::read_ranges(&self.pool, &self.sql, &read.ranges, now).await
     }

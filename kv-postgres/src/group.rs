@@ -26,6 +26,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -71,6 +72,8 @@ pub(crate) struct WriteGroup {
     sql: Arc<Sql>,
     events: Arc<Events>,
     origin: String,
+    /// Raised to the last version of every group committed (read-your-writes on replicas).
+    committed: Arc<AtomicU64>,
     connection: Option<Prepared>,
 }
 
@@ -117,18 +120,21 @@ impl From<PostgresError> for GroupFailure {
 }
 
 impl WriteGroup {
-    /// The engine for a committer on `config`'s database; it connects on its first group.
+    /// The engine for a committer on `config`'s database; it connects on its first group, and
+    /// raises `committed` to the last version of each group it commits.
     pub(crate) fn new(
         config: Arc<Config>,
         sql: Arc<Sql>,
         events: Arc<Events>,
         origin: String,
+        committed: Arc<AtomicU64>,
     ) -> Self {
         WriteGroup {
             config,
             sql,
             events,
             origin,
+            committed,
             connection: None,
         }
     }
@@ -281,6 +287,8 @@ impl WriteGroup {
                 GroupFailure::Unknown(err)
             });
         }
+        self.committed
+            .fetch_max(u64::try_from(last).unwrap_or(0), Ordering::AcqRel);
         self.events.signal.notify_changed(&outcome.changed);
         if !outcome.enqueued.is_empty() {
             self.events.queue_changed();

@@ -23,7 +23,10 @@
 //!   The row lock queues writers from every process, so versionstamps follow commit order.
 //! - **Reads** (`reader.rs`): pooled connections; several ranges come from one `REPEATABLE
 //!   READ READ ONLY` snapshot. Expired entries are filtered from the millisecond they expire.
-//!   Eventual reads may go to replicas ([`PostgresOptions::replica_urls`]).
+//!   Eventual reads may go to replicas ([`PostgresOptions::replica_urls`]); a replica serves a
+//!   handle only once it has replayed that handle's own commits, else the primary answers
+//!   ([`PostgresOptions::read_your_writes`]). A pooled connection found dead is replaced and
+//!   the read run again.
 //! - **Queues** (`queue.rs`): `FOR UPDATE SKIP LOCKED` takes with leases that a live consumer
 //!   renews; a dead consumer's message comes back when its lease runs out.
 //! - **Watch** (`listener.rs`): commits `NOTIFY`; a LISTEN connection per handle wakes the

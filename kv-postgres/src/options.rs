@@ -1,6 +1,7 @@
 //! How a [`crate::PostgresBackend`] is opened.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use kv_proto::{Clock, Limits, SystemClock};
 
@@ -21,6 +22,18 @@ pub struct PostgresOptions {
     /// [`kv_proto::Consistency::Eventual`] go to them, in turn, and fall back to the primary when
     /// a replica fails; strong reads, writes, queues and watch always use the primary.
     pub replica_urls: Vec<String>,
+    /// Read-your-writes for eventual reads (on by default). The handle remembers the newest
+    /// version it committed, or read from a replica. A replica serves an eventual read only once
+    /// it has replayed that version; until then the read waits for it up to
+    /// [`PostgresOptions::replica_wait`], then goes to the primary. So eventual reads through one
+    /// handle see every write acknowledged to it, and never go back in time; a write made through
+    /// another handle (another process) may still be missing from a replica for a moment. Off, a
+    /// replica answers with whatever it has replayed.
+    pub read_your_writes: bool,
+    /// How long an eventual read waits for a replica to catch up with this handle (see
+    /// [`PostgresOptions::read_your_writes`]) before it reads from the primary instead. A replica
+    /// on a healthy network replays a commit within a millisecond or two.
+    pub replica_wait: Duration,
     /// Pooled connections to the primary (reads, queue traffic); the committer and the listener
     /// have one each besides.
     pub pool_size: usize,
@@ -35,6 +48,8 @@ impl Default for PostgresOptions {
             limits: Limits::deno(),
             schema: "public".to_owned(),
             replica_urls: Vec::new(),
+            read_your_writes: true,
+            replica_wait: Duration::from_millis(50),
             pool_size: 8,
             max_group: 512,
         }

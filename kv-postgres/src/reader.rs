@@ -4,11 +4,18 @@
 //! comes from the same snapshot; its range queries are sent together (pipelined). A read of one
 //! range is one statement, which is a snapshot by itself. Expired entries are filtered by the
 //! query, with the handle's clock: invisible from the millisecond they expire, swept or not.
+//!
+//! A read on a replica always runs in such a transaction and also reads the version the replica
+//! has replayed, from the same snapshot: the handle serves it only when that version is new
+//! enough ([`read_replica`], read-your-writes). A hot standby replays the primary's commits in
+//! commit order, so its snapshot is a consistent prefix of the primary's history: stale, never
+//! torn, and its versionstamps are the primary's.
 
 use std::future::Future;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use deadpool_postgres::{Object, Pool};
+use deadpool_postgres::{GenericClient, Object, Pool};
 use futures::future::try_join_all;
 use kv_proto::queue::QueuedMessage;
 use kv_proto::{KvEntry, KvError, ReadRange, ReadRangeOutput, WatchedEntry};
@@ -56,19 +63,75 @@ pub(crate) async fn read_ranges(
     ranges: &[ReadRange],
     now: DateTime<Utc>,
 ) -> Result<Vec<ReadRangeOutput>, KvError> {
-    with_fresh_retry(pool, |client| read_ranges_on(client, sql, ranges, now)).await
+    let (_, outputs) = with_fresh_retry(pool, |client| {
+        read_ranges_on(client, sql, ranges, now, false)
+    })
+    .await?;
+    Ok(outputs)
 }
 
-/// [`read_ranges`] on one connection.
+/// A read answered by a replica that had replayed `version`.
+pub(crate) struct ReplicaRead {
+    /// The last version the replica had replayed when it took the read's snapshot.
+    pub(crate) version: u64,
+    /// The ranges, as of that version.
+    pub(crate) outputs: Vec<ReadRangeOutput>,
+}
+
+/// Answers `ranges` on a replica once it has replayed at least version `floor`: at once if it
+/// has, else after waiting up to `wait` for it (polling its version, which is one row). `None`
+/// when it has not caught up by then: the caller reads from the primary instead.
+pub(crate) async fn read_replica(
+    pool: &Pool,
+    sql: &Sql,
+    ranges: &[ReadRange],
+    now: DateTime<Utc>,
+    floor: u64,
+    wait: Duration,
+) -> Result<Option<ReplicaRead>, KvError> {
+    let started = Instant::now();
+    let read = || {
+        with_fresh_retry(pool, |client| {
+            read_ranges_on(client, sql, ranges, now, true)
+        })
+    };
+    let (version, outputs) = read().await?;
+    if version >= floor {
+        return Ok(Some(ReplicaRead { version, outputs }));
+    }
+    let mut pause = Duration::from_micros(500);
+    loop {
+        if started.elapsed() + pause > wait {
+            return Ok(None);
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(10));
+        let replayed = with_fresh_retry(
+            pool,
+            |client| async move { read_version(&client, sql).await },
+        )
+        .await?;
+        if replayed >= floor {
+            break;
+        }
+    }
+    // Replay only moves forward: this snapshot is at least as new as the version just seen.
+    let (version, outputs) = read().await?;
+    Ok((version >= floor).then_some(ReplicaRead { version, outputs }))
+}
+
+/// [`read_ranges`] on one connection; with the server's last version as of the same snapshot
+/// when `with_version` (else the version returned is 0).
 async fn read_ranges_on(
     mut client: Object,
     sql: &Sql,
     ranges: &[ReadRange],
     now: DateTime<Utc>,
-) -> Result<Vec<ReadRangeOutput>, KvError> {
+    with_version: bool,
+) -> Result<(u64, Vec<ReadRangeOutput>), KvError> {
     let now = codec::ms(now);
-    if let [range] = ranges {
-        return Ok(vec![read_range(&client, sql, range, now).await?]);
+    if !with_version && let [range] = ranges {
+        return Ok((0, vec![read_range(&client, sql, range, now).await?]));
     }
     let tx = client
         .build_transaction()
@@ -77,14 +140,35 @@ async fn read_ranges_on(
         .start()
         .await
         .map_err(pg)?;
-    let outputs = try_join_all(ranges.iter().map(|range| read_range(&tx, sql, range, now))).await?;
+    let version = async {
+        if with_version {
+            read_version(&tx, sql).await
+        } else {
+            Ok(0)
+        }
+    };
+    let outputs = try_join_all(ranges.iter().map(|range| read_range(&tx, sql, range, now)));
+    let (version, outputs) = futures::try_join!(version, outputs)?;
     tx.commit().await.map_err(pg)?;
-    Ok(outputs)
+    Ok((version, outputs))
+}
+
+/// The last version committed, as far as the server `client` is on has it.
+async fn read_version(client: &impl GenericClient, sql: &Sql) -> Result<u64, KvError> {
+    let statement = client.prepare_cached(&sql.read_version).await.map_err(pg)?;
+    let version: i64 = client
+        .query_one(&statement, &[])
+        .await
+        .map_err(pg)?
+        .try_get(0)
+        .map_err(pg)?;
+    // The version only grows from 0.
+    Ok(u64::try_from(version).unwrap_or(0))
 }
 
 /// One range, on a connection or inside a transaction.
 async fn read_range(
-    client: &impl deadpool_postgres::GenericClient,
+    client: &impl GenericClient,
     sql: &Sql,
     range: &ReadRange,
     now: i64,

@@ -17,6 +17,8 @@ pub(crate) struct Sql {
     /// `$1` = how many versions to take. Taken FIRST in every write transaction: the row lock
     /// orders writers, so versions follow commit order.
     pub(crate) bump_version: String,
+    /// The last version committed (as far as this server has it: a replica may lag).
+    pub(crate) read_version: String,
     /// Entries of the keys in `$1` (expired or not).
     pub(crate) read_keys: String,
     /// One key `$1`, unless expired at `$2`.
@@ -96,6 +98,7 @@ impl Sql {
             bump_version: format!(
                 "UPDATE {meta} SET data_version = data_version + $1 RETURNING data_version"
             ),
+            read_version: format!("SELECT data_version FROM {meta}"),
             read_keys: format!("SELECT {ENTRY} FROM {kv} WHERE k = ANY($1)"),
             read_point: format!("SELECT {ENTRY} FROM {kv} WHERE k = $1 AND {visible} $2)"),
             read_range: format!(

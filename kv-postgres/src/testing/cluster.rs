@@ -142,11 +142,25 @@ impl TestCluster {
     /// Runs SQL on the primary's `database` with `psql` (for test setup: creating databases,
     /// planting foreign tables). Returns what it printed, unaligned and without headers.
     pub fn psql(&self, database: &str, sql: &str) -> Result<String, PostgresError> {
+        self.psql_on(&self.primary, database, sql)
+    }
+
+    /// Runs SQL on the replica's `database` with `psql`, as [`TestCluster::psql`] does on the
+    /// primary: e.g. `SELECT pg_wal_replay_pause()` to hold the replica at a point in time.
+    pub fn replica_psql(&self, database: &str, sql: &str) -> Result<String, PostgresError> {
+        let replica = self
+            .replica
+            .as_ref()
+            .ok_or_else(|| cluster_error("psql on the replica", "the cluster has no replica"))?;
+        self.psql_on(replica, database, sql)
+    }
+
+    fn psql_on(&self, server: &Server, database: &str, sql: &str) -> Result<String, PostgresError> {
         let mut command = Command::new(self.bin.dir().join("psql"));
         command
             .args(["-h", "127.0.0.1", "-U", SUPERUSER, "-X", "-Atq"])
             .args(["-v", "ON_ERROR_STOP=1", "-p"])
-            .arg(self.primary.port.to_string())
+            .arg(server.port.to_string())
             .args(["-d", database, "-c", sql]);
         let output = self.bin.run("psql", &mut command)?;
         Ok(String::from_utf8_lossy(&output.stdout)
