@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kv_conformance::crash::{CrashConfig, child_main_if_requested, run_crash_trials};
-use kv_postgres::testing::{ClusterOptions, TestCluster};
+use kv_postgres::testing::{ClusterOptions, TestCluster, schema_for_path};
 use kv_postgres::{PostgresBackend, PostgresOptions};
 use kv_proto::{Backend, Clock, KvError, ManualClock, SystemClock};
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -82,7 +82,7 @@ fn main() -> ExitCode {
 
 /// Opens the store of the crash trial whose directory is `dir`.
 fn open(url: &str, dir: &Path) -> impl Future<Output = Result<Arc<dyn Backend>, KvError>> + use<> {
-    open_schema(url, schema_of(dir), Arc::new(SystemClock))
+    open_schema(url, schema_for_path(dir), Arc::new(SystemClock))
 }
 
 /// Opens the store in `schema`, on `clock`.
@@ -101,18 +101,6 @@ fn open_schema(
         let backend = PostgresBackend::open_with(&url, options).await?;
         Ok(Arc::new(backend) as Arc<dyn Backend>)
     }
-}
-
-/// A schema name of the directory's own (FNV-1a of its path).
-fn schema_of(dir: &Path) -> String {
-    let hash = dir
-        .as_os_str()
-        .as_encoded_bytes()
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
-            (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
-        });
-    format!("crash_{hash:016x}")
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, Failed> {

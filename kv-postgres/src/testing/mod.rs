@@ -32,3 +32,17 @@ mod proxy;
 pub use binaries::{SKIP_VARIABLE, ServerBinaries};
 pub use cluster::{ClusterOptions, Shutdown, TestCluster};
 pub use proxy::SilentCutProxy;
+
+/// A PostgreSQL schema name of `path`'s own (`store_` and a 64-bit FNV-1a hash of the path),
+/// for harnesses that give every store a directory (the crash harness, kv-bench): each
+/// directory gets a store of its own in one database.
+pub fn schema_for_path(path: &std::path::Path) -> String {
+    let hash = path
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+            (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+        });
+    format!("store_{hash:016x}")
+}
