@@ -82,23 +82,33 @@ fn resume_replay(cluster: &TestCluster) {
         .expect("resume replay");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn eventual_reads_are_served_by_the_replica_and_strong_reads_by_the_primary() {
-    let Some(cluster) = TestCluster::start_or_skip(ClusterOptions {
+/// A primary with a streaming replica, or `None` when PostgreSQL tests are skipped.
+fn replica_cluster() -> Option<TestCluster> {
+    TestCluster::start_or_skip(ClusterOptions {
         replica: true,
         ..ClusterOptions::default()
-    }) else {
+    })
+}
+
+/// `writer` sets `x` to 1, the replica replays it and is paused, `writer` sets `x` to 2; then
+/// checks that an eventual read through `reader` shows 1: the replica answered.
+async fn replica_holds_the_past(cluster: &TestCluster, writer: &dyn Backend, reader: &dyn Backend) {
+    // The store's tables are created on the primary by the first open, then replayed.
+    set(writer, "x", 1).await;
+    until_replayed(cluster);
+    pause_replay(cluster);
+    set(writer, "x", 2).await;
+    assert_eq!(get_eventual(reader, "x").await, Some(KvValue::U64(1)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eventual_reads_are_served_by_the_replica_and_strong_reads_by_the_primary() {
+    let Some(cluster) = replica_cluster() else {
         return;
     };
-    // The store's tables are created on the primary by the first open, then replayed.
-    let writer = open(&cluster, false).await;
-    set(&writer, "x", 1).await;
-    until_replayed(&cluster);
-
-    pause_replay(&cluster);
-    set(&writer, "x", 2).await;
     // Without read-your-writes, the paused replica answers: the past.
-    assert_eq!(get_eventual(&writer, "x").await, Some(KvValue::U64(1)));
+    let writer = open(&cluster, false).await;
+    replica_holds_the_past(&cluster, &writer, &writer).await;
     assert_eq!(get(&writer, "x").await, Some(KvValue::U64(2)), "strong");
     // Several ranges come from one snapshot of the replica too.
     let read = SnapshotRead {
@@ -118,21 +128,13 @@ async fn eventual_reads_are_served_by_the_replica_and_strong_reads_by_the_primar
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_your_writes_holds_on_a_lagging_replica_and_the_replica_serves_once_caught_up() {
-    let Some(cluster) = TestCluster::start_or_skip(ClusterOptions {
-        replica: true,
-        ..ClusterOptions::default()
-    }) else {
+    let Some(cluster) = replica_cluster() else {
         return;
     };
     let other = open(&cluster, false).await;
     let mine = open(&cluster, true).await;
-    set(&other, "x", 1).await;
-    until_replayed(&cluster);
-
-    pause_replay(&cluster);
     // Another handle's write may be missing from an eventual read: the replica answered.
-    set(&other, "x", 2).await;
-    assert_eq!(get_eventual(&mine, "x").await, Some(KvValue::U64(1)));
+    replica_holds_the_past(&cluster, &other, &mine).await;
     // This handle's own write is not: the replica is behind it, so the primary answers.
     let started = Instant::now();
     set(&mine, "y", 1).await;
