@@ -122,6 +122,8 @@ pub struct Needs {
     pub queue_inspection: bool,
     /// Watch ([`kv_proto::Capabilities::watch`]).
     pub watch: bool,
+    /// The integrity check ([`kv_proto::Capabilities::integrity_check`]).
+    pub integrity_check: bool,
     /// Reopening the same data ([`BackendFactory::can_reopen`]).
     pub reopen: bool,
 }
@@ -132,6 +134,7 @@ impl Needs {
         queues: false,
         queue_inspection: false,
         watch: false,
+        integrity_check: false,
         reopen: false,
     };
     /// Queues.
@@ -149,6 +152,11 @@ impl Needs {
         watch: true,
         ..Needs::NOTHING
     };
+    /// The integrity check.
+    pub const INTEGRITY_CHECK: Needs = Needs {
+        integrity_check: true,
+        ..Needs::NOTHING
+    };
     /// Reopen.
     pub const REOPEN: Needs = Needs {
         reopen: true,
@@ -163,6 +171,7 @@ impl Needs {
             queues: self.queues || other.queues,
             queue_inspection: self.queue_inspection || other.queue_inspection,
             watch: self.watch || other.watch,
+            integrity_check: self.integrity_check || other.integrity_check,
             reopen: self.reopen || other.reopen,
         }
     }
@@ -172,6 +181,7 @@ impl Needs {
         (!self.queues || features.queues)
             && (!self.queue_inspection || features.queue_inspection)
             && (!self.watch || features.watch)
+            && (!self.integrity_check || features.integrity_check)
             && (!self.reopen || features.reopen)
     }
 }
@@ -185,6 +195,8 @@ pub struct Features {
     pub queue_inspection: bool,
     /// Watch works.
     pub watch: bool,
+    /// `check_integrity` works.
+    pub integrity_check: bool,
     /// Opening twice on one context gives the same data.
     pub reopen: bool,
 }
@@ -196,6 +208,7 @@ impl Features {
             queues: capabilities.queues,
             queue_inspection: capabilities.queue_inspection,
             watch: capabilities.watch,
+            integrity_check: capabilities.integrity_check,
             reopen: can_reopen,
         }
     }

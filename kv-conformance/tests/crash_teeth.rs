@@ -29,11 +29,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kv_conformance::crash::{self, CrashConfig, ViolationKind};
 use kv_proto::chrono::Utc;
-use kv_proto::queue::QueuedMessage;
 use kv_proto::{
-    AtomicWrite, Backend, Capabilities, CommitResult, KvEntry, KvError, KvValue, Limits,
-    QueueMessageHandle, ReadRangeOutput, SnapshotRead, StoredEntry, Versionstamp, WriteOutcome,
-    WriteTransaction, apply_atomic_write,
+    Backend, Capabilities, Checked, CommitResult, Engine, KvEntry, KvError, KvValue, Limits,
+    QueueMessageHandle, ReadRangeOutput, StoredEntry, SystemClock, ValidatedRead, ValidatedWrite,
+    Versionstamp, stage_atomic_write,
 };
 
 /// Tells the child which bug to plant.
@@ -167,6 +166,7 @@ struct State {
     log: File,
     /// Records written by a commit but not yet handed to the file (the lazy bug).
     unflushed: Vec<u8>,
+    /// Set by close, so that dequeues waiting in their polling loop return `Ok(None)`.
     closed: bool,
 }
 
@@ -200,7 +200,6 @@ impl State {
 struct LogBackend {
     bug: Bug,
     state: Arc<Mutex<State>>,
-    limits: Limits,
 }
 
 static MESSAGE_IDS: AtomicU64 = AtomicU64::new(0);
@@ -251,7 +250,6 @@ impl LogBackend {
         Ok(LogBackend {
             bug,
             state: Arc::new(Mutex::new(state)),
-            limits: Limits::deno(),
         })
     }
 
@@ -303,49 +301,14 @@ fn persist(bug: Bug, state: &mut State, records: &[Record]) -> Result<(), KvErro
     }
 }
 
-/// The write transaction: changes collected over the committed state, in order.
-struct Txn<'a> {
-    base: &'a BTreeMap<Vec<u8>, StoredEntry>,
-    changes: Vec<(Vec<u8>, Option<StoredEntry>)>,
-    enqueued: Vec<QueuedMessage>,
-}
-
-impl WriteTransaction for Txn<'_> {
-    fn get(&mut self, key: &[u8]) -> Result<Option<StoredEntry>, KvError> {
-        match self.changes.iter().rev().find(|(k, _)| k == key) {
-            Some((_, entry)) => Ok(entry.clone()),
-            None => Ok(self.base.get(key).cloned()),
-        }
-    }
-
-    fn put(&mut self, key: &[u8], entry: StoredEntry) -> Result<(), KvError> {
-        self.changes.push((key.to_vec(), Some(entry)));
-        Ok(())
-    }
-
-    fn delete(&mut self, key: &[u8]) -> Result<(), KvError> {
-        self.changes.push((key.to_vec(), None));
-        Ok(())
-    }
-
-    fn enqueue(&mut self, message: QueuedMessage) -> Result<(), KvError> {
-        self.enqueued.push(message);
-        Ok(())
-    }
-}
-
 #[async_trait]
-impl Backend for LogBackend {
+impl Engine for LogBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::none().with_durable(true).with_queues(true)
     }
 
-    async fn snapshot_read(&self, read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError> {
-        self.limits.validate_snapshot_read(&read)?;
+    async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
         let state = self.lock();
-        if state.closed {
-            return Err(KvError::Closed);
-        }
         Ok(read
             .ranges
             .iter()
@@ -365,35 +328,23 @@ impl Backend for LogBackend {
             .collect())
     }
 
-    async fn atomic_write(&self, write: AtomicWrite) -> Result<Option<CommitResult>, KvError> {
-        let now = Utc::now();
-        self.limits.validate_atomic_write(&write, now)?;
+    async fn atomic_write(&self, write: ValidatedWrite) -> Result<Option<CommitResult>, KvError> {
         let mut state = self.lock();
-        if state.closed {
-            return Err(KvError::Closed);
-        }
         let version = state.version + 1;
         let versionstamp = Versionstamp::from_version(version, 0);
-        let mut txn = Txn {
-            base: &state.entries,
-            changes: Vec::new(),
-            enqueued: Vec::new(),
-        };
-        if let WriteOutcome::CheckFailed = apply_atomic_write(&mut txn, &write, versionstamp, now)?
-        {
+        let stored = |key: &[u8]| Ok(state.entries.get(key).cloned());
+        let Some(staged) = stage_atomic_write(stored, &write, versionstamp, Utc::now())? else {
             return Ok(None);
-        }
-        let Txn {
-            changes, enqueued, ..
-        } = txn;
-        let mut records: Vec<Record> = changes
+        };
+        let mut records: Vec<Record> = staged
+            .writes
             .into_iter()
             .map(|(key, entry)| match entry {
                 Some(entry) => Record::Put(key, entry.value, version),
                 None => Record::Delete(key),
             })
             .collect();
-        for message in enqueued {
+        for message in staged.enqueued {
             let id = format!(
                 "{}-{}",
                 std::process::id(),
@@ -434,12 +385,9 @@ impl Backend for LogBackend {
 
     async fn close(&self) -> Result<(), KvError> {
         let mut state = self.lock();
-        if !state.closed {
-            state.closed = true;
-            let unflushed = std::mem::take(&mut state.unflushed);
-            state.log.write_all(&unflushed).map_err(KvError::storage)?;
-        }
-        Ok(())
+        state.closed = true; // ends the dequeues waiting in their loop
+        let unflushed = std::mem::take(&mut state.unflushed);
+        state.log.write_all(&unflushed).map_err(KvError::storage)
     }
 }
 
@@ -479,7 +427,8 @@ fn open_toy(
     dir: &Path,
     bug: Bug,
 ) -> impl Future<Output = Result<Arc<dyn Backend>, KvError>> + use<> {
-    let opened = LogBackend::open(&dir.join("toy.log"), bug);
+    let opened = LogBackend::open(&dir.join("toy.log"), bug)
+        .map(|engine| Checked::new(engine, Limits::deno(), Arc::new(SystemClock)));
     async move { Ok(Arc::new(opened?) as Arc<dyn Backend>) }
 }
 

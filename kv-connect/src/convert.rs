@@ -10,6 +10,8 @@ use kv_proto::{
 use prost::Message;
 
 use crate::ProtocolError;
+use crate::ext::WatchExpiry;
+use crate::frames::WatchFrame;
 use crate::pb;
 
 /// denokv: a range limit of 0 or less.
@@ -454,4 +456,23 @@ pub fn watch_output_from_pb(output: pb::WatchOutput) -> Result<Vec<WatchKeyOutpu
             }
         })
         .collect()
+}
+
+/// Server: the frame for the watched keys' current entries ([`watch_output`]), with their
+/// expiry times when the client asked for `expiry/1`.
+pub fn watch_frame(entries: &[Option<KvEntry>], expiry: bool) -> WatchFrame {
+    WatchFrame {
+        output: watch_output(entries),
+        expiry: expiry.then(|| WatchExpiry::of(entries)),
+    }
+}
+
+/// Client: one decoded frame as kv-proto's emission ([`watch_output_from_pb`]), the entries
+/// carrying the expiry times of the `expiry/1` extension when the frame has it.
+pub fn watch_frame_from_pb(frame: WatchFrame) -> Result<Vec<WatchKeyOutput>, ProtocolError> {
+    let mut outputs = watch_output_from_pb(frame.output)?;
+    if let Some(expiry) = frame.expiry {
+        expiry.apply_to(&mut outputs)?;
+    }
+    Ok(outputs)
 }

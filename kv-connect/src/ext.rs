@@ -40,6 +40,11 @@
 //! assert_eq!(Extensions::negotiate(Some(&asked), &EXTENSIONS), EXTENSIONS.to_vec());
 //! ```
 
+use chrono::{DateTime, Utc};
+use kv_proto::{KvEntry, ReadRangeOutput, WatchKeyOutput, ms_to_datetime};
+
+use crate::ProtocolError;
+
 /// The field number every extension uses inside a standard message: far above anything the
 /// KV Connect schema uses, so it cannot collide with a future field.
 pub const EXT_FIELD: u32 = 1001;
@@ -85,6 +90,83 @@ pub struct WatchExpiry {
     /// One per watched key, in order; 0 = none or no entry.
     #[prost(int64, repeated, tag = "1001")]
     pub expires_at_ms: Vec<i64>,
+}
+
+/// An entry's expiry time as the `expiry/1` extension carries it: Unix milliseconds, 0 for none
+/// (or no entry).
+pub fn expiry_ms(entry: Option<&KvEntry>) -> i64 {
+    entry
+        .and_then(|e| e.expires_at)
+        .map_or(0, |at| at.timestamp_millis())
+}
+
+/// An expiry time the `expiry/1` extension carried: 0 is none; a time beyond the calendar is a
+/// protocol error.
+pub fn expiry_from_ms(ms: i64) -> Result<Option<DateTime<Utc>>, ProtocolError> {
+    if ms == 0 {
+        return Ok(None);
+    }
+    ms_to_datetime(ms)
+        .map(Some)
+        .ok_or_else(|| ProtocolError::new(format!("invalid expiry time {ms}")))
+}
+
+impl SnapshotReadExpiry {
+    /// The server side: the expiry times of `ranges`' entries.
+    pub fn of(ranges: &[ReadRangeOutput]) -> Self {
+        SnapshotReadExpiry {
+            ranges: ranges
+                .iter()
+                .map(|range| RangeExpiry {
+                    expires_at_ms: range.entries.iter().map(|e| expiry_ms(Some(e))).collect(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The client side: sets the expiry of every entry of `ranges` (decoded from the same
+    /// answer) from these times, which must match them one for one.
+    pub fn apply_to(self, ranges: &mut [ReadRangeOutput]) -> Result<(), ProtocolError> {
+        if self.ranges.len() != ranges.len() {
+            return Err(ProtocolError::new(
+                "expiry extension: wrong number of ranges",
+            ));
+        }
+        for (range, times) in ranges.iter_mut().zip(self.ranges) {
+            if times.expires_at_ms.len() != range.entries.len() {
+                return Err(ProtocolError::new(
+                    "expiry extension: wrong number of entries",
+                ));
+            }
+            for (entry, ms) in range.entries.iter_mut().zip(times.expires_at_ms) {
+                entry.expires_at = expiry_from_ms(ms)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl WatchExpiry {
+    /// The server side: the expiry times of a watch frame's entries, one per key.
+    pub fn of(entries: &[Option<KvEntry>]) -> Self {
+        WatchExpiry {
+            expires_at_ms: entries.iter().map(|e| expiry_ms(e.as_ref())).collect(),
+        }
+    }
+
+    /// The client side: sets the expiry of every changed entry of `outputs` (decoded from the
+    /// same frame) from these times, which must match them one for one.
+    pub fn apply_to(self, outputs: &mut [WatchKeyOutput]) -> Result<(), ProtocolError> {
+        if self.expires_at_ms.len() != outputs.len() {
+            return Err(ProtocolError::new("expiry extension: wrong number of keys"));
+        }
+        for (output, ms) in outputs.iter_mut().zip(self.expires_at_ms) {
+            if let WatchKeyOutput::Changed(Some(entry)) = output {
+                entry.expires_at = expiry_from_ms(ms)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The enqueue extension of an `atomic_write` body (field [`EXT_FIELD`] of `AtomicWrite`).
@@ -244,6 +326,36 @@ mod tests {
         assert_eq!(
             Extensions::from_metadata(&serde_json::json!({})),
             Extensions::default()
+        );
+    }
+
+    #[test]
+    fn snapshot_read_expiry_round_trips_and_must_match_the_entries() {
+        let at = DateTime::from_timestamp_millis(1_700_000_000_000).unwrap();
+        let entry = |expires_at| kv_proto::KvEntry {
+            key: vec![2, b'k', 0],
+            value: kv_proto::KvValue::U64(1),
+            versionstamp: kv_proto::Versionstamp::from_version(1, 0),
+            expires_at,
+        };
+        let ranges = vec![
+            ReadRangeOutput {
+                entries: vec![entry(Some(at)), entry(None)],
+            },
+            ReadRangeOutput { entries: vec![] },
+        ];
+        let times = SnapshotReadExpiry::of(&ranges);
+        let mut read = ranges.clone();
+        for entry in read.iter_mut().flat_map(|r| r.entries.iter_mut()) {
+            entry.expires_at = None;
+        }
+        times.clone().apply_to(&mut read).unwrap();
+        assert_eq!(read, ranges);
+        let err = times.apply_to(&mut read[..1]).unwrap_err();
+        assert_eq!(err.message, "expiry extension: wrong number of ranges");
+        assert_eq!(
+            expiry_from_ms(i64::MAX).unwrap_err().message,
+            format!("invalid expiry time {}", i64::MAX)
         );
     }
 }

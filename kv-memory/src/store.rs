@@ -5,15 +5,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use chrono::{DateTime, Utc};
-use kv_proto::queue::{
-    DeliveryFailure, DeliveryOutcome, QueuedMessage, after_delivery, after_failed_delivery,
-};
+use kv_proto::queue::{DeliveryOutcome, Leases, QueuedMessage, Settlement};
 use kv_proto::{
-    AtomicWrite, ChangeSignal, ChangedKeys, CommitResult, IntegrityReport, KvEntry, KvError,
-    ReadRange, ReadRangeOutput, StoredEntry, Versionstamp, WatchedEntry, is_expired,
+    ChangeSignal, CommitResult, Effects, IntegrityReport, KvEntry, KvError, Notifier, ReadRange,
+    ReadRangeOutput, StoredEntry, ValidatedWrite, Versionstamp, WatchedEntry, is_expired,
     stage_atomic_write,
 };
 use tokio::sync::watch;
@@ -28,20 +26,10 @@ pub struct MemoryStore {
 #[derive(Default)]
 struct Shared {
     state: Mutex<State>,
-    /// One signal per open handle; told the keys of every commit.
-    watchers: Mutex<Vec<Weak<ChangeSignal>>>,
-    /// Bumped whenever a message becomes available (enqueue or requeue).
-    queue_changes: QueueChanges,
+    /// Wakes every open handle's watches and queue consumers.
+    notifier: Notifier,
     /// Hands out backend handle ids.
     handles: AtomicU64,
-}
-
-struct QueueChanges(watch::Sender<u64>);
-
-impl Default for QueueChanges {
-    fn default() -> Self {
-        QueueChanges(watch::channel(0).0)
-    }
 }
 
 #[derive(Default)]
@@ -54,17 +42,9 @@ struct State {
     /// Messages waiting for delivery, by (ready time, id).
     ready: BTreeMap<(DateTime<Utc>, Uuid), QueuedMessage>,
     /// Messages handed to a consumer and not finished yet.
-    running: HashMap<Uuid, Delivery>,
-    /// Numbers deliveries, so a stale handle cannot settle a later delivery of its message.
-    deliveries: u64,
-}
-
-/// One hand-out of a message to a consumer.
-struct Delivery {
-    message: QueuedMessage,
-    /// The backend handle that handed it out; closing that handle abandons the delivery.
-    owner: u64,
-    token: u64,
+    running: HashMap<Uuid, QueuedMessage>,
+    /// Who holds each running message, under which delivery token.
+    leases: Leases,
 }
 
 impl fmt::Debug for MemoryStore {
@@ -95,36 +75,11 @@ impl MemoryStore {
     }
 
     pub(crate) fn register_watchers(&self, signal: &Arc<ChangeSignal>) {
-        let mut watchers = self
-            .shared
-            .watchers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        watchers.retain(|w| w.strong_count() > 0);
-        watchers.push(Arc::downgrade(signal));
-    }
-
-    /// Wakes the watches of the changed keys, on every handle.
-    fn notify_watchers(&self, changed: &ChangedKeys) {
-        if changed.is_empty() {
-            return;
-        }
-        let watchers = self
-            .shared
-            .watchers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        for signal in watchers.iter().filter_map(Weak::upgrade) {
-            signal.notify_changed(changed);
-        }
+        self.shared.notifier.register(signal);
     }
 
     pub(crate) fn subscribe_queue(&self) -> watch::Receiver<u64> {
-        self.shared.queue_changes.0.subscribe()
-    }
-
-    fn notify_queue(&self) {
-        self.shared.queue_changes.0.send_modify(|n| *n += 1);
+        self.shared.notifier.subscribe_queue()
     }
 
     /// The integrity check of a store that lives in memory: nothing can be damaged, so it only
@@ -171,7 +126,7 @@ impl MemoryStore {
     /// with nothing applied.
     pub(crate) fn commit(
         &self,
-        write: &AtomicWrite,
+        write: &ValidatedWrite,
         now: DateTime<Utc>,
     ) -> Result<Option<CommitResult>, KvError> {
         let outcome = {
@@ -181,7 +136,7 @@ impl MemoryStore {
         let Some((result, effects)) = outcome else {
             return Ok(None);
         };
-        self.announce(effects);
+        self.shared.notifier.notify(&effects);
         Ok(Some(result))
     }
 
@@ -194,9 +149,9 @@ impl MemoryStore {
     pub(crate) fn queued_messages(&self, now: DateTime<Utc>) -> Vec<QueuedMessage> {
         let state = self.lock();
         let mut messages: Vec<QueuedMessage> = state.ready.values().cloned().collect();
-        messages.extend(state.running.values().map(|delivery| QueuedMessage {
+        messages.extend(state.running.values().map(|message| QueuedMessage {
             ready_at: now,
-            ..delivery.message.clone()
+            ..message.clone()
         }));
         messages.sort_by_key(|message| (message.ready_at, message.id));
         messages
@@ -217,18 +172,12 @@ impl MemoryStore {
             return Err(Some(ready_at));
         }
         let message = state.ready.remove(&(ready_at, id)).ok_or(None)?;
-        state.deliveries += 1;
-        let token = state.deliveries;
-        let delivery = Delivery {
-            message: message.clone(),
-            owner,
-            token,
-        };
-        state.running.insert(id, delivery);
+        let token = state.leases.grant(id, owner);
+        state.running.insert(id, message.clone());
         Ok((message, token))
     }
 
-    /// Ends delivery `token` of message `id` (see [`after_delivery`]): success forgets the
+    /// Ends delivery `token` of message `id` (see [`Settlement`]): success forgets the
     /// message; failure requeues it after the next back-off interval or, with none left, writes it
     /// to its dead-letter keys; a delivery nobody received puts it back as it was. A delivery that
     /// was already settled (or abandoned and handed out again) is left alone.
@@ -240,18 +189,12 @@ impl MemoryStore {
         now: DateTime<Utc>,
     ) -> Result<(), KvError> {
         let mut state = self.lock();
-        if state.running.get(&id).is_none_or(|d| d.token != token) {
+        if !state.leases.is_current(id, token) {
             return Ok(());
         }
-        let Some(delivery) = state.running.remove(&id) else {
-            return Ok(());
-        };
-        let Some(next) = after_delivery(&delivery.message, outcome, now) else {
-            return Ok(());
-        };
-        let effects = state.apply_failure(next, now)?;
+        let effects = state.settle(id, outcome, now)?;
         drop(state);
-        self.announce(effects);
+        self.shared.notifier.notify(&effects);
         Ok(())
     }
 
@@ -259,45 +202,13 @@ impl MemoryStore {
     /// a closed handle's consumers are gone, as a crashed process's are.
     pub(crate) fn abandon_deliveries(&self, owner: u64, now: DateTime<Utc>) -> Result<(), KvError> {
         let mut state = self.lock();
-        let abandoned: Vec<Uuid> = state
-            .running
-            .iter()
-            .filter(|(_, d)| d.owner == owner)
-            .map(|(id, _)| *id)
-            .collect();
         let mut effects = Effects::default();
-        for id in abandoned {
-            if let Some(delivery) = state.running.remove(&id) {
-                let failure = after_failed_delivery(&delivery.message, now);
-                effects = effects.and(state.apply_failure(failure, now)?);
-            }
+        for id in state.leases.close_owner(owner) {
+            effects.merge(state.settle(id, DeliveryOutcome::Failed, now)?);
         }
         drop(state);
-        self.announce(effects);
+        self.shared.notifier.notify(&effects);
         Ok(())
-    }
-
-    fn announce(&self, effects: Effects) {
-        if effects.queue {
-            self.notify_queue();
-        }
-        self.notify_watchers(&effects.changed);
-    }
-}
-
-/// Which waiters a change must wake.
-#[derive(Debug, Default, Clone)]
-struct Effects {
-    queue: bool,
-    /// The entries written: their watches wake.
-    changed: ChangedKeys,
-}
-
-impl Effects {
-    fn and(mut self, other: Effects) -> Effects {
-        self.queue |= other.queue;
-        self.changed.merge(other.changed);
-        self
     }
 }
 
@@ -340,7 +251,7 @@ impl State {
     /// write touches the state. Returns the result and the waiters to wake.
     fn commit(
         &mut self,
-        write: &AtomicWrite,
+        write: &ValidatedWrite,
         now: DateTime<Utc>,
     ) -> Result<Option<(CommitResult, Effects)>, KvError> {
         self.purge_expired(now);
@@ -352,7 +263,7 @@ impl State {
         };
         let mut effects = Effects {
             queue: !staged.enqueued.is_empty(),
-            changed: ChangedKeys::new(),
+            ..Effects::default()
         };
         effects.changed.extend(staged.writes.keys().cloned());
         for (key, entry) in staged.writes {
@@ -387,31 +298,32 @@ impl State {
         }
     }
 
-    /// Requeues a message whose delivery ended unsuccessfully, or writes its dead letters.
-    fn apply_failure(
+    /// Ends the delivery of running message `id` as `outcome` says: forgets it, requeues it, or
+    /// writes its dead letters.
+    fn settle(
         &mut self,
-        failure: DeliveryFailure,
+        id: Uuid,
+        outcome: DeliveryOutcome,
         now: DateTime<Utc>,
     ) -> Result<Effects, KvError> {
-        Ok(match failure {
-            DeliveryFailure::Retry(next) => {
+        self.leases.end(id);
+        let Some(message) = self.running.remove(&id) else {
+            return Ok(Effects::default());
+        };
+        Ok(match Settlement::of(&message, outcome, now) {
+            Settlement::Forget => Effects::default(),
+            Settlement::Requeue(next) => {
                 self.ready.insert((next.ready_at, next.id), next);
                 Effects {
                     queue: true,
-                    changed: ChangedKeys::new(),
+                    ..Effects::default()
                 }
             }
-            DeliveryFailure::DeadLetter { mutations } if mutations.is_empty() => Effects::default(),
-            DeliveryFailure::DeadLetter { mutations } => {
-                let write = AtomicWrite {
-                    mutations,
-                    ..Default::default()
-                };
-                // Dead-letter writes have no checks: they always commit.
-                self.commit(&write, now)?
-                    .map(|(_, effects)| effects)
-                    .unwrap_or_default()
-            }
+            // Dead-letter writes have no checks: they always commit.
+            Settlement::DeadLetter(write) => self
+                .commit(&write, now)?
+                .map(|(_, effects)| effects)
+                .unwrap_or_default(),
         })
     }
 

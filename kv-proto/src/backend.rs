@@ -1,9 +1,12 @@
 //! The one trait every storage engine implements.
 //!
-//! A backend is a storage adapter: it stores entries ordered by their encoded keys, serves
+//! A backend is what a program talks to: it stores entries ordered by their encoded keys, serves
 //! consistent snapshots, and commits atomic writes in a total order with increasing
-//! versionstamps. It does not re-decide Deno's semantics: it calls [`crate::Limits`] to validate
-//! requests and [`crate::apply_atomic_write`] to apply them, so every engine behaves alike.
+//! versionstamps. The engines of this workspace do not implement it themselves: each implements
+//! the smaller [`crate::Engine`] trait (only what its storage does), and [`crate::Checked`], the
+//! layer above every engine, implements `Backend` on top — the closed state, Deno's
+//! [`crate::Limits`], the capability and read-only refusals — so every engine behaves alike.
+//! Implement `Backend` directly only for a wrapper around another backend.
 //!
 //! The trait is object-safe, so a program can choose its engine at run time:
 //!
@@ -26,9 +29,10 @@ use crate::{
 };
 
 /// What a backend offers beyond reads and writes, so a conformance suite (or a program) knows
-/// what it may rely on. Every optional [`Backend`] method (one whose default refuses with
-/// [`KvError::Unsupported`]) has its flag here, and a backend sets a flag only when that method
-/// works.
+/// what it may rely on. Every optional [`Backend`] method (one that answers
+/// [`KvError::Unsupported`] where it is not offered) has its flag here, and a backend sets a flag
+/// only when that method works; [`crate::Checked`] refuses the others without calling the
+/// engine.
 ///
 /// The struct is `#[non_exhaustive]` so new capabilities can be added without breaking engines:
 /// build it from [`Capabilities::none`] and switch on what the engine offers.
@@ -52,6 +56,9 @@ pub struct Capabilities {
     pub watch: bool,
     /// [`Backend::check_integrity`] works.
     pub integrity_check: bool,
+    /// The handle was opened read-only: writes and dequeues fail with [`KvError::ReadOnly`]
+    /// (reads, watches, queue inspection and integrity checks still work).
+    pub read_only: bool,
 }
 
 impl Capabilities {
@@ -64,6 +71,7 @@ impl Capabilities {
             queue_inspection: false,
             watch: false,
             integrity_check: false,
+            read_only: false,
         }
     }
 
@@ -96,16 +104,62 @@ impl Capabilities {
         self.integrity_check = yes;
         self
     }
+
+    /// Sets [`Capabilities::read_only`].
+    pub const fn with_read_only(mut self, yes: bool) -> Self {
+        self.read_only = yes;
+        self
+    }
+}
+
+/// The optional methods of [`Backend`] (and of [`crate::Engine`]), each gated by one flag of
+/// [`Capabilities`]; one place for the flag and the refusal's text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Optional {
+    Queues,
+    QueueInspection,
+    Watch,
+    IntegrityCheck,
+}
+
+impl Optional {
+    /// Whether a backend with `capabilities` offers this method.
+    pub(crate) fn offered_by(self, capabilities: Capabilities) -> bool {
+        match self {
+            Optional::Queues => capabilities.queues,
+            Optional::QueueInspection => capabilities.queue_inspection,
+            Optional::Watch => capabilities.watch,
+            Optional::IntegrityCheck => capabilities.integrity_check,
+        }
+    }
+
+    /// The answer of a backend that does not offer it.
+    pub(crate) fn refusal(self) -> KvError {
+        let feature = match self {
+            Optional::Queues => "queues",
+            Optional::QueueInspection => "queue inspection",
+            Optional::Watch => "watch",
+            Optional::IntegrityCheck => "integrity checks",
+        };
+        KvError::Unsupported { feature }
+    }
 }
 
 /// Emissions of a watch: one `Vec` per change, with one [`WatchKeyOutput`] per watched key in the
 /// order the keys were given. The stream ends when the backend closes.
 pub type WatchStream = BoxStream<'static, Result<Vec<WatchKeyOutput>, KvError>>;
 
-/// A Deno KV storage engine.
+/// A Deno KV store as a program uses it.
 ///
 /// After [`Backend::close`], reads, writes and new watches fail with [`KvError::Closed`], and
-/// [`Backend::dequeue_next_message`] returns `Ok(None)` (a consumer loop simply ends).
+/// [`Backend::dequeue_next_message`] returns `Ok(None)` (a consumer loop simply ends). An
+/// optional method a backend does not offer (its [`Capabilities`] flag is off) answers
+/// [`KvError::Unsupported`].
+///
+/// Storage engines implement [`crate::Engine`] and are handed out as [`crate::Checked`], which
+/// implements this trait for them. Implement it yourself only to wrap another backend; no method
+/// has a default, so a wrapper forwards every optional method and cannot hide one by
+/// forgetting it.
 #[async_trait]
 pub trait Backend: Send + Sync {
     /// What this backend supports.
@@ -121,8 +175,8 @@ pub trait Backend: Send + Sync {
     async fn atomic_write(&self, write: AtomicWrite) -> Result<Option<CommitResult>, KvError>;
 
     /// Waits for the next due queue message and hands it out; `Ok(None)` once the backend is
-    /// closed (including a dequeue already waiting when it closes). The default refuses: backends
-    /// without queues need not implement it.
+    /// closed (including a dequeue already waiting when it closes).
+    /// [`Capabilities::queues`] says whether it works.
     ///
     /// **Cancel-safe.** Dropping the returned future at any await point (a `select!` with a
     /// timeout, a client that went away) loses no message and parks none: a message the engine
@@ -131,38 +185,25 @@ pub trait Backend: Send + Sync {
     /// reached the caller and is dropped unfinished counts as a failed delivery. Engines get this
     /// by guarding every take with a [`crate::queue::Delivery`] created in the step that takes the
     /// message, and by running [`crate::queue::next_delivery`].
-    async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
-        Err(KvError::Unsupported { feature: "queues" })
-    }
+    async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError>;
 
     /// Every message in the queue, waiting or being delivered, ordered by ready time (messages
     /// being delivered count as ready now). For tools that inspect or copy a store (`kv stats`,
-    /// `kv migrate`); it hands nothing out and changes nothing. The default refuses; a backend
-    /// that implements it reports [`Capabilities::queue_inspection`].
-    async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
-        Err(KvError::Unsupported {
-            feature: "queue inspection",
-        })
-    }
+    /// `kv migrate`); it hands nothing out and changes nothing.
+    /// [`Capabilities::queue_inspection`] says whether it works.
+    async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError>;
 
     /// Watches up to 10 encoded keys: the stream yields their current state at once, then again
-    /// after commits that change any of them (intermediate states may be coalesced). The default
-    /// refuses: backends without watch need not implement it.
-    fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {
-        let _ = keys;
-        Err(KvError::Unsupported { feature: "watch" })
-    }
+    /// after commits that change any of them (intermediate states may be coalesced).
+    /// [`Capabilities::watch`] says whether it works.
+    fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError>;
 
     /// Reads the whole store and reports what is damaged: the engine's structural check, then
     /// every entry and queued message decoded (see [`IntegrityReport`]). Problems found are the
     /// report's content, not an error; an error means the check itself could not run. It changes
-    /// nothing, and works on a read-only handle. The default refuses: backends without a check
-    /// need not implement it.
-    async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
-        Err(KvError::Unsupported {
-            feature: "integrity checks",
-        })
-    }
+    /// nothing, and works on a read-only handle.
+    /// [`Capabilities::integrity_check`] says whether it works.
+    async fn check_integrity(&self) -> Result<IntegrityReport, KvError>;
 
     /// Closes the backend: pending dequeues return `None`, watch streams end, and every later
     /// call fails with [`KvError::Closed`]. Durable backends flush what they acknowledged.

@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 
 use crate::queue::QueuedMessage;
 use crate::rules::{MinMax, SumBounds, apply_min_max, apply_sum, versionstamped_key};
-use crate::{AtomicWrite, KvError, KvValue, MutationKind, Versionstamp};
+use crate::{KvError, KvValue, MutationKind, ValidatedWrite, Versionstamp};
 
 /// An entry as a backend stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,10 +74,11 @@ pub enum WriteOutcome {
 
 /// Applies a validated atomic write to `txn` as of `now`, stamping writes with `versionstamp`.
 ///
-/// Call [`crate::Limits::validate_atomic_write`] first; this function assumes a valid request.
+/// The write must have passed [`crate::Limits::accept_atomic_write`]: the [`ValidatedWrite`]
+/// type is the proof, so an unvalidated write does not compile here.
 pub fn apply_atomic_write(
     txn: &mut impl WriteTransaction,
-    write: &AtomicWrite,
+    write: &ValidatedWrite,
     versionstamp: Versionstamp,
     now: DateTime<Utc>,
 ) -> Result<WriteOutcome, KvError> {

@@ -14,7 +14,14 @@
 //! - the rules: sum/min/max and versionstamped keys ([`rules`]), the queue retry decision
 //!   ([`queue`]), expiry, and the whole write path ([`apply_atomic_write`]);
 //! - watch streams built on a commit signal ([`watch_stream`]);
+//! - the engine kit: the group committer blocking engines write through ([`committer`]), the
+//!   wake-ups of watches and consumers after a commit ([`Notifier`], [`Effects`]), and the queue
+//!   delivery handle, lease book and settlement rule ([`queue`]);
 //! - an injected [`Clock`];
+//! - the [`Engine`] trait a storage engine implements, and [`Checked`], the one layer above every
+//!   engine that makes it a [`Backend`]: the closed state, the limits (an engine receives only
+//!   [`Validated`] requests, which only [`Limits`] builds), the capability and read-only
+//!   refusals;
 //! - the [`Backend`] trait itself, and the one error type [`KvError`].
 //!
 //! ```
@@ -27,20 +34,24 @@
 
 mod backend;
 mod blocking;
+mod checked;
 mod clock;
 mod commit;
+pub mod committer;
+mod engine;
 mod error;
-mod group_commit;
 mod integrity;
 mod key;
 mod key_codec;
 mod limits;
+mod notifier;
 pub mod queue;
 mod read;
 pub mod rules;
 mod selector;
 mod staged;
 pub mod v8;
+mod validated;
 mod value;
 mod versionstamp;
 pub mod watch;
@@ -48,19 +59,22 @@ mod write;
 
 pub use backend::{Backend, Capabilities, WatchStream};
 pub use blocking::run_blocking;
+pub use checked::Checked;
 pub use clock::{Clock, ManualClock, SystemClock, ms_to_datetime};
 pub use commit::{StoredEntry, WriteOutcome, WriteTransaction, apply_atomic_write, is_expired};
+pub use engine::Engine;
 pub use error::KvError;
-pub use group_commit::next_group;
 pub use integrity::IntegrityReport;
 pub use key::{Key, KeyPart};
 pub use key_codec::{KeyError, MAX_INT_MAGNITUDE_BYTES, decode_key, encode_key, encode_part};
 pub use limits::{LimitError, LimitKind, Limits};
+pub use notifier::{Effects, Notifier};
 pub use queue::{QueueMessageHandle, QueuedMessage};
 pub use read::{Consistency, KvEntry, ReadRange, ReadRangeOutput, SnapshotRead, WatchKeyOutput};
 pub use rules::MutationError;
 pub use selector::ListSelector;
 pub use staged::{StagedCommit, stage_atomic_write};
+pub use validated::{Validated, ValidatedRead, ValidatedWatch, ValidatedWrite};
 pub use value::{KvValue, ValueEncoding, ValueError};
 pub use versionstamp::{Versionstamp, VersionstampParseError};
 pub use watch::{ChangeSignal, ChangedKeys, WatchReader, WatchedEntry, watch_stream};
@@ -68,6 +82,8 @@ pub use write::{
     AtomicWrite, Check, CommitResult, DEFAULT_BACKOFF_SCHEDULE, Enqueue, Mutation, MutationKind,
 };
 
-// Re-exported so users name the same types kv-proto uses.
+// Re-exported so users name the same types kv-proto uses, and an engine outside this workspace
+// implements `Engine` with the same `async_trait` attribute.
+pub use async_trait::async_trait;
 pub use chrono;
 pub use num_bigint;

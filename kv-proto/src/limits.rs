@@ -1,9 +1,13 @@
 //! Deno's request limits, their error texts, and the one validation entry point per request kind.
 //!
-//! Every backend calls [`Limits::validate_snapshot_read`], [`Limits::validate_atomic_write`] and
-//! [`Limits::validate_watch`] before touching storage, so the same request is refused with the
-//! same text whatever engine serves it. The checks run in the order Deno's CLI runs them, so when a
-//! request breaks several limits the error is the one Deno would report.
+//! Every request passes here before it reaches storage: the engine layer ([`crate::Checked`])
+//! calls [`Limits::accept_snapshot_read`], [`Limits::accept_atomic_write`] and
+//! [`Limits::accept_watch`], which hand back the request as a [`crate::Validated`] value — the
+//! only form an engine accepts — so the same request is refused with the same text whatever
+//! engine serves it. A relay that only needs the verdict (a server checking its own limits before
+//! passing a request on) calls the `validate_*` methods, which run the same checks by reference.
+//! The checks run in the order Deno's CLI runs them, so when a request breaks several limits the
+//! error is the one Deno would report.
 //!
 //! ```
 //! use kv_proto::{encode_key, key, AtomicWrite, KvValue, Limits, Mutation};
@@ -17,7 +21,10 @@
 use chrono::{DateTime, TimeDelta, Utc};
 use thiserror::Error;
 
-use crate::{AtomicWrite, Enqueue, KeyError, KvError, SnapshotRead, decode_key};
+use crate::{
+    AtomicWrite, Enqueue, KeyError, KvError, SnapshotRead, Validated, ValidatedRead,
+    ValidatedWatch, ValidatedWrite, decode_key,
+};
 
 /// Which limit a request broke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -140,6 +147,31 @@ impl Limits {
             max_backoff_intervals: 5,
             max_backoff_interval_ms: 3_600_000,
         }
+    }
+
+    /// Validates `write` at `now` (see [`Limits::validate_atomic_write`]) and hands it back as the
+    /// proof an engine's write path requires.
+    pub fn accept_atomic_write(
+        &self,
+        write: AtomicWrite,
+        now: DateTime<Utc>,
+    ) -> Result<ValidatedWrite, KvError> {
+        self.validate_atomic_write(&write, now)?;
+        Ok(Validated::vouched(write))
+    }
+
+    /// Validates `read` (see [`Limits::validate_snapshot_read`]) and hands it back as the proof
+    /// an engine's read requires.
+    pub fn accept_snapshot_read(&self, read: SnapshotRead) -> Result<ValidatedRead, KvError> {
+        self.validate_snapshot_read(&read)?;
+        Ok(Validated::vouched(read))
+    }
+
+    /// Validates watched `keys` (see [`Limits::validate_watch`]) and hands them back as the proof
+    /// an engine's watch requires.
+    pub fn accept_watch(&self, keys: Vec<Vec<u8>>) -> Result<ValidatedWatch, KvError> {
+        self.validate_watch(&keys)?;
+        Ok(Validated::vouched(keys))
     }
 
     /// Validates a snapshot read: range count, each range's limit and bound sizes, then the total

@@ -27,13 +27,18 @@ use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
 use uuid::Uuid;
 
-use crate::{DEFAULT_BACKOFF_SCHEDULE, Enqueue, KvError, KvValue, Mutation};
+use crate::{
+    AtomicWrite, DEFAULT_BACKOFF_SCHEDULE, Enqueue, KvError, KvValue, Mutation, Validated,
+    ValidatedWrite,
+};
 
 mod delivery;
 mod dequeue;
+mod leases;
 
-pub use delivery::{Delivery, DeliveryEngine, DeliveryOutcome, after_delivery};
+pub use delivery::{Delivery, DeliveryEngine, DeliveryOutcome, Settlement, after_delivery};
 pub use dequeue::{Taken, next_delivery};
+pub use leases::{Lease, Leases};
 
 /// How long a consumer holds a message before it is presumed dead and the message requeued
 /// (Deno: 5 s).
@@ -42,6 +47,12 @@ pub const MESSAGE_DEADLINE: Duration = Duration::from_secs(5);
 pub const MESSAGE_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
 /// How many messages one handle may have in flight at once (Deno: 100).
 pub const MAX_MESSAGES_IN_FLIGHT: usize = 100;
+
+/// The deadline of a delivery handed out at `now`: when its consumer is presumed dead (see
+/// [`MESSAGE_DEADLINE`]).
+pub fn delivery_deadline(now: DateTime<Utc>) -> DateTime<Utc> {
+    now + TimeDelta::from_std(MESSAGE_DEADLINE).unwrap_or(TimeDelta::seconds(5))
+}
 
 /// A message as a backend stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,10 +106,12 @@ impl QueuedMessage {
 pub enum DeliveryFailure {
     /// Put it back, due at `ready_at`, with one interval fewer.
     Retry(QueuedMessage),
-    /// Retries are used up: commit these mutations (possibly none) and drop the message.
+    /// Retries are used up: commit this write (possibly without mutations) and drop the message.
     DeadLetter {
-        /// A V8 set of the payload for each of `keys_if_undelivered`, without expiry.
-        mutations: Vec<Mutation>,
+        /// A V8 set of the payload for each of `keys_if_undelivered`, without expiry. It is a
+        /// [`ValidatedWrite`] because its keys passed the limits when the message was enqueued,
+        /// so the engine runs it through the same write path as any other write.
+        write: ValidatedWrite,
     },
 }
 
@@ -113,11 +126,14 @@ pub fn after_failed_delivery(message: &QueuedMessage, now: DateTime<Utc>) -> Del
             DeliveryFailure::Retry(next)
         }
         None => DeliveryFailure::DeadLetter {
-            mutations: message
-                .keys_if_undelivered
-                .iter()
-                .map(|key| Mutation::set(key.clone(), KvValue::V8(message.payload.clone())))
-                .collect(),
+            write: Validated::vouched(AtomicWrite {
+                mutations: message
+                    .keys_if_undelivered
+                    .iter()
+                    .map(|key| Mutation::set(key.clone(), KvValue::V8(message.payload.clone())))
+                    .collect(),
+                ..Default::default()
+            }),
         },
     }
 }
@@ -206,11 +222,12 @@ mod tests {
                 other => panic!("expected a retry, got {other:?}"),
             }
         }
-        let DeliveryFailure::DeadLetter { mutations } = after_failed_delivery(&msg, now) else {
+        let DeliveryFailure::DeadLetter { write } = after_failed_delivery(&msg, now) else {
             panic!("expected a dead letter");
         };
-        assert_eq!(mutations.len(), 2);
-        for (m, key) in mutations.iter().zip(&keys) {
+        assert!(write.checks.is_empty() && write.enqueues.is_empty());
+        assert_eq!(write.mutations.len(), 2);
+        for (m, key) in write.mutations.iter().zip(&keys) {
             assert_eq!(&m.key, key);
             assert_eq!(m.kind, MutationKind::Set(KvValue::V8(vec![9])));
             assert_eq!(m.expire_at, None);
@@ -220,10 +237,10 @@ mod tests {
     #[test]
     fn empty_schedule_never_retries_and_no_keys_drops() {
         let msg = QueuedMessage::new(vec![1], at(0), vec![], vec![]);
-        assert_eq!(
-            after_failed_delivery(&msg, at(5)),
-            DeliveryFailure::DeadLetter { mutations: vec![] }
-        );
+        let DeliveryFailure::DeadLetter { write } = after_failed_delivery(&msg, at(5)) else {
+            panic!("expected a dead letter");
+        };
+        assert_eq!(write.into_inner(), AtomicWrite::default());
     }
 
     #[test]

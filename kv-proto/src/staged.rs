@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 
 use crate::commit::{StoredEntry, WriteOutcome, WriteTransaction, apply_atomic_write};
 use crate::queue::QueuedMessage;
-use crate::{AtomicWrite, KvError, Versionstamp};
+use crate::{KvError, ValidatedWrite, Versionstamp};
 
 /// What a committed write leaves for the engine to store.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -33,13 +33,14 @@ pub struct StagedCommit {
 ///
 /// ```
 /// use std::collections::BTreeMap;
-/// use kv_proto::{AtomicWrite, KvValue, Mutation, StoredEntry, Versionstamp, chrono::Utc};
+/// use kv_proto::{AtomicWrite, KvValue, Limits, Mutation, StoredEntry, Versionstamp, chrono::Utc};
 ///
 /// let stored: BTreeMap<Vec<u8>, StoredEntry> = BTreeMap::new();
 /// let write = AtomicWrite {
 ///     mutations: vec![Mutation::set(b"\x02a\x00".to_vec(), KvValue::U64(1))],
 ///     ..Default::default()
 /// };
+/// let write = Limits::deno().accept_atomic_write(write, Utc::now()).unwrap();
 /// let stamp = Versionstamp::from_version(1, 0);
 /// let staged = kv_proto::stage_atomic_write(|key| Ok(stored.get(key).cloned()), &write, stamp, Utc::now())
 ///     .unwrap()
@@ -48,7 +49,7 @@ pub struct StagedCommit {
 /// ```
 pub fn stage_atomic_write(
     read: impl FnMut(&[u8]) -> Result<Option<StoredEntry>, KvError>,
-    write: &AtomicWrite,
+    write: &ValidatedWrite,
     versionstamp: Versionstamp,
     now: DateTime<Utc>,
 ) -> Result<Option<StagedCommit>, KvError> {
@@ -97,7 +98,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Check, Enqueue, KvValue, Mutation, MutationKind};
+    use crate::{AtomicWrite, Check, Enqueue, KvValue, Mutation, MutationKind, Validated};
 
     fn now() -> DateTime<Utc> {
         DateTime::from_timestamp(1_700_000_000, 0).expect("time")
@@ -144,9 +145,14 @@ mod tests {
             ..Default::default()
         };
         let stamp = Versionstamp::from_version(2, 0);
-        let staged = stage_atomic_write(|key| Ok(engine.get(key).cloned()), &write, stamp, now())
-            .expect("valid")
-            .expect("no checks");
+        let staged = stage_atomic_write(
+            |key| Ok(engine.get(key).cloned()),
+            &Validated::vouched(write),
+            stamp,
+            now(),
+        )
+        .expect("valid")
+        .expect("no checks");
         let a = staged.writes[b"a".as_slice()].as_ref().expect("stored");
         assert_eq!((a.value.clone(), a.versionstamp), (KvValue::U64(13), stamp));
         assert_eq!(staged.writes[b"gone".as_slice()], None);
@@ -165,6 +171,7 @@ mod tests {
             mutations: vec![Mutation::set(b"b".to_vec(), KvValue::U64(1))],
             ..Default::default()
         };
+        let write = Validated::vouched(write);
         let stamp = Versionstamp::from_version(2, 0);
         let present = |_: &[u8]| Ok(Some(stored(1)));
         assert!(matches!(

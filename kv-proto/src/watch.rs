@@ -254,8 +254,8 @@ struct WatchState {
     registration: Registration,
     /// Read at once on the first poll, without waiting for a commit.
     first: bool,
-    /// What was last emitted for each key (`None` inside = absent); `None` before the first.
-    last: Option<Vec<Option<Versionstamp>>>,
+    /// What was last emitted, to emit only changes.
+    diff: WatchDiff,
     /// Earliest expiry among the watched entries last read.
     next_expiry: Option<DateTime<Utc>>,
     done: bool,
@@ -276,7 +276,7 @@ pub fn watch_stream(
         reader,
         clock,
         first: true,
-        last: None,
+        diff: WatchDiff::new(),
         next_expiry: None,
         done: false,
     };
@@ -331,30 +331,74 @@ fn diff(state: &mut WatchState, current: Vec<WatchedEntry>) -> Option<Vec<WatchK
         .filter_map(|w| w.expires_at)
         .filter(|at| *at > now)
         .min();
-    let stamps: Vec<Option<Versionstamp>> = current
-        .iter()
-        .map(|w| w.entry.as_ref().map(|e| e.versionstamp))
-        .collect();
-    let emission = match &state.last {
-        None => current
-            .into_iter()
-            .map(|w| WatchKeyOutput::Changed(w.entry))
-            .collect(),
-        Some(last) if *last == stamps => return None,
-        Some(last) => current
-            .into_iter()
-            .zip(last)
-            .map(|(w, before)| {
-                if w.entry.as_ref().map(|e| e.versionstamp) == *before {
-                    WatchKeyOutput::Unchanged
-                } else {
-                    WatchKeyOutput::Changed(w.entry)
-                }
-            })
-            .collect(),
-    };
-    state.last = Some(stamps);
-    Some(emission)
+    state
+        .diff
+        .next(current.into_iter().map(|w| w.entry).collect())
+}
+
+/// What a watch emitted last, to turn each new state of the watched keys into the emission
+/// Deno's `watch` makes: every key the first time, then only when a versionstamp moved, with
+/// the keys that did not move as [`WatchKeyOutput::Unchanged`].
+///
+/// Used by [`watch_stream`] over a backend's reads, and by a client that receives the keys'
+/// states from elsewhere (kv-remote, from a KV Connect watch stream).
+///
+/// ```
+/// use kv_proto::watch::WatchDiff;
+/// use kv_proto::{KvEntry, KvValue, Versionstamp, WatchKeyOutput};
+/// let entry = |version: u64| KvEntry {
+///     key: vec![2, b'k', 0],
+///     value: KvValue::Bytes(vec![]),
+///     versionstamp: Versionstamp::from_version(version, 0),
+///     expires_at: None,
+/// };
+/// let mut diff = WatchDiff::new();
+/// assert_eq!(diff.next(vec![None, Some(entry(1))]).map(|e| e.len()), Some(2));
+/// assert_eq!(diff.next(vec![None, Some(entry(1))]), None); // nothing moved
+/// assert_eq!(
+///     diff.next(vec![Some(entry(2)), Some(entry(1))]),
+///     Some(vec![WatchKeyOutput::Changed(Some(entry(2))), WatchKeyOutput::Unchanged]),
+/// );
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WatchDiff {
+    /// The versionstamp last emitted for each key (`None` inside = absent); `None` before the
+    /// first emission.
+    last: Option<Vec<Option<Versionstamp>>>,
+}
+
+impl WatchDiff {
+    /// Nothing emitted yet: the next state is emitted whole.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The emission for `current` (every watched key's entry now, in order, `None` when
+    /// absent), or `None` when no key's versionstamp moved since the last emission.
+    pub fn next(&mut self, current: Vec<Option<KvEntry>>) -> Option<Vec<WatchKeyOutput>> {
+        let stamps: Vec<Option<Versionstamp>> = current
+            .iter()
+            .map(|entry| entry.as_ref().map(|e| e.versionstamp))
+            .collect();
+        let emission = match &self.last {
+            None => current.into_iter().map(WatchKeyOutput::Changed).collect(),
+            Some(last) if *last == stamps => return None,
+            Some(last) => current
+                .into_iter()
+                .zip(last)
+                .zip(&stamps)
+                .map(|((entry, before), now)| {
+                    if now == before {
+                        WatchKeyOutput::Unchanged
+                    } else {
+                        WatchKeyOutput::Changed(entry)
+                    }
+                })
+                .collect(),
+        };
+        self.last = Some(stamps);
+        Some(emission)
+    }
 }
 
 #[cfg(test)]

@@ -27,7 +27,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kv_proto::{AtomicWrite, Backend, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key};
+use kv_proto::{
+    AtomicWrite, Backend, Checked, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
+};
 use kv_redb::{Durability, RedbBackend, RedbOptions};
 use redb::{Database, ReadableDatabase, TableDefinition};
 
@@ -362,7 +364,7 @@ async fn interleaved_sets(
     Ok((raw, backend))
 }
 
-fn open_backend(path: &Path, durability: Durability) -> Result<RedbBackend, BoxError> {
+fn open_backend(path: &Path, durability: Durability) -> Result<Checked<RedbBackend>, BoxError> {
     Ok(RedbBackend::open_with(
         path,
         RedbOptions {
@@ -440,7 +442,7 @@ fn preload_raw(path: &Path, keys: &[Vec<u8>]) -> Result<Database, BoxError> {
     Ok(db)
 }
 
-async fn preload_backend(path: &Path, keys: &[Vec<u8>]) -> Result<RedbBackend, BoxError> {
+async fn preload_backend(path: &Path, keys: &[Vec<u8>]) -> Result<Checked<RedbBackend>, BoxError> {
     let kv = open_backend(path, Durability::Immediate)?;
     for (batch, chunk) in keys.chunks(PRELOAD_BATCH).enumerate() {
         let mutations = chunk
@@ -472,7 +474,7 @@ const READ_CHUNK: usize = 1_000;
 
 async fn interleaved_gets(
     db: &Database,
-    kv: &RedbBackend,
+    kv: &Checked<RedbBackend>,
     keys: &[Vec<u8>],
     order: &[usize],
 ) -> Result<(Duration, Duration), BoxError> {
@@ -496,7 +498,7 @@ async fn interleaved_gets(
     Ok((raw, backend))
 }
 
-async fn backend_get(kv: &RedbBackend, key: &[u8]) -> Result<KvValue, BoxError> {
+async fn backend_get(kv: &Checked<RedbBackend>, key: &[u8]) -> Result<KvValue, BoxError> {
     let read = SnapshotRead {
         ranges: vec![ReadRange::single_encoded_key(key.to_vec())],
         ..Default::default()

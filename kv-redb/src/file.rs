@@ -209,7 +209,7 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use kv_proto::{
-        AtomicWrite, Backend, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
+        AtomicWrite, Backend, Checked, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
     };
     use redb::backends::FileBackend;
     use redb::{BackendError, StorageBackend};
@@ -317,7 +317,7 @@ mod tests {
         }
     }
 
-    async fn names(kv: &RedbBackend) -> Vec<String> {
+    async fn names(kv: &Checked<RedbBackend>) -> Vec<String> {
         let read = SnapshotRead {
             ranges: vec![ReadRange::prefix(&key![], 100).expect("range")],
             ..Default::default()

@@ -1,7 +1,8 @@
 //! What the writer does with a group of commands: run them all in **one redb write transaction
 //! with one commit** — with [`crate::Durability::Immediate`], one fsync for the whole group.
-//! [`crate::writer`] decides who runs a group and when; this module is the group itself, and the
-//! state that lives from one group to the next ([`GroupState`]).
+//! The kit's group committer ([`kv_proto::committer`], driven through the `writer` module) decides
+//! who runs a group and when; this module is the group itself, and the state that lives from one
+//! group to the next ([`GroupState`], the engine's [`GroupRunner`]).
 //!
 //! Replies go out only after the commit, so an acknowledged write is as durable as the
 //! configured durability promises.
@@ -26,27 +27,23 @@
 //! Between groups (when idle for a second) the writer sweeps expired entries that are due, and in
 //! [`crate::Durability::Deferred`] mode makes unsynced commits durable ([`GroupState::idle`]).
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use kv_proto::queue::{DeliveryOutcome, Taken};
-use kv_proto::{AtomicWrite, ChangedKeys, Clock, CommitResult, KvError};
+use kv_proto::committer::{self, Answer, Answers, Change, GroupRunner, Reply};
+use kv_proto::queue::{Delivery, DeliveryOutcome, Leases, Taken};
+use kv_proto::{Clock, Effects, KvError, Notifier};
 use redb::{Database, ReadableTable};
-use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::error::storage;
 use crate::file::{DbSlot, needs_reopen};
-use crate::queue::{self, Engine, Found};
+use crate::queue::{self, Engine, Ticket};
 use crate::snapshot::ReadSnapshot;
-use crate::store::Notifier;
-use crate::txn::{Effects, Fatal, Tables, commit_write};
+use crate::txn::{Fatal, Step, Tables, commit_write};
 use crate::{Durability, schema};
 
-/// The most commands one transaction groups.
-pub const MAX_GROUP: usize = 512;
 /// How often an idle writer wakes up to sweep and (deferred mode) sync.
 const IDLE_TICK: Duration = Duration::from_secs(1);
 /// In [`Durability::Deferred`] mode, the longest an acknowledged commit stays unsynced.
@@ -59,104 +56,51 @@ const SWEEP_BATCH: usize = 256;
 /// How long sweeping stops after a sweep failed (reads still hide expired entries meanwhile).
 const SWEEP_PAUSE_AFTER_FAILURE: Duration = Duration::from_secs(60);
 
-/// Where a command's answer goes.
-pub(crate) type Reply<T> = oneshot::Sender<Result<T, KvError>>;
+/// One change the writer makes, run inside a group: the kit's changes, and [`Release`].
+pub(crate) type Command = Change<Engine, Release>;
 
-/// One change the writer makes, run inside a group.
-pub(crate) enum Command {
-    Write {
-        write: AtomicWrite,
-        now: DateTime<Utc>,
-        reply: Reply<Option<CommitResult>>,
-    },
-    Take {
-        owner: u64,
-        now: DateTime<Utc>,
-        /// Settles the delivery the take creates.
-        engine: Arc<Engine>,
-        reply: Reply<Taken<Engine>>,
-    },
-    Finish {
-        id: Uuid,
-        token: u64,
-        outcome: DeliveryOutcome,
-        now: DateTime<Utc>,
-        reply: Option<Reply<()>>,
-    },
-    /// A handle closed: its unfinished messages are failed deliveries.
-    Release {
-        owner: u64,
-        now: DateTime<Utc>,
-        reply: Option<Reply<()>>,
-    },
-    /// Stop: commands after it in the group are answered [`KvError::Closed`].
-    Shutdown,
+/// A handle closed: its unfinished messages are failed deliveries, and it gets no more.
+pub(crate) struct Release {
+    pub(crate) owner: u64,
+    pub(crate) now: DateTime<Utc>,
+    pub(crate) reply: Option<Reply<()>>,
 }
 
-impl Command {
-    fn now(&self) -> Option<DateTime<Utc>> {
-        match self {
-            Command::Write { now, .. }
-            | Command::Take { now, .. }
-            | Command::Finish { now, .. }
-            | Command::Release { now, .. } => Some(*now),
-            Command::Shutdown => None,
-        }
-    }
-
-    /// Answers the command with `err` without running it.
-    pub(crate) fn reject(self, err: KvError) {
-        match self {
-            Command::Write { reply, .. } => drop(reply.send(Err(err))),
-            Command::Take { reply, .. } => drop(reply.send(Err(err))),
-            Command::Finish { reply, .. } | Command::Release { reply, .. } => {
-                if let Some(reply) = reply {
-                    drop(reply.send(Err(err)));
-                }
-            }
-            Command::Shutdown => {}
-        }
+impl committer::Command for Release {
+    fn reject(self, err: KvError) {
+        committer::answer(self.reply, Err(err));
     }
 }
 
-/// A reply held until the group's commit decides it.
-enum Pending {
-    Write(
-        Reply<Option<CommitResult>>,
-        Result<Option<CommitResult>, KvError>,
-    ),
-    Take(Reply<Taken<Engine>>, Result<Found, KvError>, Arc<Engine>),
-    Unit(Option<Reply<()>>, Result<(), KvError>),
-}
-
-impl Pending {
-    /// Sends the command's own result, or the group's error if the group did not commit.
-    fn answer(self, group_error: Option<&KvError>) {
-        match (self, group_error) {
-            (Pending::Write(reply, _), Some(err)) => drop(reply.send(Err(err.clone()))),
-            (Pending::Write(reply, result), None) => drop(reply.send(result)),
-            (Pending::Take(reply, _, _), Some(err)) => drop(reply.send(Err(err.clone()))),
-            // A dequeue dropped meanwhile does not receive its delivery: dropped here, the
-            // guard gives the message back.
-            (Pending::Take(reply, result, engine), None) => {
-                drop(reply.send(result.map(|found| found.into_taken(engine))));
-            }
-            (Pending::Unit(Some(reply), _), Some(err)) => drop(reply.send(Err(err.clone()))),
-            (Pending::Unit(Some(reply), result), None) => drop(reply.send(result)),
-            (Pending::Unit(None, _), _) => {}
-        }
+/// The time a command runs at.
+fn command_now(command: &Command) -> DateTime<Utc> {
+    match command {
+        Change::Write { now, .. } | Change::Take { now, .. } | Change::Settle { now, .. } => *now,
+        Change::Engine(release) => release.now,
     }
 }
 
-/// A message handed out and not yet settled.
-#[derive(Debug, Clone, Copy)]
-struct Held {
-    owner: u64,
-    token: u64,
+/// Holds a command's answer; a [`Fatal`] failure is the command's answer too, and abandons the
+/// group.
+fn hold<T: Answer>(
+    answers: &mut Answers,
+    reply: Option<Reply<T>>,
+    step: Step<T>,
+) -> Result<(), Fatal> {
+    match step {
+        Ok(result) => {
+            answers.hold(reply, result);
+            Ok(())
+        }
+        Err(fatal) => {
+            answers.hold(reply, Err(fatal.0.clone()));
+            Err(fatal)
+        }
+    }
 }
 
 /// What the writer keeps from one group to the next. Only the thread leading the writer holds
-/// it (see [`crate::writer`]).
+/// it (see [`kv_proto::committer`]).
 pub(crate) struct GroupState {
     /// The file; reopened after an I/O error (see [`crate::file`]).
     db: Arc<DbSlot>,
@@ -169,11 +113,8 @@ pub(crate) struct GroupState {
     last_version: u64,
     /// The ceiling recorded in the file: no version handed out is above it.
     version_ceiling: u64,
-    /// Messages held by live consumers of this process.
-    held: HashMap<Uuid, Held>,
-    /// Handles that closed: they get no more messages.
-    closed_owners: HashSet<u64>,
-    next_token: u64,
+    /// Messages held by live consumers of this process, and the handles that closed.
+    leases: Leases,
     /// The earliest expiry in the index (a hint: `None` means nothing to sweep).
     next_expiry: Option<DateTime<Utc>>,
     /// Commits made with redb's `Durability::None` and not yet followed by a durable one.
@@ -197,8 +138,156 @@ fn earliest_expiry(tables: &mut Tables<'_>) -> Result<Option<DateTime<Utc>>, KvE
 struct Saved {
     last_version: u64,
     /// Only saved for groups with queue commands (the only ones that change it).
-    held: Option<HashMap<Uuid, Held>>,
+    leases: Option<Leases>,
     next_expiry: Option<DateTime<Utc>>,
+}
+
+impl GroupRunner for GroupState {
+    type Command = Command;
+
+    fn idle_timeout(&self) -> Duration {
+        if self.unsynced {
+            DEFERRED_SYNC_INTERVAL
+                .saturating_sub(self.last_sync.elapsed())
+                .min(IDLE_TICK)
+        } else {
+            IDLE_TICK
+        }
+    }
+
+    /// Idle work: a sweep if entries are due, a sync if deferred commits wait for one. Failures
+    /// are retried at the next tick; nothing waits on them.
+    fn idle(&mut self) {
+        if self.next_expiry.is_some_and(|at| at <= self.clock.now()) {
+            self.run_group(Vec::new());
+        }
+        if self.unsynced && self.last_sync.elapsed() >= DEFERRED_SYNC_INTERVAL {
+            let _ = self.sync_if_needed();
+        }
+    }
+
+    /// The last commit, when the writer stops: records the exact last version as the ceiling
+    /// (so the next open continues without a gap) and makes everything durable. If recording
+    /// the ceiling fails, the higher one stays (which is safe) and the sync is still made.
+    fn close(&mut self) -> Result<(), KvError> {
+        if self.version_ceiling == self.last_version {
+            return self.sync_if_needed();
+        }
+        match self.lower_ceiling() {
+            Ok(()) => Ok(()),
+            Err(err) => self.sync_if_needed().and(Err(err)),
+        }
+    }
+
+    /// Runs a group of commands in one transaction, and answers them once it has committed.
+    fn run_group(&mut self, group: Vec<Command>) {
+        let sync = self.sync_this_group();
+        let txn = match self.begin(sync) {
+            Ok(txn) => txn,
+            Err(err) => {
+                for command in group {
+                    committer::Command::reject(command, err.clone());
+                }
+                self.recover_from(&err);
+                return;
+            }
+        };
+        let touches_queue = group.iter().any(|c| !matches!(c, Change::Write { .. }));
+        let saved = Saved {
+            last_version: self.last_version,
+            leases: touches_queue.then(|| self.leases.clone()),
+            next_expiry: self.next_expiry,
+        };
+        // Never sweep what a command of this group may still see as alive.
+        let sweep_now = group
+            .iter()
+            .map(command_now)
+            .fold(self.clock.now(), DateTime::min);
+
+        let mut answers = Answers::with_capacity(group.len());
+        let mut effects = Effects::default();
+        let mut fatal: Option<KvError> = None;
+        let mut raised_ceiling = None;
+        let dirty = {
+            let mut tables = Tables::new(&txn);
+            let sweep_due = self.next_expiry.is_some_and(|at| at <= sweep_now)
+                && self
+                    .sweep_paused_until
+                    .is_none_or(|until| Instant::now() >= until);
+            if sweep_due && let Err(Fatal(_)) = self.sweep(&mut tables, sweep_now) {
+                // The sweep is housekeeping: it must not take the group's writes down with it.
+                // Start the group again in a fresh transaction, without sweeping for a while.
+                drop(tables);
+                let _ = txn.abort();
+                self.sweep_paused_until = Some(Instant::now() + SWEEP_PAUSE_AFTER_FAILURE);
+                return self.run_group(group);
+            }
+            for command in group {
+                match &fatal {
+                    Some(err) => committer::Command::reject(command, err.clone()),
+                    None => {
+                        let ran =
+                            self.run_command(&mut tables, command, &mut answers, &mut effects);
+                        fatal = ran.err().map(|Fatal(err)| err);
+                    }
+                }
+            }
+            // The new ceiling is kept in memory only once it is committed (below): a ceiling
+            // above the file's would let later groups commit versions the file does not cover.
+            if fatal.is_none() && self.last_version > self.version_ceiling {
+                let ceiling = self.last_version.saturating_add(VERSION_RESERVATION);
+                match tables.set_version_ceiling(ceiling) {
+                    Ok(()) => raised_ceiling = Some(ceiling),
+                    Err(Fatal(err)) => fatal = Some(err),
+                }
+            }
+            if let Some(at) = tables.earliest_new_expiry
+                && self.next_expiry.is_none_or(|next| at < next)
+            {
+                self.next_expiry = Some(at);
+            }
+            tables.dirty
+        };
+        let outcome = match fatal {
+            Some(err) => {
+                let _ = txn.abort();
+                Err(err)
+            }
+            None if dirty => txn.commit().map_err(storage),
+            None => {
+                let _ = txn.abort();
+                Ok(())
+            }
+        };
+        match outcome {
+            Ok(()) => {
+                if let Some(ceiling) = raised_ceiling {
+                    self.version_ceiling = ceiling;
+                }
+                if dirty {
+                    // Before any answer: a read that follows an acknowledged write sees it.
+                    self.snapshot.invalidate();
+                    if sync {
+                        self.unsynced = false;
+                        self.last_sync = Instant::now();
+                    } else {
+                        self.unsynced = true;
+                    }
+                }
+                answers.send(Ok(()));
+                self.notifier.notify(&effects);
+            }
+            Err(err) => {
+                self.last_version = saved.last_version;
+                if let Some(leases) = saved.leases {
+                    self.leases = leases;
+                }
+                self.next_expiry = saved.next_expiry;
+                answers.send(Err(&err));
+                self.recover_from(&err);
+            }
+        }
+    }
 }
 
 impl GroupState {
@@ -248,9 +337,7 @@ impl GroupState {
             snapshot,
             last_version,
             version_ceiling,
-            held: HashMap::new(),
-            closed_owners: HashSet::new(),
-            next_token: 0,
+            leases: Leases::default(),
             next_expiry,
             unsynced: false,
             last_sync: Instant::now(),
@@ -258,29 +345,8 @@ impl GroupState {
         })
     }
 
-    pub(crate) fn idle_timeout(&self) -> Duration {
-        if self.unsynced {
-            DEFERRED_SYNC_INTERVAL
-                .saturating_sub(self.last_sync.elapsed())
-                .min(IDLE_TICK)
-        } else {
-            IDLE_TICK
-        }
-    }
-
-    /// Idle work: a sweep if entries are due, a sync if deferred commits wait for one. Failures
-    /// are retried at the next tick; nothing waits on them.
-    pub(crate) fn idle(&mut self) {
-        if self.next_expiry.is_some_and(|at| at <= self.clock.now()) {
-            self.run_group(Vec::new());
-        }
-        if self.unsynced && self.last_sync.elapsed() >= DEFERRED_SYNC_INTERVAL {
-            let _ = self.sync_if_needed();
-        }
-    }
-
     /// Makes every commit so far durable, with an empty `Immediate` commit.
-    pub(crate) fn sync_if_needed(&mut self) -> Result<(), KvError> {
+    fn sync_if_needed(&mut self) -> Result<(), KvError> {
         if !self.unsynced {
             return Ok(());
         }
@@ -289,19 +355,6 @@ impl GroupState {
         self.unsynced = false;
         self.last_sync = Instant::now();
         Ok(())
-    }
-
-    /// The last commit, when the writer stops: records the exact last version as the ceiling
-    /// (so the next open continues without a gap) and makes everything durable. If recording
-    /// the ceiling fails, the higher one stays (which is safe) and the sync is still made.
-    pub(crate) fn close(&mut self) -> Result<(), KvError> {
-        if self.version_ceiling == self.last_version {
-            return self.sync_if_needed();
-        }
-        match self.lower_ceiling() {
-            Ok(()) => Ok(()),
-            Err(err) => self.sync_if_needed().and(Err(err)),
-        }
     }
 
     /// Records the exact last version as the ceiling, in a durable commit.
@@ -330,143 +383,14 @@ impl GroupState {
         }
     }
 
-    /// Runs a group of commands in one transaction; returns whether the thread must stop.
-    pub(crate) fn run_group(&mut self, group: Vec<Command>) -> bool {
-        let stop = group.iter().any(|c| matches!(c, Command::Shutdown));
-        let sync = self.sync_this_group();
-        let begun = self
-            .database()
-            .and_then(|db| db.begin_write().map_err(storage));
-        let mut txn = match begun {
-            Ok(txn) => txn,
-            Err(err) => {
-                for command in group {
-                    command.reject(err.clone());
-                }
-                self.recover_from(&err);
-                return stop;
-            }
-        };
-        if !sync && let Err(err) = txn.set_durability(redb::Durability::None) {
-            let err = storage(err);
-            for command in group {
-                command.reject(err.clone());
-            }
-            return stop;
+    /// The group's write transaction, durable or not as `sync` says.
+    fn begin(&mut self, sync: bool) -> Result<redb::WriteTransaction, KvError> {
+        let mut txn = self.database()?.begin_write().map_err(storage)?;
+        if !sync {
+            txn.set_durability(redb::Durability::None)
+                .map_err(storage)?;
         }
-        let touches_queue = group.iter().any(|c| {
-            matches!(
-                c,
-                Command::Take { .. } | Command::Finish { .. } | Command::Release { .. }
-            )
-        });
-        let saved = Saved {
-            last_version: self.last_version,
-            held: touches_queue.then(|| self.held.clone()),
-            next_expiry: self.next_expiry,
-        };
-        let clock_now = self.clock.now();
-        // Never sweep what a command of this group may still see as alive.
-        let sweep_now = group
-            .iter()
-            .filter_map(Command::now)
-            .fold(clock_now, DateTime::min);
-
-        let mut pending = Vec::with_capacity(group.len());
-        let mut effects = Effects::default();
-        let mut fatal: Option<KvError> = None;
-        let mut raised_ceiling = None;
-        let dirty = {
-            let mut tables = Tables::new(&txn);
-            let sweep_due = self.next_expiry.is_some_and(|at| at <= sweep_now)
-                && self
-                    .sweep_paused_until
-                    .is_none_or(|until| Instant::now() >= until);
-            if sweep_due && let Err(Fatal(_)) = self.sweep(&mut tables, sweep_now) {
-                // The sweep is housekeeping: it must not take the group's writes down with it.
-                // Start the group again in a fresh transaction, without sweeping for a while.
-                drop(tables);
-                let _ = txn.abort();
-                self.sweep_paused_until = Some(Instant::now() + SWEEP_PAUSE_AFTER_FAILURE);
-                return self.run_group(group);
-            }
-            let mut stopped = false;
-            for command in group {
-                if let Some(err) = &fatal {
-                    command.reject(err.clone());
-                } else if stopped {
-                    command.reject(KvError::Closed);
-                } else if matches!(command, Command::Shutdown) {
-                    stopped = true;
-                } else {
-                    let (reply, failure) = self.run_command(&mut tables, command, &mut effects);
-                    pending.push(reply);
-                    fatal = failure.map(|Fatal(err)| err);
-                }
-            }
-            // The new ceiling is kept in memory only once it is committed (below): a ceiling
-            // above the file's would let later groups commit versions the file does not cover.
-            if fatal.is_none() && self.last_version > self.version_ceiling {
-                let ceiling = self.last_version.saturating_add(VERSION_RESERVATION);
-                match tables.set_version_ceiling(ceiling) {
-                    Ok(()) => raised_ceiling = Some(ceiling),
-                    Err(Fatal(err)) => fatal = Some(err),
-                }
-            }
-            if let Some(at) = tables.earliest_new_expiry
-                && self.next_expiry.is_none_or(|next| at < next)
-            {
-                self.next_expiry = Some(at);
-            }
-            tables.dirty
-        };
-        let outcome = match fatal {
-            Some(err) => {
-                let _ = txn.abort();
-                Err(err)
-            }
-            None if dirty => txn.commit().map_err(storage),
-            None => {
-                let _ = txn.abort();
-                Ok(())
-            }
-        };
-        match &outcome {
-            Ok(()) => {
-                if let Some(ceiling) = raised_ceiling {
-                    self.version_ceiling = ceiling;
-                }
-                if dirty {
-                    // Before any answer: a read that follows an acknowledged write sees it.
-                    self.snapshot.invalidate();
-                    if sync {
-                        self.unsynced = false;
-                        self.last_sync = Instant::now();
-                    } else {
-                        self.unsynced = true;
-                    }
-                }
-                for reply in pending {
-                    reply.answer(None);
-                }
-                self.notifier.notify_watchers(&effects.changed);
-                if effects.queue {
-                    self.notifier.bump_queue();
-                }
-            }
-            Err(err) => {
-                self.last_version = saved.last_version;
-                if let Some(held) = saved.held {
-                    self.held = held;
-                }
-                self.next_expiry = saved.next_expiry;
-                for reply in pending {
-                    reply.answer(Some(err));
-                }
-                self.recover_from(err);
-            }
-        }
-        stop
+        Ok(txn)
     }
 
     /// The database, for tests that look into the file.
@@ -508,8 +432,7 @@ impl GroupState {
         self.unsynced = false;
         self.last_sync = Instant::now();
         // What the file holds may be older than what was acknowledged in Deferred mode.
-        self.notifier.notify_watchers(&ChangedKeys::all());
-        self.notifier.bump_queue();
+        self.notifier.notify_everything();
         Ok(())
     }
 
@@ -519,100 +442,88 @@ impl GroupState {
         Ok(())
     }
 
-    /// Runs one command inside the group; returns its pending reply, and the failure that
-    /// abandons the group if there was one.
+    /// Runs one command inside the group and holds its answer; a [`Fatal`] failure abandons
+    /// the group.
     fn run_command(
         &mut self,
         tables: &mut Tables<'_>,
         command: Command,
+        answers: &mut Answers,
         effects: &mut Effects,
-    ) -> (Pending, Option<Fatal>) {
+    ) -> Result<(), Fatal> {
         match command {
-            Command::Write { write, now, reply } => {
-                match commit_write(tables, &write, now, &mut self.last_version, effects) {
-                    Ok(result) => (Pending::Write(reply, result), None),
-                    Err(failure) => (Pending::Write(reply, Err(failure.0.clone())), Some(failure)),
-                }
+            Change::Write { write, now, reply } => {
+                let step = commit_write(tables, &write, now, &mut self.last_version, effects);
+                hold(answers, Some(reply), step)
             }
-            Command::Take {
+            Change::Take {
                 owner,
                 now,
                 engine,
                 reply,
             } => {
-                if self.closed_owners.contains(&owner) {
-                    return (Pending::Take(reply, Ok(Found::Closed), engine), None);
-                }
-                match queue::take_due(tables, now) {
-                    Ok(Ok(Ok(message))) => {
-                        self.next_token += 1;
-                        let token = self.next_token;
-                        self.held.insert(message.id, Held { owner, token });
-                        let found = Found::Message {
-                            id: message.id,
-                            token,
-                            payload: message.payload,
-                        };
-                        (Pending::Take(reply, Ok(found), engine), None)
-                    }
-                    Ok(Ok(Err(next_at))) => (
-                        Pending::Take(reply, Ok(Found::NextAt(next_at)), engine),
-                        None,
-                    ),
-                    Ok(Err(err)) => (Pending::Take(reply, Err(err), engine), None),
-                    Err(failure) => (
-                        Pending::Take(reply, Err(failure.0.clone()), engine),
-                        Some(failure),
-                    ),
-                }
+                let step = if self.leases.is_closed(owner) {
+                    Ok(Ok(Taken::Closed))
+                } else {
+                    queue::take_due(tables, now).map(|taken| {
+                        taken.map(|due| match due {
+                            Ok(message) => {
+                                let token = self.leases.grant(message.id, owner);
+                                let ticket = Ticket {
+                                    id: message.id,
+                                    token,
+                                };
+                                Taken::Message(Delivery::new(engine, ticket, message.payload))
+                            }
+                            Err(next_at) => Taken::NextAt(next_at),
+                        })
+                    })
+                };
+                hold(answers, Some(reply), step)
             }
-            Command::Finish {
-                id,
-                token,
+            Change::Settle {
+                ticket,
                 outcome,
                 now,
                 reply,
             } => {
                 // A stale handle (its delivery abandoned at close and handed out again) does
                 // nothing.
-                if self.held.get(&id).is_none_or(|h| h.token != token) {
-                    return (Pending::Unit(reply, Ok(())), None);
-                }
-                match queue::settle(tables, id, outcome, now, &mut self.last_version, effects) {
-                    Ok(result) => {
-                        if result.is_ok() {
-                            self.held.remove(&id);
-                        }
-                        (Pending::Unit(reply, result), None)
-                    }
-                    Err(failure) => (Pending::Unit(reply, Err(failure.0.clone())), Some(failure)),
-                }
+                let step = if self.leases.is_current(ticket.id, ticket.token) {
+                    self.settle(tables, ticket.id, outcome, now, effects)
+                } else {
+                    Ok(Ok(()))
+                };
+                hold(answers, reply, step)
             }
-            Command::Release { owner, now, reply } => {
-                self.closed_owners.insert(owner);
-                let abandoned: Vec<Uuid> = self
-                    .held
-                    .iter()
-                    .filter(|(_, h)| h.owner == owner)
-                    .map(|(id, _)| *id)
-                    .collect();
-                let mut result = Ok(());
-                for id in abandoned {
-                    let failed = DeliveryOutcome::Failed;
-                    match queue::settle(tables, id, failed, now, &mut self.last_version, effects) {
-                        Ok(Ok(())) => {
-                            self.held.remove(&id);
-                        }
-                        Ok(Err(err)) => result = Err(err),
-                        Err(failure) => {
-                            return (Pending::Unit(reply, Err(failure.0.clone())), Some(failure));
-                        }
+            Change::Engine(Release { owner, now, reply }) => {
+                let mut step = Ok(Ok(()));
+                for id in self.leases.close_owner(owner) {
+                    match self.settle(tables, id, DeliveryOutcome::Failed, now, effects) {
+                        Ok(Ok(())) => {}
+                        Ok(Err(err)) => step = Ok(Err(err)),
+                        Err(fatal) => return hold(answers, reply, Err(fatal)),
                     }
                 }
-                (Pending::Unit(reply, result), None)
+                hold(answers, reply, step)
             }
-            Command::Shutdown => (Pending::Unit(None, Ok(())), None),
         }
+    }
+
+    /// Settles the delivery of message `id`, and ends its lease once settled.
+    fn settle(
+        &mut self,
+        tables: &mut Tables<'_>,
+        id: Uuid,
+        outcome: DeliveryOutcome,
+        now: DateTime<Utc>,
+        effects: &mut Effects,
+    ) -> Step<()> {
+        let result = queue::settle(tables, id, outcome, now, &mut self.last_version, effects)?;
+        if result.is_ok() {
+            self.leases.end(id);
+        }
+        Ok(result)
     }
 }
 
@@ -621,9 +532,11 @@ mod tests {
     use std::time::Duration;
 
     use kv_proto::{
-        Check, Enqueue, KvValue, ManualClock, MutationKind, Versionstamp, encode_key, key,
+        AtomicWrite, Check, CommitResult, Enqueue, KvValue, ManualClock, MutationKind,
+        Versionstamp, encode_key, key,
     };
     use redb::ReadableDatabase;
+    use tokio::sync::oneshot;
 
     use super::*;
     use crate::codec::EntryRecord;
@@ -659,8 +572,11 @@ mod tests {
         Command,
         oneshot::Receiver<Result<Option<CommitResult>, KvError>>,
     ) {
+        let write = kv_proto::Limits::deno()
+            .accept_atomic_write(write, now)
+            .expect("valid");
         let (reply, answer) = oneshot::channel();
-        (Command::Write { write, now, reply }, answer)
+        (Change::Write { write, now, reply }, answer)
     }
 
     fn stored(db: &Database, name: &str) -> Option<(u64, Versionstamp)> {
@@ -741,7 +657,7 @@ mod tests {
             group.push(command);
             answers.push(answer);
         }
-        assert!(!thread.run_group(group));
+        thread.run_group(group);
         let results: Vec<_> = answers
             .into_iter()
             .map(|mut a| a.try_recv().expect("answered"))
@@ -801,7 +717,7 @@ mod tests {
         assert_eq!(rows(&thread.test_db(), QUEUE_READY), 1);
         let take = |thread: &mut GroupState, now| {
             let (reply, mut answer) = oneshot::channel();
-            thread.run_group(vec![Command::Take {
+            thread.run_group(vec![Change::Take {
                 owner: 1,
                 now,
                 engine: Arc::new(queue::SettlesNothing),

@@ -74,18 +74,19 @@ mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use kv_proto::run_blocking;
 use kv_proto::{
-    AtomicWrite, Backend, Capabilities, ChangeSignal, Clock, CommitResult, IntegrityReport,
-    KvError, Limits, QueueMessageHandle, QueuedMessage, ReadRangeOutput, SnapshotRead, SystemClock,
-    WatchReader, WatchStream, watch_stream,
+    Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, IntegrityReport, KvError,
+    Limits, QueueMessageHandle, QueuedMessage, ReadRangeOutput, SystemClock, ValidatedRead,
+    ValidatedWatch, ValidatedWrite, WatchReader, WatchStream, watch_stream,
 };
 
 pub use error::RedbError;
-pub use group::{DEFERRED_SYNC_INTERVAL, MAX_GROUP};
+pub use group::DEFERRED_SYNC_INTERVAL;
+/// The most commands (writes, queue takes and settlements) one redb transaction groups.
+pub use kv_proto::committer::MAX_GROUP;
 pub use schema::SCHEMA_VERSION;
 
 use crate::file::{FileStorage, OpenStorage};
@@ -151,8 +152,9 @@ impl Default for RedbOptions {
     }
 }
 
-/// A handle on a Deno KV redb file. Share it as `Arc<dyn Backend>`; open more handles on the same
-/// path freely (they share the open file).
+/// A handle on a Deno KV redb file: the engine, handed out behind kv-proto's [`Checked`] layer
+/// (which checks limits, the closed state and read-only refusals). Share it as
+/// `Arc<dyn Backend>`; open more handles on the same path freely (they share the open file).
 pub struct RedbBackend {
     path: PathBuf,
     options: RedbOptions,
@@ -161,7 +163,6 @@ pub struct RedbBackend {
     owner: u64,
     /// This handle's watchers and waiting dequeues; closed with the handle.
     signal: Arc<ChangeSignal>,
-    closed: AtomicBool,
 }
 
 impl std::fmt::Debug for RedbBackend {
@@ -169,14 +170,13 @@ impl std::fmt::Debug for RedbBackend {
         f.debug_struct("RedbBackend")
             .field("path", &self.path)
             .field("durability", &self.options.durability)
-            .field("closed", &self.closed.load(Ordering::Relaxed))
             .finish()
     }
 }
 
 impl RedbBackend {
     /// Opens (creating if needed) the database at `path` with default options.
-    pub fn open(path: impl AsRef<Path>) -> Result<Self, KvError> {
+    pub fn open(path: impl AsRef<Path>) -> Result<Checked<Self>, KvError> {
         Self::open_with(path, RedbOptions::default())
     }
 
@@ -188,7 +188,10 @@ impl RedbBackend {
     /// or one from a newer version of this crate ([`KvError::Storage`] with
     /// [`RedbError::SchemaTooNew`]) is refused without being modified. Blocks while the file is
     /// opened.
-    pub fn open_with(path: impl AsRef<Path>, options: RedbOptions) -> Result<Self, KvError> {
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        options: RedbOptions,
+    ) -> Result<Checked<Self>, KvError> {
         Self::open_with_storage(path, options, Arc::new(FileStorage))
     }
 
@@ -197,76 +200,61 @@ impl RedbBackend {
         path: impl AsRef<Path>,
         options: RedbOptions,
         storage: Arc<dyn OpenStorage>,
-    ) -> Result<Self, KvError> {
+    ) -> Result<Checked<Self>, KvError> {
         let path = path.as_ref().to_path_buf();
         let (shared, owner) = store::acquire(&path, &options, storage)?;
         let signal = Arc::new(ChangeSignal::new());
         shared.notifier.register(&signal);
-        Ok(RedbBackend {
+        let (limits, clock) = (options.limits.clone(), options.clock.clone());
+        let engine = RedbBackend {
             path,
             options,
             shared,
             owner,
             signal,
-            closed: AtomicBool::new(false),
-        })
+        };
+        Ok(Checked::new(engine, limits, clock))
     }
 
     /// The file this handle works on.
     pub fn path(&self) -> &Path {
         &self.path
     }
-
-    fn ensure_open(&self) -> Result<(), KvError> {
-        if self.closed.load(Ordering::Acquire) {
-            Err(KvError::Closed)
-        } else {
-            Ok(())
-        }
-    }
 }
 
 #[async_trait]
-impl Backend for RedbBackend {
+impl Engine for RedbBackend {
     fn capabilities(&self) -> Capabilities {
+        let read_only = self.shared.is_read_only();
         Capabilities::none()
             .with_durable(true)
-            .with_queues(!self.shared.is_read_only())
+            .with_queues(!read_only)
             .with_queue_inspection(true)
             .with_watch(true)
             .with_integrity_check(true)
+            .with_read_only(read_only)
     }
 
-    async fn snapshot_read(&self, read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError> {
-        self.ensure_open()?;
-        self.options.limits.validate_snapshot_read(&read)?;
+    async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
         let mut time = ReadTime::new(self.options.clock.clone());
         let shared = self.shared.clone();
+        let ranges = read.into_inner().ranges;
         run_blocking(move || {
-            shared.with_entries(|entries| reader::read_ranges(entries, read.ranges, &mut time))
+            shared.with_entries(|entries| reader::read_ranges(entries, ranges, &mut time))
         })
         .await
     }
 
-    async fn atomic_write(&self, write: AtomicWrite) -> Result<Option<CommitResult>, KvError> {
-        self.ensure_open()?;
+    async fn atomic_write(&self, write: ValidatedWrite) -> Result<Option<CommitResult>, KvError> {
         let now = self.options.clock.now();
-        self.options.limits.validate_atomic_write(&write, now)?;
         self.shared.writer()?.write(write, now).await
     }
 
     async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
-        if self.closed.load(Ordering::Acquire) {
-            return Ok(None);
-        }
-        if self.shared.is_read_only() {
-            return Err(KvError::ReadOnly);
-        }
         consumer::next_message(&self.shared, self.owner, &self.options.clock, &self.signal).await
     }
 
     async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
-        self.ensure_open()?;
         let now = self.options.clock.now();
         let shared = self.shared.clone();
         run_blocking(move || shared.with_db(|db| reader::queued_messages(db, now))).await
@@ -275,14 +263,11 @@ impl Backend for RedbBackend {
     /// Every table read and every record decoded, from one snapshot (see the `integrity`
     /// module for what redb's page checksums add, and when).
     async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
-        self.ensure_open()?;
         let shared = self.shared.clone();
         run_blocking(move || shared.with_db(integrity::check)).await
     }
 
-    fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {
-        self.ensure_open()?;
-        self.options.limits.validate_watch(&keys)?;
+    fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {
         let shared = self.shared.clone();
         let clock = self.options.clock.clone();
         let reader: WatchReader = Arc::new(move |keys| {
@@ -293,7 +278,7 @@ impl Backend for RedbBackend {
             }))
         });
         Ok(watch_stream(
-            keys,
+            keys.into_inner(),
             reader,
             &self.signal,
             self.options.clock.clone(),
@@ -304,9 +289,6 @@ impl Backend for RedbBackend {
     /// messages it handed out and that are not finished count as failed deliveries (they are
     /// retried). The last handle on a file also syncs everything and closes the file.
     async fn close(&self) -> Result<(), KvError> {
-        if self.closed.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
         self.signal.close();
         let released = match self.shared.writer() {
             Ok(writer) => match writer.release(self.owner, self.options.clock.now()).await {
@@ -319,16 +301,11 @@ impl Backend for RedbBackend {
         let closed = run_blocking(move || store::release(&shared)).await;
         released.and(closed)
     }
-}
 
-impl Drop for RedbBackend {
-    /// A handle dropped without [`Backend::close`] is closed here (without waiting for the
-    /// release of its messages; the last handle still waits for the file to close, so a reopen
-    /// right after the drop finds it free).
-    fn drop(&mut self) {
-        if self.closed.swap(true, Ordering::AcqRel) {
-            return;
-        }
+    /// A handle dropped without [`kv_proto::Backend::close`] is closed here (without waiting for
+    /// the release of its messages; the last handle still waits for the file to close, so a
+    /// reopen right after the drop finds it free).
+    fn close_on_drop(&self) {
         self.signal.close();
         if let Ok(writer) = self.shared.writer() {
             writer.release_in_background(self.owner, self.options.clock.now());

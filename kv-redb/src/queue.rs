@@ -8,7 +8,7 @@
 //!
 //! Taking a message moves it from ready to running in the same transaction; finishing it deletes
 //! the running row and, for a failure, applies kv-proto's rule
-//! ([`kv_proto::queue::after_failed_delivery`]): back to `queue_ready` after the next back-off interval, or — with
+//! ([`Settlement`]): back to `queue_ready` after the next back-off interval, or — with
 //! no interval left — its payload written under its dead-letter keys by an ordinary commit.
 //!
 //! **Who holds a running message.** redb locks the file for one process
@@ -22,20 +22,17 @@
 //! detect a dead consumer while the file is open and there is nothing to keep alive; it is
 //! recorded for inspection and for the format's sake.
 
-use std::sync::Arc;
-
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 use kv_proto::queue::{
-    Delivery, DeliveryEngine, DeliveryFailure, DeliveryOutcome, MESSAGE_DEADLINE, QueuedMessage,
-    Taken, after_delivery,
+    DeliveryEngine, DeliveryOutcome, QueuedMessage, Settlement, delivery_deadline,
 };
-use kv_proto::{AtomicWrite, KvError};
+use kv_proto::{Effects, KvError};
 use redb::ReadableTable;
 use uuid::Uuid;
 
 use crate::codec;
 use crate::error::storage;
-use crate::txn::{Effects, Fatal, Step, Tables, commit_write, fatal};
+use crate::txn::{Fatal, Step, Tables, commit_write, fatal};
 
 /// One delivery of this engine: the message id, and `token` (its delivery number), which tells
 /// it from a later delivery of the same message.
@@ -45,40 +42,8 @@ pub(crate) struct Ticket {
     pub(crate) token: u64,
 }
 
-/// What settles a handle's deliveries (see `crate::consumer`).
+/// What settles a handle's deliveries (see the `consumer` module).
 pub(crate) type Engine = dyn DeliveryEngine<Ticket = Ticket>;
-
-/// What a dequeue attempt found in the file (inside the group, before its commit).
-pub(crate) enum Found {
-    /// A message now held by the caller, under `token` (its delivery number).
-    Message {
-        /// The message id.
-        id: Uuid,
-        /// Distinguishes this delivery from a later delivery of the same message.
-        token: u64,
-        /// The V8 payload.
-        payload: Vec<u8>,
-    },
-    /// Nothing is due; the next message is due at this time, if there is one.
-    NextAt(Option<DateTime<Utc>>),
-    /// The asking handle is closed.
-    Closed,
-}
-
-impl Found {
-    /// The answer for the consumer, once the group has committed: a taken message becomes a
-    /// [`Delivery`] here, before the answer is sent, so an answer nobody receives (the dequeue
-    /// was dropped) is dropped as a guard that gives the message back.
-    pub(crate) fn into_taken(self, engine: Arc<Engine>) -> Taken<Engine> {
-        match self {
-            Found::Message { id, token, payload } => {
-                Taken::Message(Delivery::new(engine, Ticket { id, token }, payload))
-            }
-            Found::NextAt(next) => Taken::NextAt(next),
-            Found::Closed => Taken::Closed,
-        }
-    }
-}
 
 /// Moves the first message due at `now` from ready to running. Returns the message, or else the
 /// time the next one is due.
@@ -106,7 +71,7 @@ pub(crate) fn take_due(
     if message.ready_at > now {
         return Ok(Ok(Err(Some(message.ready_at))));
     }
-    let deadline = now + TimeDelta::from_std(MESSAGE_DEADLINE).unwrap_or(TimeDelta::seconds(5));
+    let deadline = delivery_deadline(now);
     tables.dirty = true;
     tables
         .ready()
@@ -129,7 +94,7 @@ fn decode_ready(key: &[u8], body: &[u8]) -> Result<QueuedMessage, KvError> {
     codec::decode_message_body(body, id, ready_at)
 }
 
-/// Ends the delivery of running message `id` as `outcome` says (see [`after_delivery`]): success
+/// Ends the delivery of running message `id` as `outcome` says (see [`Settlement`]): success
 /// deletes it, failure retries it or dead-letters it, an undelivered message goes back to
 /// `queue_ready` as it was. A message that is not running (already settled) is left alone.
 pub(crate) fn settle(
@@ -158,9 +123,8 @@ pub(crate) fn settle(
             Ok((_deadline, message)) => message,
             Err(err) => return Ok(Err(err)),
         };
-        if let Some(failure) = after_delivery(&message, outcome, now)
-            && let Err(err) = apply_failure(tables, failure, now, last_version, effects)?
-        {
+        let settlement = Settlement::of(&message, outcome, now);
+        if let Err(err) = apply(tables, settlement, now, last_version, effects)? {
             return Ok(Err(err));
         }
     }
@@ -173,27 +137,22 @@ pub(crate) fn settle(
     Ok(Ok(()))
 }
 
-/// Requeues a message whose delivery ended unsuccessfully, as `failure` says, or writes its dead
-/// letters.
-fn apply_failure(
+/// Stores what ending a delivery leaves: the message back in `queue_ready`, or its dead letters.
+fn apply(
     tables: &mut Tables<'_>,
-    failure: DeliveryFailure,
+    settlement: Settlement,
     now: DateTime<Utc>,
     last_version: &mut u64,
     effects: &mut Effects,
 ) -> Step<()> {
-    match failure {
-        DeliveryFailure::Retry(next) => {
+    match settlement {
+        Settlement::Forget => Ok(Ok(())),
+        Settlement::Requeue(next) => {
             tables.insert_ready(&next)?;
             effects.queue = true;
             Ok(Ok(()))
         }
-        DeliveryFailure::DeadLetter { mutations } if mutations.is_empty() => Ok(Ok(())),
-        DeliveryFailure::DeadLetter { mutations } => {
-            let write = AtomicWrite {
-                mutations,
-                ..Default::default()
-            };
+        Settlement::DeadLetter(write) => {
             Ok(commit_write(tables, &write, now, last_version, effects)?.map(|_| ()))
         }
     }

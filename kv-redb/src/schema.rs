@@ -6,7 +6,7 @@
 //! | `deno_kv.expiry` | expiry time + encoded key | `()` | one row per entry that expires, in time order, so sweeps walk only what is due |
 //! | `deno_kv.queue_ready` | ready time + message id | message body | messages waiting for delivery, in due order |
 //! | `deno_kv.queue_running` | message id | deadline + ready time + message body | messages handed to a consumer and not yet finished |
-//! | `deno_kv.meta` | name | `u64` | `schema_version`, and `last_version`: a ceiling no versionstamp's version handed out exceeds (the exact last one after a clean close; see [`crate::group`]) |
+//! | `deno_kv.meta` | name | `u64` | `schema_version`, and `last_version`: a ceiling no versionstamp's version handed out exceeds (the exact last one after a clean close; see the `group` module) |
 //!
 //! Byte layouts are in [`crate::codec`]. Opening a file never modifies it before it has been
 //! recognised: a file with other tables than these, or with a newer `schema_version`, is refused

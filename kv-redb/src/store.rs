@@ -14,66 +14,16 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
-use kv_proto::{ChangeSignal, ChangedKeys, KvError};
+use kv_proto::{KvError, Notifier};
 use redb::ReadableDatabase;
-use tokio::sync::watch;
 
 use crate::file::{DbSlot, OpenStorage};
 use crate::group::GroupState;
 use crate::snapshot::{EntriesSnapshot, ReadSnapshot};
 use crate::writer::Writer;
 use crate::{RedbError, RedbOptions};
-
-/// Wakes the waiters of every handle on one file after a commit.
-pub(crate) struct Notifier {
-    /// One signal per handle; told the keys of every commit that changed entries.
-    watchers: Mutex<Vec<Weak<ChangeSignal>>>,
-    /// Bumped whenever a message becomes ready (enqueue or retry).
-    queue: watch::Sender<u64>,
-}
-
-impl Notifier {
-    pub(crate) fn new() -> Self {
-        Notifier {
-            watchers: Mutex::new(Vec::new()),
-            queue: watch::channel(0).0,
-        }
-    }
-
-    fn watchers(&self) -> MutexGuard<'_, Vec<Weak<ChangeSignal>>> {
-        // A list of weak pointers stays consistent whatever panicked while it was locked.
-        self.watchers.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Adds a handle's signal.
-    pub(crate) fn register(&self, signal: &Arc<ChangeSignal>) {
-        let mut watchers = self.watchers();
-        watchers.retain(|w| w.strong_count() > 0);
-        watchers.push(Arc::downgrade(signal));
-    }
-
-    /// Wakes the watch streams of the changed keys, on every handle.
-    pub(crate) fn notify_watchers(&self, changed: &ChangedKeys) {
-        if changed.is_empty() {
-            return;
-        }
-        for signal in self.watchers().iter().filter_map(Weak::upgrade) {
-            signal.notify_changed(changed);
-        }
-    }
-
-    /// Wakes every waiting queue consumer.
-    pub(crate) fn bump_queue(&self) {
-        self.queue.send_modify(|n| *n = n.wrapping_add(1));
-    }
-
-    /// A receiver that changes when a message may have become ready.
-    pub(crate) fn subscribe_queue(&self) -> watch::Receiver<u64> {
-        self.queue.subscribe()
-    }
-}
 
 /// The state every handle on one file shares.
 pub(crate) struct Shared {
@@ -133,7 +83,7 @@ impl Shared {
 
     /// Stops the writer (it settles and syncs everything) and closes the file.
     fn shut_down(&self) -> Result<(), KvError> {
-        let stopped = self.writer.as_ref().map_or(Ok(()), Writer::stop);
+        let stopped = self.writer.as_ref().map_or(Ok(()), |writer| writer.stop());
         // No read can start once the slot is closed, so none can cache a snapshot again. The
         // cached one is a read transaction: it must end before the file closes. The stopped
         // writer has let go of the database: closing here releases the file lock before the

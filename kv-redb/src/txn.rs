@@ -22,7 +22,7 @@
 use chrono::{DateTime, Utc};
 use kv_proto::queue::QueuedMessage;
 use kv_proto::{
-    AtomicWrite, ChangedKeys, CommitResult, KvError, StoredEntry, Versionstamp, stage_atomic_write,
+    CommitResult, Effects, KvError, StoredEntry, ValidatedWrite, Versionstamp, stage_atomic_write,
 };
 use redb::{ReadableTable, Table};
 
@@ -44,15 +44,6 @@ pub(crate) fn fatal(err: impl Into<redb::Error>) -> Fatal {
 }
 
 type BytesTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
-
-/// Which waiters a committed group must wake.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Effects {
-    /// The entries written: their watches wake.
-    pub(crate) changed: ChangedKeys,
-    /// A message became ready: wake queue consumers.
-    pub(crate) queue: bool,
-}
 
 /// The tables of one group transaction, opened on first use (a group that only writes entries
 /// never opens the queue tables).
@@ -114,7 +105,7 @@ impl<'t> Tables<'t> {
     }
 
     /// Records the version ceiling: no versionstamp handed out is above it (see
-    /// [`crate::group`]).
+    /// the `group` module).
     pub(crate) fn set_version_ceiling(&mut self, version: u64) -> Result<(), Fatal> {
         let mut meta = self.txn.open_table(META).map_err(fatal)?;
         meta.insert(META_LAST_VERSION, version).map_err(fatal)?;
@@ -239,7 +230,7 @@ impl<'t> Tables<'t> {
 /// order with no reuse).
 pub(crate) fn commit_write(
     tables: &mut Tables<'_>,
-    write: &AtomicWrite,
+    write: &ValidatedWrite,
     now: DateTime<Utc>,
     last_version: &mut u64,
     effects: &mut Effects,

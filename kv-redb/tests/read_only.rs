@@ -7,11 +7,12 @@ use std::path::Path;
 
 use kv_conformance::unprivileged::{assert_succeeds_in_read_only_dirs, child_argument};
 use kv_proto::{
-    AtomicWrite, Backend, KvError, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
+    AtomicWrite, Backend, Checked, KvError, KvValue, Mutation, ReadRange, SnapshotRead, encode_key,
+    key,
 };
 use kv_redb::{RedbBackend, RedbOptions};
 
-fn read_only(path: &Path) -> Result<RedbBackend, KvError> {
+fn read_only(path: &Path) -> Result<Checked<RedbBackend>, KvError> {
     let options = RedbOptions {
         read_only: true,
         ..Default::default()

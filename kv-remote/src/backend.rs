@@ -6,20 +6,23 @@ use async_trait::async_trait;
 use kv_connect::convert::{self, AtomicWriteResult};
 use kv_connect::prost::Message;
 use kv_proto::{
-    AtomicWrite, Backend, Capabilities, CommitResult, KvError, QueueMessageHandle, ReadRangeOutput,
-    SnapshotRead, WatchStream, ms_to_datetime,
+    Capabilities, Checked, CommitResult, Engine, KvError, QueueMessageHandle, ReadRangeOutput,
+    ValidatedRead, ValidatedWatch, ValidatedWrite, WatchStream,
 };
 
 use crate::RemoteOptions;
 use crate::ext::{AtomicWriteExt, SnapshotReadExpiry};
-use crate::transport::{Inner, RemoteError, Replay, protocol};
+use crate::queue::RemoteQueue;
+use crate::transport::{Inner, Replay, protocol};
 
-/// A Deno KV database on a KV Connect server; see the [crate documentation](crate).
-///
-/// Cloning is cheap: clones share the connection, the metadata and the closed state.
-#[derive(Clone)]
+/// A Deno KV database on a KV Connect server; see the [crate documentation](crate). The engine,
+/// handed out behind kv-proto's [`Checked`] layer, which validates every request against
+/// [`crate::RemoteOptions::limits`] before it is sent (as Deno's client does) and answers for the
+/// closed state.
 pub struct RemoteBackend {
     pub(crate) inner: Arc<Inner>,
+    /// The `queue/1` client over the same connection.
+    queue: Arc<RemoteQueue>,
 }
 
 impl std::fmt::Debug for RemoteBackend {
@@ -33,8 +36,8 @@ impl std::fmt::Debug for RemoteBackend {
 impl RemoteBackend {
     /// Opens the database at `url` (`http://host:port/path`): runs the metadata exchange now,
     /// so a wrong token, a wrong path or an unreachable server is reported here (as
-    /// [`KvError::Storage`] holding a [`RemoteError`]). Needs a tokio runtime.
-    pub async fn connect(url: &str, options: RemoteOptions) -> Result<Self, KvError> {
+    /// [`KvError::Storage`] holding a [`crate::RemoteError`]). Needs a tokio runtime.
+    pub async fn connect(url: &str, options: RemoteOptions) -> Result<Checked<Self>, KvError> {
         let backend = Self::connect_lazy(url, options)?;
         backend.inner.session(false, None).await?;
         Ok(backend)
@@ -42,30 +45,27 @@ impl RemoteBackend {
 
     /// Checks `url` but sends nothing: the metadata exchange happens on the first call (whose
     /// error then reports a wrong token). For callers that cannot wait at open, such as the
-    /// synchronous `kv::Kv::open_blocking`. Until then [`Backend::capabilities`] reports queues and
-    /// watch as available; a server without the queue extension refuses the first dequeue.
-    pub fn connect_lazy(url: &str, options: RemoteOptions) -> Result<Self, KvError> {
-        Ok(RemoteBackend {
-            inner: Arc::new(Inner::new(url, options)?),
-        })
+    /// synchronous `kv::Kv::open_blocking`. Until then [`kv_proto::Backend::capabilities`]
+    /// reports queues and watch as available; a server without the queue extension refuses the
+    /// first dequeue.
+    pub fn connect_lazy(url: &str, options: RemoteOptions) -> Result<Checked<Self>, KvError> {
+        let (limits, clock) = (options.limits.clone(), options.clock.clone());
+        let inner = Arc::new(Inner::new(url, options)?);
+        let engine = RemoteBackend {
+            queue: Arc::new(RemoteQueue::new(inner.clone())),
+            inner,
+        };
+        Ok(Checked::new(engine, limits, clock))
     }
 
     /// The metadata URL this backend was opened with.
     pub fn url(&self) -> &str {
         &self.inner.url
     }
-
-    fn open_check(&self) -> Result<(), KvError> {
-        if self.inner.is_closed() {
-            Err(KvError::Closed)
-        } else {
-            Ok(())
-        }
-    }
 }
 
 #[async_trait]
-impl Backend for RemoteBackend {
+impl Engine for RemoteBackend {
     /// Watch always; queues when the server offers the `queue/1` extension (assumed until the
     /// metadata is known). Never `durable`: durability is the server's business, and reopening
     /// the same URL reaches the same data only if the server keeps it.
@@ -75,9 +75,7 @@ impl Backend for RemoteBackend {
             .with_watch(true)
     }
 
-    async fn snapshot_read(&self, read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError> {
-        self.open_check()?;
-        self.inner.options.limits.validate_snapshot_read(&read)?;
+    async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
         let body = convert::encode_snapshot_read(&read).encode_to_vec();
         let (session, bytes) = self
             .inner
@@ -115,29 +113,15 @@ impl Backend for RemoteBackend {
             }
         }
         if session.extensions.expiry {
-            let times = SnapshotReadExpiry::decode(bytes.as_ref()).map_err(protocol)?;
-            if times.ranges.len() != ranges.len() {
-                return Err(protocol("expiry extension: wrong number of ranges"));
-            }
-            for (range, times) in ranges.iter_mut().zip(times.ranges) {
-                if times.expires_at_ms.len() != range.entries.len() {
-                    return Err(protocol("expiry extension: wrong number of entries"));
-                }
-                for (entry, ms) in range.entries.iter_mut().zip(times.expires_at_ms) {
-                    entry.expires_at = expiry_from_ms(ms)?;
-                }
-            }
+            SnapshotReadExpiry::decode(bytes.as_ref())
+                .map_err(protocol)?
+                .apply_to(&mut ranges)
+                .map_err(protocol)?;
         }
         Ok(ranges)
     }
 
-    async fn atomic_write(&self, write: AtomicWrite) -> Result<Option<CommitResult>, KvError> {
-        self.open_check()?;
-        let now = self.inner.options.clock.now();
-        self.inner
-            .options
-            .limits
-            .validate_atomic_write(&write, now)?;
+    async fn atomic_write(&self, write: ValidatedWrite) -> Result<Option<CommitResult>, KvError> {
         let mut body = convert::encode_atomic_write(&write).encode_to_vec();
         let without_retries: Vec<u32> = write
             .enqueues
@@ -169,37 +153,19 @@ impl Backend for RemoteBackend {
     }
 
     async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
-        if self.inner.is_closed() {
-            return Ok(None);
-        }
-        crate::queue::dequeue(&self.inner).await
+        crate::queue::dequeue(&self.queue).await
     }
 
-    fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {
-        self.open_check()?;
-        self.inner.options.limits.validate_watch(&keys)?;
-        crate::watch::watch(self.inner.clone(), keys)
+    fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {
+        crate::watch::watch(self.inner.clone(), keys.into_inner())
     }
 
     /// Reports every queue message this client still holds as failed (so the server retries it
     /// at once instead of after the lease), then ends watches and pending dequeues. Later calls
     /// fail with [`KvError::Closed`]. The server's data is untouched.
     async fn close(&self) -> Result<(), KvError> {
-        if self.inner.is_closed() {
-            return Ok(());
-        }
-        crate::queue::release_all(&self.inner).await;
+        crate::queue::release_all(&self.queue).await;
         self.inner.closed.send_replace(true);
         Ok(())
     }
-}
-
-/// An expiry time from the extension: 0 = none.
-pub(crate) fn expiry_from_ms(ms: i64) -> Result<Option<chrono::DateTime<chrono::Utc>>, KvError> {
-    if ms == 0 {
-        return Ok(None);
-    }
-    ms_to_datetime(ms)
-        .map(Some)
-        .ok_or_else(|| RemoteError::Protocol(format!("invalid expiry time {ms}")).into())
 }

@@ -47,8 +47,9 @@
 //! - **Validation:** every answer is checked: versionstamps must be 10 bytes, LE64 values 8
 //!   bytes, encodings known, one output range per requested range, no more entries than the
 //!   limit, every key inside its range. A bad answer is an error, never a panic. Requests are
-//!   checked against Deno's limits ([`kv_proto::Limits::deno`]) before they are sent, so limit
-//!   errors carry Deno's texts, as with a local backend; the server's refusals of bad input (400)
+//!   checked against Deno's limits ([`kv_proto::Limits::deno`]) before they are sent, by the same
+//!   [`kv_proto::Checked`] layer every local engine sits behind, so limit errors carry Deno's
+//!   texts, as with a local backend; the server's refusals of bad input (400)
 //!   become [`KvError::InvalidArgument`] with the server's text (e.g. `Failed to perform 'sum'
 //!   mutation on a non-U64 value in the database`).
 //! - **Watch:** `POST <endpoint>/watch`, then a stream of length-prefixed frames; keep-alives

@@ -1,7 +1,6 @@
 //! The HTTP side: one HTTP/2 connection (h2c, prior knowledge), the metadata exchange and its
 //! refresh, and calls on the data path with bounded retries.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -156,20 +155,14 @@ pub(crate) struct Inner {
     refresh: tokio::sync::Mutex<()>,
     /// `true` once closed.
     pub(crate) closed: watch::Sender<bool>,
-    /// Delivery tokens of queue messages handed to this client and not finished.
-    pub(crate) held: Mutex<HashSet<String>>,
     /// Whether the server ever answered (anything, even an error status): until then a failed
     /// connection means nothing runs there, and is not retried.
     answered: std::sync::atomic::AtomicBool,
-    /// Whether the queue keep-alive task runs.
-    pub(crate) keepalive_started: std::sync::atomic::AtomicBool,
-    /// The queue poller's state (see `queue.rs`).
-    pub(crate) queue: Mutex<crate::queue::PollState>,
-    /// Wakes dequeues waiting for the poller.
-    pub(crate) queue_ready: tokio::sync::Notify,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+/// Locks `mutex`, also after a panic while it was held (every update under these locks is a
+/// single step that cannot be left half done).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -212,11 +205,7 @@ impl Inner {
             session: Mutex::new(None),
             refresh: tokio::sync::Mutex::new(()),
             closed: watch::channel(false).0,
-            held: Mutex::new(HashSet::new()),
             answered: std::sync::atomic::AtomicBool::new(false),
-            keepalive_started: std::sync::atomic::AtomicBool::new(false),
-            queue: Mutex::new(crate::queue::PollState::default()),
-            queue_ready: tokio::sync::Notify::new(),
         })
     }
 
@@ -238,14 +227,6 @@ impl Inner {
     /// The server's extensions, once the metadata is known.
     pub(crate) fn known_extensions(&self) -> Option<Extensions> {
         lock(&self.session).as_ref().map(|s| s.extensions)
-    }
-
-    pub(crate) fn held(&self) -> MutexGuard<'_, HashSet<String>> {
-        lock(&self.held)
-    }
-
-    pub(crate) fn queue_state(&self) -> MutexGuard<'_, crate::queue::PollState> {
-        lock(&self.queue)
     }
 
     /// The current metadata, fetched or refreshed if due. `force` refetches even if fresh

@@ -4,18 +4,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Buf;
 use futures::StreamExt;
 use http_body_util::BodyExt;
-use kv_connect::convert::{encode_watch, watch_output_from_pb};
-use kv_connect::frames::MAX_FRAME_BYTES;
-use kv_connect::pb::WatchOutput;
+use kv_connect::convert::{encode_watch, watch_frame_from_pb};
+use kv_connect::frames::{Frame, FrameDecoder, WatchFrame};
 use kv_connect::prost::Message;
-use kv_proto::{KvEntry, KvError, Versionstamp, WatchKeyOutput, WatchStream};
+use kv_proto::watch::WatchDiff;
+use kv_proto::{KvEntry, KvError, WatchKeyOutput, WatchStream};
 use tokio::sync::mpsc;
 
-use crate::backend::expiry_from_ms;
-use crate::ext::WatchExpiry;
 use crate::transport::{Inner, RemoteError, Replay, protocol};
 
 type Emission = Result<Vec<WatchKeyOutput>, KvError>;
@@ -49,17 +46,14 @@ pub(crate) fn watch(inner: Arc<Inner>, keys: Vec<Vec<u8>>) -> Result<WatchStream
 struct State {
     /// Every key's current entry, from the frames so far.
     current: Vec<Option<KvEntry>>,
-    /// The versionstamps last emitted (`None` before the first emission).
-    emitted: Option<Vec<Option<Versionstamp>>>,
+    /// What was last emitted.
+    diff: WatchDiff,
 }
 
 impl State {
     /// Applies one frame; returns the emission if anything changed since the last one.
-    fn apply(&mut self, body: &[u8]) -> Result<Option<Vec<WatchKeyOutput>>, KvError> {
-        let output = WatchOutput::decode(body)
-            .map_err(|e| protocol(format!("Failed to decode watch output: {e}")))?;
-        let times = WatchExpiry::decode(body).map_err(protocol)?;
-        let outputs = watch_output_from_pb(output).map_err(protocol)?;
+    fn apply(&mut self, frame: WatchFrame) -> Result<Option<Vec<WatchKeyOutput>>, KvError> {
+        let outputs = watch_frame_from_pb(frame).map_err(protocol)?;
         if outputs.len() != self.current.len() {
             return Err(protocol(format!(
                 "a watch frame with {} keys for {} watched keys",
@@ -67,45 +61,12 @@ impl State {
                 self.current.len()
             )));
         }
-        if !times.expires_at_ms.is_empty() && times.expires_at_ms.len() != outputs.len() {
-            return Err(protocol("expiry extension: wrong number of keys"));
-        }
-        for (index, output) in outputs.into_iter().enumerate() {
-            if let WatchKeyOutput::Changed(mut entry) = output {
-                if let (Some(entry), Some(ms)) = (entry.as_mut(), times.expires_at_ms.get(index)) {
-                    entry.expires_at = expiry_from_ms(*ms)?;
-                }
-                self.current[index] = entry;
+        for (slot, output) in self.current.iter_mut().zip(outputs) {
+            if let WatchKeyOutput::Changed(entry) = output {
+                *slot = entry;
             }
         }
-        let stamps: Vec<Option<Versionstamp>> = self
-            .current
-            .iter()
-            .map(|e| e.as_ref().map(|e| e.versionstamp))
-            .collect();
-        let emission = match &self.emitted {
-            None => self
-                .current
-                .iter()
-                .cloned()
-                .map(WatchKeyOutput::Changed)
-                .collect(),
-            Some(last) if *last == stamps => return Ok(None),
-            Some(last) => self
-                .current
-                .iter()
-                .zip(last)
-                .map(|(entry, before)| {
-                    if entry.as_ref().map(|e| e.versionstamp) == *before {
-                        WatchKeyOutput::Unchanged
-                    } else {
-                        WatchKeyOutput::Changed(entry.clone())
-                    }
-                })
-                .collect(),
-        };
-        self.emitted = Some(stamps);
-        Ok(Some(emission))
+        Ok(self.diff.next(self.current.clone()))
     }
 }
 
@@ -115,7 +76,7 @@ async fn run(inner: Arc<Inner>, keys: Vec<Vec<u8>>, sender: mpsc::Sender<Emissio
     let body = encode_watch(&keys).encode_to_vec();
     let mut state = State {
         current: vec![None; keys.len()],
-        emitted: None,
+        diff: WatchDiff::new(),
     };
     let mut backoff = FIRST_RECONNECT;
     loop {
@@ -124,8 +85,8 @@ async fn run(inner: Arc<Inner>, keys: Vec<Vec<u8>>, sender: mpsc::Sender<Emissio
             () = sender.closed() => return,
             answer = inner.call("watch", body.clone(), Replay::Safe, inner.options.request_timeout) => answer,
         };
-        let response = match answer {
-            Ok((_, response)) => response,
+        let (session, response) = match answer {
+            Ok(answer) => answer,
             Err(KvError::Closed) => return,
             Err(err) => {
                 let _ = sender.send(Err(err)).await;
@@ -133,39 +94,37 @@ async fn run(inner: Arc<Inner>, keys: Vec<Vec<u8>>, sender: mpsc::Sender<Emissio
             }
         };
         let mut stream = response.into_body();
-        let mut buffer: Vec<u8> = Vec::new();
+        // The request asked for the expiry times if the server offers them (see `Inner::call`).
+        let mut decoder = FrameDecoder::new(session.extensions.expiry);
         loop {
             let next = tokio::select! {
                 () = inner.wait_closed() => return,
                 () = sender.closed() => return,
                 next = tokio::time::timeout(inner.options.watch_idle_timeout, stream.frame()) => next,
             };
-            let data = match next {
+            match next {
                 // Silent too long, ended, or broken: reconnect.
                 Err(_) | Ok(None) | Ok(Some(Err(_))) => break,
                 Ok(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(data) => data,
+                    Ok(data) => decoder.push(&data),
                     Err(_) => continue, // trailers
                 },
-            };
-            buffer.extend_from_slice(data.chunk());
-            while let Some(prefix) = buffer.first_chunk::<4>() {
-                let len = u32::from_le_bytes(*prefix) as usize;
-                if len > MAX_FRAME_BYTES {
-                    let _ = sender
-                        .send(Err(protocol(format!("a watch frame of {len} bytes"))))
-                        .await;
-                    return;
-                }
-                if buffer.len() < 4 + len {
-                    break;
-                }
-                let frame: Vec<u8> = buffer.drain(..4 + len).skip(4).collect();
+            }
+            loop {
+                let frame = match decoder.next_frame() {
+                    Ok(None) => break,
+                    Ok(Some(Frame::KeepAlive)) => {
+                        backoff = FIRST_RECONNECT;
+                        continue;
+                    }
+                    Ok(Some(Frame::Output(frame))) => frame,
+                    Err(err) => {
+                        let _ = sender.send(Err(protocol(err))).await;
+                        return;
+                    }
+                };
                 backoff = FIRST_RECONNECT;
-                if frame.is_empty() {
-                    continue; // keep-alive
-                }
-                match state.apply(&frame) {
+                match state.apply(frame) {
                     Ok(None) => {}
                     Ok(Some(emission)) => {
                         if sender.send(Ok(emission)).await.is_err() {

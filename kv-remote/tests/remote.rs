@@ -88,6 +88,22 @@ async fn works_against_a_server_backed_by_sqlite() {
         Some(expires.timestamp_millis()),
         "the expiry extension carries expiry times"
     );
+    // So do watch frames (kv-connect's frame codec, on both sides).
+    let mut watch = kv.watch(vec![key("a")]).unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), watch.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    match &first[..] {
+        [kv_proto::WatchKeyOutput::Changed(Some(entry))] => assert_eq!(
+            entry.expires_at.map(|t| t.timestamp_millis()),
+            Some(expires.timestamp_millis()),
+            "watch frames carry expiry times"
+        ),
+        other => panic!("unexpected first emission {other:?}"),
+    }
+    drop(watch);
 
     // A server-side mutation error keeps its text.
     sqlite

@@ -17,7 +17,8 @@ use tokio::time::Instant;
 
 use crate::Shared;
 use crate::databases::ConnectionDatabases;
-use crate::handler::{self, ResponseBody};
+use crate::handler;
+use crate::response::ResponseBody;
 
 /// How often an HTTP/2 connection is pinged, and how long a ping may go unanswered before the
 /// peer counts as dead and the connection is closed.

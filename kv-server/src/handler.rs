@@ -3,10 +3,8 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use chrono::Utc;
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::{Body, Incoming};
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
@@ -15,7 +13,7 @@ use kv_connect::metadata::{
     negotiate_version,
 };
 use kv_connect::{convert, prost::Message};
-use kv_proto::{Backend, KvError, LimitKind};
+use kv_proto::{Backend, KvError};
 use subtle::ConstantTimeEq;
 use tokio::sync::OwnedSemaphorePermit;
 use uuid::Uuid;
@@ -23,73 +21,14 @@ use uuid::Uuid;
 use crate::databases::{ConnectionDatabases, DatabaseRef, Opened};
 use crate::ext;
 use crate::queue::QueueMethod;
+use crate::response::{
+    Failure, PROTOBUF, ResponseBody, bytes_response, internal, kv_failure, method_not_allowed,
+    text_response,
+};
 use crate::{Access, Shared};
-
-/// Response bodies: a buffer or a watch stream.
-pub(crate) type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
 
 /// The data-path prefix handed out as the one `strong` endpoint.
 const ENDPOINT: &str = "/v2";
-
-/// A response that is not a success: status and a plain-text reason.
-pub(crate) struct Failure {
-    status: StatusCode,
-    text: String,
-}
-
-impl Failure {
-    pub(crate) fn new(status: StatusCode, text: impl Into<String>) -> Self {
-        Failure {
-            status,
-            text: text.into(),
-        }
-    }
-
-    pub(crate) fn bad_request(text: impl Into<String>) -> Self {
-        Failure::new(StatusCode::BAD_REQUEST, text)
-    }
-}
-
-fn full(body: impl Into<Bytes>) -> ResponseBody {
-    Full::new(body.into()).boxed_unsync()
-}
-
-fn text_response(status: StatusCode, text: String) -> Response<ResponseBody> {
-    let mut response = Response::new(full(text));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    response
-}
-
-fn bytes_response(content_type: &'static str, body: Vec<u8>) -> Response<ResponseBody> {
-    let mut response = Response::new(full(body));
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    response
-}
-
-/// An empty body (204 answers).
-pub(crate) fn empty_body() -> ResponseBody {
-    full(Bytes::new())
-}
-
-/// A 200 answer carrying a protobuf message.
-pub(crate) fn protobuf_response(body: Vec<u8>) -> Response<ResponseBody> {
-    bytes_response(PROTOBUF, body)
-}
-
-fn method_not_allowed(allow: &'static str) -> Response<ResponseBody> {
-    let mut response = Response::new(full(Bytes::new()));
-    *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
-    response
-        .headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static(allow));
-    response
-}
 
 /// The data-path methods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,7 +65,7 @@ pub(crate) async fn handle(
         } else {
             data_path(request, method, &shared, &connection)
                 .await
-                .unwrap_or_else(|f| text_response(f.status, f.text))
+                .unwrap_or_else(Failure::into_response)
         }
     } else if let Some(database) = DatabaseRef::parse(&path, shared.config.ephemeral) {
         if request.method() != Method::POST {
@@ -134,7 +73,7 @@ pub(crate) async fn handle(
         } else {
             metadata_exchange(request, database, &shared, &connection)
                 .await
-                .unwrap_or_else(|f| text_response(f.status, f.text))
+                .unwrap_or_else(Failure::into_response)
         }
     } else {
         text_response(StatusCode::NOT_FOUND, not_found_text(&path).into())
@@ -398,8 +337,6 @@ async fn data_path(
     }
 }
 
-const PROTOBUF: &str = "application/x-protobuf";
-
 async fn snapshot_read(
     body: &[u8],
     backend: &dyn Backend,
@@ -419,18 +356,7 @@ async fn snapshot_read(
     let mut output = convert::snapshot_read_output(&ranges).encode_to_vec();
     if expiry {
         // The `expiry/1` extension: one more field after the standard message.
-        let times = ext::SnapshotReadExpiry {
-            ranges: ranges
-                .iter()
-                .map(|range| ext::RangeExpiry {
-                    expires_at_ms: range
-                        .entries
-                        .iter()
-                        .map(|e| ext::expiry_ms(Some(e)))
-                        .collect(),
-                })
-                .collect(),
-        };
+        let times = ext::SnapshotReadExpiry::of(&ranges);
         output.extend_from_slice(&times.encode_to_vec());
     }
     Ok(bytes_response(PROTOBUF, output))
@@ -518,53 +444,7 @@ fn watch(
     Ok(response)
 }
 
-// ---- errors -----------------------------------------------------------------------------------------
-
-/// A kv-proto error as the answer denokv gives (texts byte for byte where denokv has one).
-pub(crate) fn kv_failure(shared: &Shared, err: &KvError) -> Failure {
-    match err {
-        KvError::Limit(limit) => Failure::bad_request(match limit.kind {
-            LimitKind::KeySizeWrite | LimitKind::KeySizeRead => {
-                "A key exceeds the key size limit.".to_owned()
-            }
-            LimitKind::ValueSize | LimitKind::EnqueuePayloadSize => {
-                "A value exceeds the value size limit.".to_owned()
-            }
-            LimitKind::ReadRanges => {
-                "Too many read ranges requested in one read request.".to_owned()
-            }
-            LimitKind::ReadEntries => "The total number of entries requested across read \
-                                       ranges in the read request is too large."
-                .to_owned(),
-            LimitKind::Checks => "Too many checks included in atomic write.".to_owned(),
-            LimitKind::Mutations => {
-                "Too many mutations / enqueues included in atomic write.".to_owned()
-            }
-            LimitKind::TotalMutationSize => {
-                "The total size of the atomic write is too large.".to_owned()
-            }
-            LimitKind::WatchKeys => "Too many keys watched in a single watch request.".to_owned(),
-            // denokv has no such limit (nor any limit added later); Deno's own text.
-            _ => limit.to_string(),
-        }),
-        KvError::InvalidKey { .. } | KvError::InvalidArgument { .. } | KvError::Mutation { .. } => {
-            Failure::bad_request(err.to_string())
-        }
-        KvError::ReadOnly => Failure::bad_request("This database is read only."),
-        KvError::Unsupported { feature } => {
-            Failure::bad_request(format!("This database does not support {feature}."))
-        }
-        // 503: Deno retries; nothing was committed.
-        KvError::Closed => Failure::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "The server is temporarially unavailable, try again later.",
-        ),
-        KvError::Storage { .. } | KvError::Corrupt { .. } => internal(shared, err),
-        // A kind of error added to kv-proto later: the caller's fault or the store's, as it says.
-        _ if err.is_invalid_input() => Failure::bad_request(err.to_string()),
-        _ => internal(shared, err),
-    }
-}
+// ---- database lookups ------------------------------------------------------------------------------
 
 /// What a database lookup found, as the database or the answer to give instead: `unknown()`
 /// when there is no such database, `503` naming the cap when too many are open.
@@ -582,14 +462,4 @@ fn opened<T>(
         )),
         Err(err) => Err(internal(shared, &err)),
     }
-}
-
-fn internal(shared: &Shared, err: &KvError) -> Failure {
-    if shared.config.log_errors {
-        eprintln!("kv-server: internal error: {err}");
-    }
-    Failure::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "An internal server error occurred.",
-    )
 }

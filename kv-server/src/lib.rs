@@ -48,6 +48,7 @@ pub mod ext;
 mod handler;
 pub mod queue;
 pub mod resources;
+mod response;
 mod watch;
 
 use std::future::Future;

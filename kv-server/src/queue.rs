@@ -58,7 +58,7 @@ use crate::ext::{
     DequeueRequest, DequeueResponse, FinishRequest, FinishResponse, KeepAliveRequest,
     KeepAliveResponse,
 };
-use crate::handler::{Failure, ResponseBody, kv_failure, protobuf_response};
+use crate::response::{Failure, ResponseBody, kv_failure, protobuf_response};
 
 /// The queue endpoints, after `<endpoint>/queue/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -269,7 +269,7 @@ pub(crate) async fn handle(
             };
             match outcome {
                 None => {
-                    let mut response = hyper::Response::new(crate::handler::empty_body());
+                    let mut response = hyper::Response::new(crate::response::empty_body());
                     *response.status_mut() = StatusCode::NO_CONTENT;
                     Ok(response)
                 }
@@ -328,13 +328,16 @@ mod tests {
     use std::future::poll_fn;
 
     use kv_memory::{MemoryBackend, MemoryStore};
-    use kv_proto::{AtomicWrite, Clock, Enqueue, ManualClock};
+    use kv_proto::{AtomicWrite, Checked, Clock, Enqueue, ManualClock};
 
     use super::*;
 
     /// A store with one message due now, a backend on it, and the message taken and held as the
     /// long poll holds it; returns the answer's body.
-    async fn held_answer(deliveries: &Deliveries, database: Uuid) -> (MemoryBackend, DeliveryBody) {
+    async fn held_answer(
+        deliveries: &Deliveries,
+        database: Uuid,
+    ) -> (Checked<MemoryBackend>, DeliveryBody) {
         let clock = ManualClock::at_test_epoch();
         let store = MemoryStore::new();
         let kv = MemoryBackend::open(&store, Arc::new(clock.clone()));

@@ -8,16 +8,14 @@ use bytes::Bytes;
 use futures::StreamExt;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
-use kv_connect::convert::watch_output;
+use kv_connect::convert::watch_frame;
 use kv_connect::frames::{KEEP_ALIVE, encode_frame};
 use kv_proto::{Backend, KvEntry, WatchKeyOutput, WatchStream};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::watch as signal;
 use tokio::time::{Instant, Interval, MissedTickBehavior, interval_at};
 
-use crate::ext::{WatchExpiry, expiry_ms};
-use crate::handler::ResponseBody;
-use kv_connect::prost::Message;
+use crate::response::ResponseBody;
 
 struct State {
     /// `None` once the backend stream ended (or for a zero-key watch after its one frame).
@@ -75,28 +73,10 @@ pub(crate) fn watch_body(
     StreamBody::new(frames).boxed_unsync()
 }
 
-/// One frame with every key's entry, plus the expiry extension when asked for.
-fn frame_of(entries: &[Option<KvEntry>], expiry: bool) -> Vec<u8> {
-    if !expiry {
-        return encode_frame(&watch_output(entries));
-    }
-    let mut body = watch_output(entries).encode_to_vec();
-    let times = WatchExpiry {
-        expires_at_ms: entries.iter().map(|e| expiry_ms(e.as_ref())).collect(),
-    };
-    body.extend_from_slice(&times.encode_to_vec());
-    // At most 10 keys of bounded size: far below 4 GiB.
-    let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
-    let mut frame = Vec::with_capacity(4 + body.len());
-    frame.extend_from_slice(&len.to_le_bytes());
-    frame.extend_from_slice(&body);
-    frame
-}
-
 async fn next_frame(mut state: State) -> Option<(Vec<u8>, State)> {
     if state.empty_pending {
         state.empty_pending = false;
-        return Some((encode_frame(&watch_output(&[])), state));
+        return Some((encode_frame(&watch_frame(&[], state.expiry)), state));
     }
     let stream = state.stream.as_mut()?;
     if *state.shutdown.borrow() {
@@ -123,7 +103,7 @@ async fn next_frame(mut state: State) -> Option<(Vec<u8>, State)> {
                     *slot = entry;
                 }
             }
-            let frame = frame_of(&state.last, state.expiry);
+            let frame = encode_frame(&watch_frame(&state.last, state.expiry));
             state.keep_alive.reset();
             Some((frame, state))
         }

@@ -617,7 +617,7 @@ async fn watch_streams_frames_and_ends_on_shutdown() {
         while let Some(frame) = decoder.next_frame().unwrap() {
             match frame {
                 Frame::KeepAlive => keep_alives += 1,
-                Frame::Output(output) => outputs.push(output),
+                Frame::Output(frame) => outputs.push(frame.output),
             }
         }
         if !outputs.is_empty() && !wrote {

@@ -26,7 +26,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kv_proto::{AtomicWrite, Backend, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key};
+use kv_proto::{
+    AtomicWrite, Backend, Checked, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
+};
 use kv_sqlite::{Durability, SqliteBackend, SqliteOptions};
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
@@ -304,7 +306,7 @@ fn set_one(i: usize) -> Result<AtomicWrite, BoxError> {
     })
 }
 
-fn open(path: &Path, durability: Durability) -> Result<SqliteBackend, BoxError> {
+fn open(path: &Path, durability: Durability) -> Result<Checked<SqliteBackend>, BoxError> {
     Ok(SqliteBackend::open_with(
         path,
         SqliteOptions {
@@ -411,7 +413,10 @@ fn check_value(found: Option<&KvValue>, i: usize) -> Result<(), BoxError> {
 }
 
 /// (c): point gets through the backend, one after the other.
-async fn backend_gets(kv: &SqliteBackend, indices: &[usize]) -> Result<Duration, BoxError> {
+async fn backend_gets(
+    kv: &Checked<SqliteBackend>,
+    indices: &[usize],
+) -> Result<Duration, BoxError> {
     let started = Instant::now();
     for &i in indices {
         let read = SnapshotRead {
@@ -427,7 +432,7 @@ async fn backend_gets(kv: &SqliteBackend, indices: &[usize]) -> Result<Duration,
 
 /// (d): the same gets split over `tasks` concurrent tasks.
 async fn concurrent_backend_gets(
-    kv: &Arc<SqliteBackend>,
+    kv: &Arc<Checked<SqliteBackend>>,
     indices: &[usize],
     tasks: usize,
 ) -> Result<Duration, BoxError> {

@@ -4,11 +4,13 @@
 //! Deno and this crate open each other's files: same tables, migrations, encodings, versionstamps,
 //! expiry and queue rows, WAL journal.
 //!
-//! How it works:
-//! - **Writes** go to one writer thread per handle, which groups whatever writes are waiting into
-//!   one SQLite transaction and one fsync (group commit, no fixed wait). Each write runs in its
-//!   own savepoint, so a failed check or a bad mutation rolls back only that write. Deno's rules
-//!   come from kv-proto's write path.
+//! How it works ([`SqliteBackend`] is the engine; its constructors hand it out behind kv-proto's
+//! [`Checked`] layer, which answers for the closed state, limits and read-only refusals):
+//! - **Writes** go through one write connection per handle and kv-proto's group committer: a
+//!   write that finds it idle commits on its caller's thread, and writes that arrive meanwhile
+//!   share the next SQLite transaction and fsync (group commit, no fixed wait). Each write runs in
+//!   its own savepoint, so a failed check or a bad mutation rolls back only that write. Deno's
+//!   rules come from kv-proto's write path.
 //! - **Reads** use a pool of read connections and run on the calling worker thread (tokio's
 //!   `block_in_place`, so other tasks move away) rather than hopping to another thread; a get is
 //!   an equality lookup. In WAL mode readers never block the writer and see a consistent
@@ -42,6 +44,7 @@
 //! ```
 
 mod integrity;
+mod messages;
 mod queue;
 mod reader;
 mod schema;
@@ -50,13 +53,12 @@ mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use kv_proto::{
-    AtomicWrite, Backend, Capabilities, ChangeSignal, Clock, CommitResult, IntegrityReport,
-    KvError, Limits, QueueMessageHandle, QueuedMessage, ReadRangeOutput, SnapshotRead, SystemClock,
-    WatchReader, WatchStream, watch_stream,
+    Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, IntegrityReport, KvError,
+    Limits, QueueMessageHandle, QueuedMessage, ReadRangeOutput, SystemClock, ValidatedRead,
+    ValidatedWatch, ValidatedWrite, WatchReader, WatchStream, watch_stream,
 };
 use thiserror::Error;
 
@@ -176,15 +178,15 @@ impl Default for SqliteOptions {
     }
 }
 
-/// A handle on a Deno KV SQLite file. Several handles, in one process or several, may share a
-/// file.
+/// A handle on a Deno KV SQLite file: the engine, handed out behind kv-proto's [`Checked`]
+/// layer (which checks limits, the closed state and read-only refusals). Several handles, in one
+/// process or several, may share a file.
 pub struct SqliteBackend {
     path: PathBuf,
     options: SqliteOptions,
     readers: Arc<ReaderPool>,
     writer: Option<Arc<Writer>>,
     signal: Arc<ChangeSignal>,
-    closed: AtomicBool,
 }
 
 impl std::fmt::Debug for SqliteBackend {
@@ -198,13 +200,16 @@ impl std::fmt::Debug for SqliteBackend {
 
 impl SqliteBackend {
     /// Opens (creating if needed) the database at `path` with default options.
-    pub fn open(path: impl AsRef<Path>) -> Result<Self, KvError> {
+    pub fn open(path: impl AsRef<Path>) -> Result<Checked<Self>, KvError> {
         Self::open_with(path, SqliteOptions::default())
     }
 
     /// Opens the database at `path`. A writable open creates the file and migrates it to Deno's
     /// current layout; a file with a newer layout is refused untouched.
-    pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self, KvError> {
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        options: SqliteOptions,
+    ) -> Result<Checked<Self>, KvError> {
         let path = path.as_ref().to_path_buf();
         let signal = Arc::new(ChangeSignal::new());
         let writer = if options.read_only {
@@ -216,7 +221,7 @@ impl SqliteBackend {
                 &path,
                 options.durability,
                 options.clock.clone(),
-                signal.clone(),
+                &signal,
             )?))
         };
         let readers = Arc::new(ReaderPool::new(
@@ -224,14 +229,15 @@ impl SqliteBackend {
             options.read_only,
             options.durability,
         ));
-        Ok(SqliteBackend {
+        let (limits, clock) = (options.limits.clone(), options.clock.clone());
+        let engine = SqliteBackend {
             path,
             options,
             readers,
             writer,
             signal,
-            closed: AtomicBool::new(false),
-        })
+        };
+        Ok(Checked::new(engine, limits, clock))
     }
 
     /// The file this handle works on.
@@ -239,22 +245,14 @@ impl SqliteBackend {
         &self.path
     }
 
-    fn ensure_open(&self) -> Result<(), KvError> {
-        if self.closed.load(Ordering::Acquire) {
-            Err(KvError::Closed)
-        } else {
-            Ok(())
-        }
-    }
-
+    /// The writer; a read-only handle has none (the layer refuses its writes before this).
     fn writer(&self) -> Result<&Arc<Writer>, KvError> {
-        self.ensure_open()?;
         self.writer.as_ref().ok_or(KvError::ReadOnly)
     }
 }
 
 #[async_trait]
-impl Backend for SqliteBackend {
+impl Engine for SqliteBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::none()
             .with_durable(true)
@@ -262,37 +260,24 @@ impl Backend for SqliteBackend {
             .with_queue_inspection(true)
             .with_watch(true)
             .with_integrity_check(true)
+            .with_read_only(self.options.read_only)
     }
 
-    async fn snapshot_read(&self, read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError> {
-        self.ensure_open()?;
-        self.options.limits.validate_snapshot_read(&read)?;
+    async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
         let now_ms = self.options.clock.now_ms();
         let readers = self.readers.clone();
         run_blocking(move || readers.read(&read.ranges, now_ms)).await
     }
 
-    async fn atomic_write(&self, write: AtomicWrite) -> Result<Option<CommitResult>, KvError> {
-        let writer = self.writer()?;
-        self.options
-            .limits
-            .validate_atomic_write(&write, self.options.clock.now())?;
-        writer.write(write).await
+    async fn atomic_write(&self, write: ValidatedWrite) -> Result<Option<CommitResult>, KvError> {
+        self.writer()?.write(write).await
     }
 
     async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
-        let Ok(writer) = self.writer() else {
-            return if self.options.read_only && !self.closed.load(Ordering::Acquire) {
-                Err(KvError::ReadOnly)
-            } else {
-                Ok(None)
-            };
-        };
-        queue::next_message(writer, &self.options.clock, &self.signal).await
+        queue::next_message(self.writer()?, &self.options.clock, &self.signal).await
     }
 
     async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
-        self.ensure_open()?;
         let now_ms = self.options.clock.now_ms();
         let readers = self.readers.clone();
         run_blocking(move || readers.queued_messages(now_ms)).await
@@ -300,14 +285,11 @@ impl Backend for SqliteBackend {
 
     /// SQLite's `integrity_check`, then every entry and queued message decoded.
     async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
-        self.ensure_open()?;
         let readers = self.readers.clone();
         run_blocking(move || readers.check_integrity()).await
     }
 
-    fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {
-        self.ensure_open()?;
-        self.options.limits.validate_watch(&keys)?;
+    fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {
         let readers = self.readers.clone();
         let clock = self.options.clock.clone();
         let reader: WatchReader = Arc::new(move |keys| {
@@ -316,7 +298,7 @@ impl Backend for SqliteBackend {
             Box::pin(run_blocking(move || readers.read_watched(&keys, now_ms)))
         });
         Ok(watch_stream(
-            keys,
+            keys.into_inner(),
             reader,
             &self.signal,
             self.options.clock.clone(),
@@ -324,9 +306,6 @@ impl Backend for SqliteBackend {
     }
 
     async fn close(&self) -> Result<(), KvError> {
-        if self.closed.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
         self.signal.close();
         match &self.writer {
             Some(writer) => writer.shut_down().await,
@@ -349,7 +328,9 @@ mod tests {
     //! Reads choose how to leave the executor by the runtime they run on (see `run_blocking`);
     //! the conformance suite covers the multi-thread runtime, these cover the other two.
 
-    use kv_proto::{KvValue, Mutation, ReadRange, encode_key, key};
+    use kv_proto::{
+        AtomicWrite, Backend, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
+    };
 
     use super::*;
 

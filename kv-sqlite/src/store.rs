@@ -1,4 +1,4 @@
-//! Rows in Deno's tables, and kv-proto's write transaction over a SQLite connection.
+//! Rows in Deno's tables, and kv-proto's write path over a SQLite connection.
 
 use std::path::Path;
 use std::time::Duration;
@@ -6,7 +6,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use kv_proto::queue::QueuedMessage;
 use kv_proto::{
-    KvEntry, KvError, KvValue, StoredEntry, Versionstamp, WriteTransaction, ms_to_datetime,
+    CommitResult, Effects, KvEntry, KvError, KvValue, StoredEntry, ValidatedWrite, Versionstamp,
+    WriteOutcome, WriteTransaction, apply_atomic_write, ms_to_datetime,
 };
 use rusqlite::{Connection, OpenFlags, Row, params};
 use uuid::Uuid;
@@ -334,4 +335,34 @@ pub(crate) fn insert_queue_row(
     ])
     .map_err(storage)?;
     Ok(())
+}
+
+/// Bumps the file's version and returns the new one.
+fn next_version(conn: &Connection) -> Result<Versionstamp, KvError> {
+    let version: i64 = conn
+        .query_row(
+            "update data_version set version = version + 1 where k = 0 returning version",
+            [],
+            |row| row.get(0),
+        )
+        .map_err(storage)?;
+    let version = u64::try_from(version).map_err(|_| bad(format!("data_version {version}")))?;
+    Ok(Versionstamp::from_version(version, 0))
+}
+
+/// Runs one validated atomic write through kv-proto's write path on `conn` (inside the caller's
+/// transaction or savepoint, which the caller rolls back unless this returns `Ok(Some(_))`).
+pub(crate) fn commit_write(
+    conn: &Connection,
+    write: &ValidatedWrite,
+    now: DateTime<Utc>,
+    effects: &mut Effects,
+) -> Result<Option<CommitResult>, KvError> {
+    let versionstamp = next_version(conn)?;
+    let outcome = apply_atomic_write(&mut SqlTransaction { conn }, write, versionstamp, now)?;
+    effects.record(&outcome);
+    Ok(match outcome {
+        WriteOutcome::CheckFailed => None,
+        WriteOutcome::Committed { .. } => Some(CommitResult { versionstamp }),
+    })
 }

@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kv_proto::{
-    AtomicWrite, Backend, KvEntry, KvError, KvValue, ManualClock, Mutation, QueueMessageHandle,
-    ReadRange, SnapshotRead, Versionstamp, encode_key, key, ms_to_datetime,
+    AtomicWrite, Backend, Checked, KvEntry, KvError, KvValue, ManualClock, Mutation,
+    QueueMessageHandle, ReadRange, SnapshotRead, Versionstamp, encode_key, key, ms_to_datetime,
 };
 use kv_sqlite::{SqliteBackend, SqliteOptions};
 use serde_json::Value;
@@ -253,7 +253,7 @@ fn at(ms: i64) -> chrono::DateTime<chrono::Utc> {
     ms_to_datetime(ms).unwrap_or_else(|| panic!("{ms} ms is out of range"))
 }
 
-fn open(path: &Path, clock: &ManualClock, read_only: bool) -> SqliteBackend {
+fn open(path: &Path, clock: &ManualClock, read_only: bool) -> Checked<SqliteBackend> {
     let options = SqliteOptions {
         clock: Arc::new(clock.clone()),
         read_only,
@@ -263,7 +263,7 @@ fn open(path: &Path, clock: &ManualClock, read_only: bool) -> SqliteBackend {
         .unwrap_or_else(|e| panic!("opening {} (read_only: {read_only}): {e}", path.display()))
 }
 
-async fn get(kv: &SqliteBackend, key: &[u8]) -> Option<KvEntry> {
+async fn get(kv: &Checked<SqliteBackend>, key: &[u8]) -> Option<KvEntry> {
     let read = SnapshotRead {
         ranges: vec![ReadRange::single_encoded_key(key.to_vec())],
         ..Default::default()
@@ -283,7 +283,7 @@ async fn get(kv: &SqliteBackend, key: &[u8]) -> Option<KvEntry> {
 }
 
 /// Every entry of the database in ascending byte order, read in pages of 1000 (Deno's limit).
-async fn list_all(kv: &SqliteBackend) -> Vec<KvEntry> {
+async fn list_all(kv: &Checked<SqliteBackend>) -> Vec<KvEntry> {
     const PAGE: u32 = 1000;
     let mut all: Vec<KvEntry> = Vec::new();
     let mut start = Vec::new();
@@ -335,7 +335,7 @@ fn assert_entry(actual: &KvEntry, expected: &Expected) {
 /// Checks the whole database against the manifest as seen at `now_ms` (the clock the backend
 /// was opened with must show that time): visible entries read back exactly, expired ones and
 /// `absent_keys` are absent, and the full list is exactly the visible entries in byte order.
-async fn check_manifest_at(kv: &SqliteBackend, manifest: &Manifest, now_ms: i64) {
+async fn check_manifest_at(kv: &Checked<SqliteBackend>, manifest: &Manifest, now_ms: i64) {
     let db = &manifest.db;
     for expected in &manifest.entries {
         let found = get(kv, &expected.key).await;
@@ -628,7 +628,7 @@ fn queue_rows(manifest: &Manifest) -> Vec<QueueRow> {
 }
 
 /// Asserts that no message is delivered at the clock's current time.
-async fn assert_nothing_due(kv: &SqliteBackend, when: &str) {
+async fn assert_nothing_due(kv: &Checked<SqliteBackend>, when: &str) {
     if let Ok(result) = tokio::time::timeout(QUIET_WAIT, kv.dequeue_next_message()).await {
         match result {
             Ok(Some(message)) => {
@@ -645,7 +645,7 @@ async fn assert_nothing_due(kv: &SqliteBackend, when: &str) {
 /// With the clock at `ts - 1` nothing is delivered; a consumer already waiting then receives the
 /// message as soon as the clock reaches `ts`. Checks the payload and returns the message.
 async fn deliver_at(
-    kv: &Arc<SqliteBackend>,
+    kv: &Arc<Checked<SqliteBackend>>,
     clock: &ManualClock,
     ts: i64,
     payload: &[u8],

@@ -33,8 +33,8 @@ use chrono::{TimeDelta, Utc};
 use kv_proto::num_bigint::BigInt;
 use kv_proto::rules::{v8_bigint, v8_number};
 use kv_proto::{
-    AtomicWrite, Backend, Enqueue, Key, KeyPart, KvValue, Mutation, MutationKind, ReadRange,
-    SnapshotRead, Versionstamp, decode_key, encode_key, key,
+    AtomicWrite, Backend, Checked, Enqueue, Key, KeyPart, KvValue, Mutation, MutationKind,
+    ReadRange, SnapshotRead, Versionstamp, decode_key, encode_key, key,
 };
 use kv_sqlite::SqliteBackend;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
@@ -428,7 +428,7 @@ fn set(key: &Key, value: KvValue) -> Mutation {
     Mutation::set(encode_key(key).expect("encodable key"), value)
 }
 
-async fn commit(kv: &SqliteBackend, write: AtomicWrite) -> Versionstamp {
+async fn commit(kv: &Checked<SqliteBackend>, write: AtomicWrite) -> Versionstamp {
     kv.atomic_write(write)
         .await
         .expect("write succeeds")
@@ -436,7 +436,7 @@ async fn commit(kv: &SqliteBackend, write: AtomicWrite) -> Versionstamp {
         .versionstamp
 }
 
-async fn commit_mutations(kv: &SqliteBackend, mutations: Vec<Mutation>) -> Versionstamp {
+async fn commit_mutations(kv: &Checked<SqliteBackend>, mutations: Vec<Mutation>) -> Versionstamp {
     commit(
         kv,
         AtomicWrite {
@@ -448,7 +448,7 @@ async fn commit_mutations(kv: &SqliteBackend, mutations: Vec<Mutation>) -> Versi
 }
 
 /// Every entry, in key order.
-async fn list_all(kv: &SqliteBackend) -> Vec<kv_proto::KvEntry> {
+async fn list_all(kv: &Checked<SqliteBackend>) -> Vec<kv_proto::KvEntry> {
     let range = ReadRange::prefix(&key![], 1000).expect("empty prefix");
     let mut out = kv
         .snapshot_read(SnapshotRead {

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use kv_conformance::unprivileged::{assert_succeeds_in_read_only_dirs, child_argument};
 use kv_proto::{
-    AtomicWrite, Backend, KvError, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
+    AtomicWrite, Backend, Checked, KvError, KvValue, Mutation, ReadRange, SnapshotRead, encode_key,
+    key,
 };
 use kv_sqlite::{SqliteBackend, SqliteOptions};
 use rusqlite::Connection;
@@ -105,7 +106,7 @@ async fn an_empty_sqlite_file_gets_denos_layout() -> Result<(), KvError> {
     kv.close().await
 }
 
-fn read_only(path: &Path) -> Result<SqliteBackend, KvError> {
+fn read_only(path: &Path) -> Result<Checked<SqliteBackend>, KvError> {
     let options = SqliteOptions {
         read_only: true,
         ..Default::default()

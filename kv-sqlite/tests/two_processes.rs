@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use kv_proto::chrono::Utc;
 use kv_proto::{
-    AtomicWrite, Backend, Check, Enqueue, KvError, KvValue, Mutation, ReadRange, SnapshotRead,
-    Versionstamp, WatchKeyOutput, encode_key, key,
+    AtomicWrite, Backend, Check, Checked, Enqueue, KvError, KvValue, Mutation, ReadRange,
+    SnapshotRead, Versionstamp, WatchKeyOutput, encode_key, key,
 };
 use kv_sqlite::{SqliteBackend, SqliteOptions};
 
@@ -205,7 +205,7 @@ fn counter_keys() -> [Vec<u8>; 2] {
 
 /// Reads both counters from one snapshot: (value, versionstamp) each, 0 / None when absent.
 async fn read_counters(
-    kv: &SqliteBackend,
+    kv: &Checked<SqliteBackend>,
     keys: &[Vec<u8>; 2],
 ) -> Result<[(u64, Option<Versionstamp>); 2], KvError> {
     let read = SnapshotRead {
@@ -231,7 +231,7 @@ async fn read_counters(
 
 /// `count` optimistic increments of both counters: read both with their versionstamps, write
 /// both + 1 checked against those versionstamps, retry when the check fails.
-async fn increment(kv: &SqliteBackend, count: usize) -> Result<IncrementLog, KvError> {
+async fn increment(kv: &Checked<SqliteBackend>, count: usize) -> Result<IncrementLog, KvError> {
     let keys = counter_keys();
     let mut log = IncrementLog {
         committed: Vec::with_capacity(count),

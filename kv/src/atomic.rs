@@ -135,7 +135,7 @@ impl AtomicOperation {
     fn mutation(self, key: Key, kind: MutationKind, expire_in: Option<Duration>) -> Self {
         self.try_step(|op| {
             let expire_at = match expire_in {
-                Some(after) => Some(crate::handle::expiry_time(op.clock.now(), after)?),
+                Some(after) => Some(crate::time::time_after(op.clock.now(), after)?),
                 None => None,
             };
             op.write.mutations.push(Mutation {

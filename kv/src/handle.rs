@@ -1,10 +1,8 @@
 //! The [`Kv`] handle: `Deno.Kv` for Rust.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, TimeDelta, Utc};
 use kv_proto::queue::QueuedMessage;
 use kv_proto::{
     AtomicWrite, Backend, Clock, CommitResult, Consistency, Key, ReadRange, SnapshotRead,
@@ -17,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::list::{ListOptions, ListStream, Selector};
 use crate::open::BackendUrl;
 use crate::outcome::CommitOutcome;
-use crate::queue::{EnqueueOptions, ListenOptions};
+use crate::queue::{EnqueueOptions, ListenOptions, QueueHandler};
 use crate::value::{FromValue, IntoValue};
 use crate::watch::WatchStream;
 
@@ -50,7 +48,9 @@ impl std::fmt::Debug for Kv {
 
 impl Kv {
     /// Opens the backend a URL names (see [`BackendUrl`]): `sqlite:PATH` (or a plain path),
-    /// `redb:PATH`, `memory:`, `http://HOST:PORT/PATH`; Deno's `Deno.openKv(url)`.
+    /// `redb:PATH`, `memory:`, `http://HOST:PORT/PATH`; Deno's `Deno.openKv(url)`. Each engine
+    /// is a cargo feature of this crate (see the [crate documentation](crate)); a URL whose
+    /// engine is not compiled in fails with [`Error::BadUrl`].
     ///
     /// Opening a file touches the disk (creating, recovering or migrating it); that work runs
     /// off the async executor (see [`kv_proto::run_blocking`]), so other tasks keep running.
@@ -189,29 +189,17 @@ impl Kv {
     ///
     /// The handler takes a [`KvValue`](crate::KvValue), or [`crate::Json`]`<T>` to get the
     /// payload deserialized.
-    pub async fn listen_queue<T, F, Fut, E>(&self, handler: F) -> Result<()>
-    where
-        T: FromValue,
-        F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), E>> + Send + 'static,
-        E: std::fmt::Display,
-    {
+    pub async fn listen_queue<T: FromValue>(&self, handler: impl QueueHandler<T>) -> Result<()> {
         self.listen_queue_with(ListenOptions::default(), handler)
             .await
     }
 
     /// [`Kv::listen_queue`] with options: concurrency, and where failures are reported.
-    pub async fn listen_queue_with<T, F, Fut, E>(
+    pub async fn listen_queue_with<T: FromValue>(
         &self,
         options: ListenOptions,
-        handler: F,
-    ) -> Result<()>
-    where
-        T: FromValue,
-        F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), E>> + Send + 'static,
-        E: std::fmt::Display,
-    {
+        handler: impl QueueHandler<T>,
+    ) -> Result<()> {
         crate::queue::listen(self.backend.clone(), options, handler).await
     }
 
@@ -250,16 +238,6 @@ impl Kv {
     pub async fn write(&self, write: AtomicWrite) -> Result<CommitOutcome> {
         Ok(self.backend.atomic_write(write).await?.into())
     }
-}
-
-/// `now + after`, or a clear error for a duration beyond the calendar.
-pub(crate) fn expiry_time(now: DateTime<Utc>, after: Duration) -> Result<DateTime<Utc>> {
-    TimeDelta::from_std(after)
-        .ok()
-        .and_then(|after| now.checked_add_signed(after))
-        .ok_or_else(|| {
-            Error::invalid_argument(format!("a time {after:?} from now is out of range"))
-        })
 }
 
 fn missing_output(asked: usize, got: usize) -> Error {

@@ -29,6 +29,27 @@
 //! a JavaScript number, `&str` a string, `bool` a boolean, `&[u8]` a `Uint8Array`. Values (see
 //! [`value`]): strings, numbers and booleans are JavaScript's, `u64` is `Deno.KvU64`, `Vec<u8>`
 //! a `Uint8Array`, [`Json`] of any serde type an object; [`v8`] converts everything else.
+//!
+//! ## Engines are cargo features
+//!
+//! [`Kv::open`] opens the engines this crate was compiled with, one cargo feature each, so a
+//! program that wants one engine compiles only that one:
+//!
+//! | feature | URLs | engine |
+//! |---|---|---|
+//! | `sqlite` (default) | `sqlite:PATH`, a plain path | kv-sqlite: Deno's own SQLite file |
+//! | `memory` (default) | `memory:` | kv-memory: in memory, gone at close |
+//! | `redb` | `redb:PATH` | kv-redb: a pure-Rust redb file |
+//! | `remote` | `http://HOST:PORT/PATH` | kv-remote: a KV Connect server (kv-server, denokv) |
+//!
+//! `postgres` is reserved for kv-postgres. A URL whose engine is left out is refused with
+//! [`Error::BadUrl`] naming the feature to turn on. With no engine at all
+//! (`default-features = false`), [`Kv::new`] still runs over any [`Backend`] you build.
+//!
+//! ```toml
+//! [dependencies]
+//! kv = { path = "../kv", default-features = false, features = ["redb"] }
+//! ```
 
 mod atomic;
 mod entry;
@@ -38,6 +59,7 @@ mod list;
 mod open;
 mod outcome;
 pub mod queue;
+mod time;
 pub mod value;
 mod watch;
 
@@ -48,7 +70,9 @@ pub use handle::Kv;
 pub use list::{DEFAULT_BATCH_SIZE, ListOptions, ListStream, Selector};
 pub use open::BackendUrl;
 pub use outcome::CommitOutcome;
-pub use queue::{DEFAULT_QUEUE_CONCURRENCY, DeliveryFailure, EnqueueOptions, ListenOptions};
+pub use queue::{
+    DEFAULT_QUEUE_CONCURRENCY, DeliveryFailure, EnqueueOptions, ListenOptions, QueueHandler,
+};
 pub use value::{FromValue, IntoValue, Json};
 pub use watch::WatchStream;
 

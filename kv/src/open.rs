@@ -1,17 +1,22 @@
 //! Backend URLs: naming a backend and its location in one string, so a program can take it from
 //! configuration.
 //!
-//! | URL | backend |
-//! |---|---|
-//! | `sqlite:./data.sqlite3`, or a plain path `./data.sqlite3` | [`kv_sqlite::SqliteBackend`], the embedded default; the file Deno writes |
-//! | `sqlite:./data.sqlite3?read_only` | the same, opened read-only |
-//! | `sqlite:./data.sqlite3?durability=process` | synced less often: survives a process crash, not a machine crash |
-//! | `redb:./data.redb` | [`kv_redb::RedbBackend`], pure Rust; one process at a time |
-//! | `redb:./data.redb?durability=deferred` | synced at least every second: a crash may lose the last second |
-//! | `redb:./data.redb?read_only` | opened without writing to the file (several processes may read it at once) |
-//! | `memory:` | [`kv_memory::MemoryBackend`], gone when the last handle closes |
-//! | `http://host:port/path` | [`kv_remote::RemoteBackend`]: a database on a KV Connect server (kv-server, denokv) over HTTP/2 (h2c) |
-//! | `http://host:port/path?token=SECRET` | the same, with the access token in the URL (it is removed from the URL before anything is sent) |
+//! | URL | backend | cargo feature of `kv` |
+//! |---|---|---|
+//! | `sqlite:./data.sqlite3`, or a plain path `./data.sqlite3` | kv-sqlite's `SqliteBackend`, the embedded default; the file Deno writes | `sqlite` (default) |
+//! | `sqlite:./data.sqlite3?read_only` | the same, opened read-only | `sqlite` |
+//! | `sqlite:./data.sqlite3?durability=process` | synced less often: survives a process crash, not a machine crash | `sqlite` |
+//! | `redb:./data.redb` | kv-redb's `RedbBackend`, pure Rust; one process at a time | `redb` |
+//! | `redb:./data.redb?durability=deferred` | synced at least every second: a crash may lose the last second | `redb` |
+//! | `redb:./data.redb?read_only` | opened without writing to the file (several processes may read it at once) | `redb` |
+//! | `memory:` | kv-memory's `MemoryBackend`, gone when the last handle closes | `memory` (default) |
+//! | `http://host:port/path` | kv-remote's `RemoteBackend`: a database on a KV Connect server (kv-server, denokv) over HTTP/2 (h2c) | `remote` |
+//! | `http://host:port/path?token=SECRET` | the same, with the access token in the URL (it is removed from the URL before anything is sent) | `remote` |
+//!
+//! Every form is recognised whatever the build, but only the engines compiled in can be
+//! opened: parsing a URL whose engine's feature is off fails with [`Error::BadUrl`] naming the
+//! feature (``redb: URLs need the `redb` feature of the kv crate``), so a program that wants one
+//! engine compiles only that one.
 //!
 //! A remote URL is the KV Connect *metadata URL*, exactly as `Deno.openKv` takes it: for
 //! kv-server, `http://host:port/` is the default database and `http://host:port/db/NAME` a named
@@ -28,10 +33,24 @@
 //!
 //! ```
 //! use kv::BackendUrl;
+//! # #[cfg(feature = "sqlite")] {
 //! let url: BackendUrl = "sqlite:./data.sqlite3?read_only".parse().unwrap();
 //! assert_eq!(url.scheme(), "sqlite");
+//! # }
 //! assert!("cassandra://db".parse::<BackendUrl>().is_err());
 //! ```
+
+// In a build without any engine `BackendUrl` has no variant: its methods cannot be reached,
+// and their arguments go unused.
+#![cfg_attr(
+    not(any(
+        feature = "sqlite",
+        feature = "redb",
+        feature = "memory",
+        feature = "remote"
+    )),
+    allow(unused_variables, unused_mut, unreachable_code)
+)]
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -45,10 +64,38 @@ use crate::error::{Error, Result};
 const KNOWN: &str =
     "sqlite:PATH, redb:PATH, memory:, http://HOST:PORT/PATH (or a plain path, which means sqlite)";
 
-/// A parsed backend URL; see the [module documentation](self) for the forms.
+/// Each scheme, the cargo feature of this crate that compiles its engine in, and whether this
+/// build has it. A future engine (`postgres:` with a `postgres` feature over kv-postgres) is
+/// one more row here, one more variant of [`BackendUrl`] and one more arm in its parser.
+const ENGINES: [(&str, &str, bool); 4] = [
+    ("sqlite", "sqlite", cfg!(feature = "sqlite")),
+    ("redb", "redb", cfg!(feature = "redb")),
+    ("memory", "memory", cfg!(feature = "memory")),
+    ("http", "remote", cfg!(feature = "remote")),
+];
+
+/// The refusal of a URL whose engine is not compiled in, if `scheme` names one.
+fn missing_feature(scheme: &str, plain_path: bool) -> Option<String> {
+    let (_, feature, _) = ENGINES
+        .iter()
+        .find(|(name, _, compiled)| *name == scheme && !compiled)?;
+    let plain = if plain_path {
+        "a plain path is a sqlite: URL; "
+    } else {
+        ""
+    };
+    Some(format!(
+        "{plain}{scheme}: URLs need the `{feature}` feature of the kv crate \
+         (this build was compiled without it)"
+    ))
+}
+
+/// A parsed backend URL; see the [module documentation](self) for the forms. A variant exists
+/// only when its engine's cargo feature is on.
 #[derive(Clone, PartialEq, Eq)]
 pub enum BackendUrl {
     /// A Deno KV SQLite file.
+    #[cfg(feature = "sqlite")]
     Sqlite {
         /// Where the file is.
         path: PathBuf,
@@ -58,6 +105,7 @@ pub enum BackendUrl {
         durability: kv_sqlite::Durability,
     },
     /// A redb file.
+    #[cfg(feature = "redb")]
     Redb {
         /// Where the file is.
         path: PathBuf,
@@ -67,8 +115,10 @@ pub enum BackendUrl {
         durability: kv_redb::Durability,
     },
     /// A fresh in-memory store.
+    #[cfg(feature = "memory")]
     Memory,
     /// A database on a KV Connect server.
+    #[cfg(feature = "remote")]
     Remote {
         /// The metadata URL (`http://host:port/path`), without the `token` parameter.
         url: String,
@@ -78,32 +128,39 @@ pub enum BackendUrl {
     },
 }
 
+// The matches below are on `*self` with `ref` bindings: in a build without any engine the enum
+// has no variant, and only a match on the value itself may then have no arm.
+
 impl std::fmt::Debug for BackendUrl {
     /// Like a derived `Debug`, but an access token is never printed.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
+        match *self {
+            #[cfg(feature = "sqlite")]
             BackendUrl::Sqlite {
-                path,
+                ref path,
                 read_only,
                 durability,
             } => f
                 .debug_struct("Sqlite")
                 .field("path", path)
-                .field("read_only", read_only)
-                .field("durability", durability)
+                .field("read_only", &read_only)
+                .field("durability", &durability)
                 .finish(),
+            #[cfg(feature = "redb")]
             BackendUrl::Redb {
-                path,
+                ref path,
                 read_only,
                 durability,
             } => f
                 .debug_struct("Redb")
                 .field("path", path)
-                .field("read_only", read_only)
-                .field("durability", durability)
+                .field("read_only", &read_only)
+                .field("durability", &durability)
                 .finish(),
+            #[cfg(feature = "memory")]
             BackendUrl::Memory => f.write_str("Memory"),
-            BackendUrl::Remote { url, token } => f
+            #[cfg(feature = "remote")]
+            BackendUrl::Remote { ref url, ref token } => f
                 .debug_struct("Remote")
                 .field("url", url)
                 .field("token", &token.as_ref().map(|_| "<redacted>"))
@@ -113,28 +170,65 @@ impl std::fmt::Debug for BackendUrl {
 }
 
 impl BackendUrl {
-    /// The backend's name: `sqlite`, `redb` or `memory`.
+    /// The backend's name: `sqlite`, `redb`, `memory` or `http`.
     pub fn scheme(&self) -> &'static str {
-        match self {
+        match *self {
+            #[cfg(feature = "sqlite")]
             BackendUrl::Sqlite { .. } => "sqlite",
+            #[cfg(feature = "redb")]
             BackendUrl::Redb { .. } => "redb",
+            #[cfg(feature = "memory")]
             BackendUrl::Memory => "memory",
+            #[cfg(feature = "remote")]
             BackendUrl::Remote { .. } => "http",
         }
     }
 
     /// The file the backend keeps its data in, if any.
     pub fn path(&self) -> Option<&Path> {
-        match self {
-            BackendUrl::Sqlite { path, .. } | BackendUrl::Redb { path, .. } => Some(path),
-            BackendUrl::Memory | BackendUrl::Remote { .. } => None,
+        match *self {
+            #[cfg(feature = "sqlite")]
+            BackendUrl::Sqlite { ref path, .. } => Some(path),
+            #[cfg(feature = "redb")]
+            BackendUrl::Redb { ref path, .. } => Some(path),
+            #[cfg(feature = "memory")]
+            BackendUrl::Memory => None,
+            #[cfg(feature = "remote")]
+            BackendUrl::Remote { .. } => None,
+        }
+    }
+
+    /// The file and the read-only flag of a file backend, to change them.
+    #[cfg(any(feature = "sqlite", feature = "redb"))]
+    fn file_mut(&mut self) -> Option<(&mut PathBuf, &mut bool)> {
+        match *self {
+            #[cfg(feature = "sqlite")]
+            BackendUrl::Sqlite {
+                ref mut path,
+                ref mut read_only,
+                ..
+            } => Some((path, read_only)),
+            #[cfg(feature = "redb")]
+            BackendUrl::Redb {
+                ref mut path,
+                ref mut read_only,
+                ..
+            } => Some((path, read_only)),
+            #[allow(unreachable_patterns)] // `memory:` and `http:` when compiled in
+            _ => None,
         }
     }
 
     /// The same backend and options at another file (for a backend without a file, itself).
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "redb")),
+        allow(unused_variables) // no backend with a file
+    )]
     pub fn with_path(&self, new_path: PathBuf) -> BackendUrl {
+        #[allow(unused_mut)] // mutated only when a file backend is compiled in
         let mut url = self.clone();
-        if let BackendUrl::Sqlite { path, .. } | BackendUrl::Redb { path, .. } = &mut url {
+        #[cfg(any(feature = "sqlite", feature = "redb"))]
+        if let Some((path, _)) = url.file_mut() {
             *path = new_path;
         }
         url
@@ -143,9 +237,10 @@ impl BackendUrl {
     /// The same URL, opened read-only where the backend supports it (the SQLite and redb files:
     /// nothing is written to them).
     pub fn read_only(&self) -> BackendUrl {
+        #[allow(unused_mut)] // mutated only when a file backend is compiled in
         let mut url = self.clone();
-        if let BackendUrl::Sqlite { read_only, .. } | BackendUrl::Redb { read_only, .. } = &mut url
-        {
+        #[cfg(any(feature = "sqlite", feature = "redb"))]
+        if let Some((_, read_only)) = url.file_mut() {
             *read_only = true;
         }
         url
@@ -159,38 +254,42 @@ impl BackendUrl {
     }
 
     fn open_backend(&self, clock: Arc<dyn Clock>) -> Result<Arc<dyn Backend>, KvError> {
-        Ok(match self {
+        Ok(match *self {
+            #[cfg(feature = "sqlite")]
             BackendUrl::Sqlite {
-                path,
+                ref path,
                 read_only,
                 durability,
             } => {
                 let options = kv_sqlite::SqliteOptions {
                     clock,
-                    read_only: *read_only,
-                    durability: *durability,
+                    read_only,
+                    durability,
                     ..Default::default()
                 };
                 Arc::new(kv_sqlite::SqliteBackend::open_with(path, options)?)
             }
+            #[cfg(feature = "redb")]
             BackendUrl::Redb {
-                path,
+                ref path,
                 read_only,
                 durability,
             } => {
                 let options = kv_redb::RedbOptions {
                     clock,
-                    read_only: *read_only,
-                    durability: *durability,
+                    read_only,
+                    durability,
                     ..Default::default()
                 };
                 Arc::new(kv_redb::RedbBackend::open_with(path, options)?)
             }
+            #[cfg(feature = "memory")]
             BackendUrl::Memory => Arc::new(kv_memory::MemoryBackend::open(
                 &kv_memory::MemoryStore::new(),
                 clock,
             )),
-            BackendUrl::Remote { url, .. } => Arc::new(kv_remote::RemoteBackend::connect_lazy(
+            #[cfg(feature = "remote")]
+            BackendUrl::Remote { ref url, .. } => Arc::new(kv_remote::RemoteBackend::connect_lazy(
                 url,
                 self.remote_options(clock),
             )?),
@@ -202,17 +301,19 @@ impl BackendUrl {
     /// a remote database is reached at once (metadata exchange), so a wrong token or URL fails
     /// here rather than at the first operation. Needs a tokio runtime for remote URLs.
     pub async fn connect(&self, clock: Arc<dyn Clock>) -> Result<Arc<dyn Backend>> {
-        match self {
-            BackendUrl::Remote { url, .. } => Ok(Arc::new(
-                kv_remote::RemoteBackend::connect(url, self.remote_options(clock)).await?,
-            )),
-            _ => {
-                let url = self.clone();
-                Ok(kv_proto::run_blocking(move || url.open_backend(clock)).await?)
-            }
+        #[cfg(feature = "remote")]
+        #[allow(irrefutable_let_patterns)] // when remote is the only engine compiled in
+        if let BackendUrl::Remote { url, .. } = self {
+            let options = self.remote_options(clock);
+            return Ok(Arc::new(
+                kv_remote::RemoteBackend::connect(url, options).await?,
+            ));
         }
+        let url = self.clone();
+        Ok(kv_proto::run_blocking(move || url.open_backend(clock)).await?)
     }
 
+    #[cfg(feature = "remote")]
     fn remote_options(&self, clock: Arc<dyn Clock>) -> kv_remote::RemoteOptions {
         let mut options = match self {
             BackendUrl::Remote {
@@ -226,6 +327,7 @@ impl BackendUrl {
 }
 
 /// Parses `http://...` (the part after `http:` is `rest`): takes out a `token` parameter.
+#[cfg(feature = "remote")]
 fn parse_remote(url: &str, rest: &str) -> std::result::Result<BackendUrl, String> {
     if !rest.starts_with("//") || rest.len() <= 2 {
         return Err("expected http://HOST:PORT/PATH".into());
@@ -254,6 +356,45 @@ fn parse_remote(url: &str, rest: &str) -> std::result::Result<BackendUrl, String
     Ok(BackendUrl::Remote { url: clean, token })
 }
 
+/// The options of a file URL (`sqlite:` or `redb:`): `read_only` (alone or `=true`/`=false`)
+/// and `durability=NAME`, where `durabilities` names the engine's modes (the first is the
+/// default). Returns the path, the read-only flag and the durability. `example` is a file name
+/// for the error text.
+#[cfg(any(feature = "sqlite", feature = "redb"))]
+fn parse_file<D: Copy>(
+    scheme: &str,
+    example: &str,
+    location: &str,
+    query: Option<&str>,
+    durabilities: &[(&str, D)],
+) -> std::result::Result<(PathBuf, bool, D), String> {
+    if location.is_empty() {
+        return Err(format!(
+            "{scheme} needs a file path, e.g. {scheme}:./{example}"
+        ));
+    }
+    let mut read_only = false;
+    let mut durability = durabilities[0].1;
+    for option in query.into_iter().flat_map(|q| q.split('&')) {
+        let mode = option
+            .strip_prefix("durability=")
+            .and_then(|name| durabilities.iter().find(|(known, _)| *known == name));
+        match (option, mode) {
+            ("read_only" | "read_only=true", _) => read_only = true,
+            ("read_only=false", _) => read_only = false,
+            (_, Some((_, mode))) => durability = *mode,
+            _ => {
+                let names: Vec<&str> = durabilities.iter().map(|(name, _)| *name).collect();
+                return Err(format!(
+                    "unknown {scheme} option {option:?} (known: read_only, durability={})",
+                    names.join("|")
+                ));
+            }
+        }
+    }
+    Ok((PathBuf::from(location), read_only, durability))
+}
+
 impl FromStr for BackendUrl {
     type Err = Error;
 
@@ -262,7 +403,7 @@ impl FromStr for BackendUrl {
             url: url.to_owned(),
             reason,
         };
-        let (scheme, rest) = match url.split_once(':') {
+        let (scheme, rest, plain_path) = match url.split_once(':') {
             // `C:\data` or `./a:b` are paths, not schemes.
             Some((scheme, rest))
                 if scheme.len() > 1
@@ -270,76 +411,49 @@ impl FromStr for BackendUrl {
                         .chars()
                         .all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '-') =>
             {
-                (scheme, rest)
+                (scheme, rest, false)
             }
-            _ => ("sqlite", url),
+            _ => ("sqlite", url, true),
         };
+        if let Some(reason) = missing_feature(scheme, plain_path) {
+            return Err(bad(reason));
+        }
+        #[allow(unused_variables)] // read only by the file and memory parsers
         let (location, query) = match rest.split_once('?') {
             Some((location, query)) => (location, Some(query)),
             None => (rest, None),
         };
         match scheme {
+            #[cfg(feature = "sqlite")]
             "sqlite" => {
-                if location.is_empty() {
-                    return Err(bad(
-                        "sqlite needs a file path, e.g. sqlite:./kv.sqlite3".into()
-                    ));
-                }
-                let mut read_only = false;
-                let mut durability = kv_sqlite::Durability::Full;
-                for option in query.into_iter().flat_map(|q| q.split('&')) {
-                    match option.split_once('=') {
-                        None if option == "read_only" => read_only = true,
-                        Some(("read_only", "true")) => read_only = true,
-                        Some(("read_only", "false")) => read_only = false,
-                        Some(("durability", "full")) => durability = kv_sqlite::Durability::Full,
-                        Some(("durability", "process")) => {
-                            durability = kv_sqlite::Durability::Process
-                        }
-                        _ => {
-                            return Err(bad(format!(
-                                "unknown sqlite option {option:?} \
-                                 (known: read_only, durability=full|process)"
-                            )));
-                        }
-                    }
-                }
+                use kv_sqlite::Durability::{Full, Process};
+                let modes = [("full", Full), ("process", Process)];
+                let (path, read_only, durability) =
+                    parse_file(scheme, "kv.sqlite3", location, query, &modes).map_err(bad)?;
                 Ok(BackendUrl::Sqlite {
-                    path: PathBuf::from(location),
+                    path,
                     read_only,
                     durability,
                 })
             }
+            #[cfg(feature = "redb")]
             "redb" => {
-                if location.is_empty() {
-                    return Err(bad("redb needs a file path, e.g. redb:./kv.redb".into()));
-                }
-                let mut read_only = false;
-                let mut durability = kv_redb::Durability::Immediate;
-                for option in query.into_iter().flat_map(|q| q.split('&')) {
-                    match option {
-                        "read_only" | "read_only=true" => read_only = true,
-                        "read_only=false" => read_only = false,
-                        "durability=immediate" => durability = kv_redb::Durability::Immediate,
-                        "durability=deferred" => durability = kv_redb::Durability::Deferred,
-                        _ => {
-                            return Err(bad(format!(
-                                "unknown redb option {option:?} \
-                                 (known: read_only, durability=immediate|deferred)"
-                            )));
-                        }
-                    }
-                }
+                use kv_redb::Durability::{Deferred, Immediate};
+                let modes = [("immediate", Immediate), ("deferred", Deferred)];
+                let (path, read_only, durability) =
+                    parse_file(scheme, "kv.redb", location, query, &modes).map_err(bad)?;
                 Ok(BackendUrl::Redb {
-                    path: PathBuf::from(location),
+                    path,
                     read_only,
                     durability,
                 })
             }
+            #[cfg(feature = "remote")]
             "http" => parse_remote(url, rest).map_err(bad),
             "https" => Err(bad(
                 "https is not supported: this build has no TLS; use http:// (h2c)".into(),
             )),
+            #[cfg(feature = "memory")]
             "memory" => {
                 if !location.is_empty() || query.is_some() {
                     return Err(bad("memory: takes no path or options".into()));
@@ -355,6 +469,7 @@ impl FromStr for BackendUrl {
 mod tests {
     use super::*;
 
+    #[allow(dead_code)] // unused in a build without any engine
     fn parse(url: &str) -> BackendUrl {
         match url.parse() {
             Ok(parsed) => parsed,
@@ -362,6 +477,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "sqlite")]
     #[test]
     fn plain_paths_and_sqlite_urls_name_the_same_file() {
         let expected = BackendUrl::Sqlite {
@@ -375,6 +491,7 @@ mod tests {
         assert_eq!(parse("C:/kv.sqlite3").scheme(), "sqlite");
     }
 
+    #[cfg(feature = "sqlite")]
     #[test]
     fn sqlite_options_are_read() {
         assert_eq!(
@@ -387,6 +504,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "redb")]
     #[test]
     fn redb_urls_name_a_file_and_its_durability() {
         assert_eq!(
@@ -403,6 +521,7 @@ mod tests {
         assert!("redb:x?fast".parse::<BackendUrl>().is_err());
     }
 
+    #[cfg(feature = "remote")]
     #[test]
     fn remote_urls_keep_the_path_and_take_out_the_token() {
         assert_eq!(
@@ -425,6 +544,7 @@ mod tests {
         assert!("http:nothing".parse::<BackendUrl>().is_err());
     }
 
+    #[cfg(feature = "memory")]
     #[test]
     fn memory_takes_nothing_else() {
         assert_eq!(parse("memory:"), BackendUrl::Memory);
@@ -440,6 +560,11 @@ mod tests {
             .unwrap_or_default();
         assert!(err.contains("unknown backend \"postgres\""), "{err}");
         assert!(err.contains("sqlite:PATH"), "{err}");
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn unknown_sqlite_options_say_what_is_known() {
         let err = "sqlite:kv.sqlite3?fast"
             .parse::<BackendUrl>()
             .err()
@@ -447,5 +572,42 @@ mod tests {
             .unwrap_or_default();
         assert!(err.contains("unknown sqlite option \"fast\""), "{err}");
         assert!("sqlite:".parse::<BackendUrl>().is_err());
+    }
+
+    /// Parses `url`, expecting the refusal that names `feature`.
+    #[allow(dead_code)] // used by the tests of the features that are off in this build
+    fn assert_needs_feature(url: &str, scheme: &str, feature: &str) {
+        let err = match url.parse::<BackendUrl>() {
+            Ok(parsed) => panic!("{url} parsed as {parsed:?} without the {feature} feature"),
+            Err(err) => err,
+        };
+        assert!(matches!(err, Error::BadUrl { .. }), "{err:?}");
+        let expected = format!("{scheme}: URLs need the `{feature}` feature of the kv crate");
+        assert!(err.to_string().contains(&expected), "{err}");
+    }
+
+    #[cfg(not(feature = "sqlite"))]
+    #[test]
+    fn sqlite_urls_and_plain_paths_need_the_sqlite_feature() {
+        assert_needs_feature("sqlite:./data.sqlite3", "sqlite", "sqlite");
+        assert_needs_feature("./data.sqlite3", "sqlite", "sqlite");
+    }
+
+    #[cfg(not(feature = "redb"))]
+    #[test]
+    fn redb_urls_need_the_redb_feature() {
+        assert_needs_feature("redb:./data.redb?durability=deferred", "redb", "redb");
+    }
+
+    #[cfg(not(feature = "memory"))]
+    #[test]
+    fn memory_urls_need_the_memory_feature() {
+        assert_needs_feature("memory:", "memory", "memory");
+    }
+
+    #[cfg(not(feature = "remote"))]
+    #[test]
+    fn http_urls_need_the_remote_feature() {
+        assert_needs_feature("http://127.0.0.1:4512/?token=abc", "http", "remote");
     }
 }

@@ -128,6 +128,34 @@ impl ListenOptions {
     }
 }
 
+/// A queue handler: an async function that takes a message as any [`FromValue`] and returns
+/// `Ok(())` once it is handled, or an error that fails this delivery (its text goes to
+/// [`ListenOptions::on_error`], the message is retried). Every such closure is one:
+/// `|message: KvValue| async move { ...; Ok::<(), kv::Error>(()) }`.
+pub trait QueueHandler<T>: Send + Sync + 'static {
+    /// What a failed delivery returns; its text is reported.
+    type Error: fmt::Display;
+    /// One delivery's work.
+    type Future: Future<Output = Result<(), Self::Error>> + Send + 'static;
+
+    /// Starts handling `message`.
+    fn handle(&self, message: T) -> Self::Future;
+}
+
+impl<T, F, Fut, E> QueueHandler<T> for F
+where
+    F: Fn(T) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: fmt::Display,
+{
+    type Error = E;
+    type Future = Fut;
+
+    fn handle(&self, message: T) -> Fut {
+        self(message)
+    }
+}
+
 /// Options of `Deno.Kv.enqueue`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct EnqueueOptions {
@@ -145,7 +173,7 @@ impl EnqueueOptions {
     pub(crate) fn to_enqueue(&self, message: &KvValue, now: DateTime<Utc>) -> Result<Enqueue> {
         Ok(Enqueue {
             payload: message_payload(message)?,
-            ready_at: crate::handle::expiry_time(now, self.delay)?,
+            ready_at: crate::time::time_after(now, self.delay)?,
             keys_if_undelivered: self
                 .keys_if_undelivered
                 .iter()
@@ -163,17 +191,11 @@ fn message_payload(message: &KvValue) -> Result<Vec<u8>> {
 }
 
 /// Runs `handler` on every message until the backend closes, as `options` say.
-pub(crate) async fn listen<T, F, Fut, E>(
+pub(crate) async fn listen<T: FromValue>(
     backend: Arc<dyn Backend>,
     options: ListenOptions,
-    handler: F,
-) -> Result<()>
-where
-    T: FromValue,
-    F: Fn(T) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), E>> + Send + 'static,
-    E: fmt::Display,
-{
+    handler: impl QueueHandler<T>,
+) -> Result<()> {
     let concurrency = options.concurrency.max(1);
     let handler = Arc::new(handler);
     let mut working = FuturesUnordered::new();
@@ -209,19 +231,14 @@ where
 
 /// Hands one message to the handler and records the outcome; a payload that does not convert,
 /// a handler error or a panic is a failed delivery (retried later), reported to `on_error`.
-async fn deliver<T, F, Fut, E>(
+async fn deliver<T: FromValue, H: QueueHandler<T>>(
     message: Box<dyn QueueMessageHandle>,
-    handler: Arc<F>,
+    handler: Arc<H>,
     on_error: FailureReporter,
-) where
-    T: FromValue,
-    F: Fn(T) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), E>> + Send + 'static,
-    E: fmt::Display,
-{
+) {
     let failure = match T::from_value(KvValue::V8(message.payload().to_vec())) {
         Err(err) => Some(DeliveryFailure::Payload(err.to_string())),
-        Ok(payload) => match AssertUnwindSafe(async { handler(payload).await })
+        Ok(payload) => match AssertUnwindSafe(async { handler.handle(payload).await })
             .catch_unwind()
             .await
         {

@@ -15,13 +15,18 @@ use crate::{Case, Env};
 pub(crate) fn cases() -> Vec<Case> {
     cases![NOTHING =>
         reads_and_writes_fail_with_closed_after_close,
-        close_is_idempotent;
+        close_is_idempotent,
+        optional_methods_without_their_capability_refuse;
         WATCH =>
         watch_fails_with_closed_after_close,
         watch_stream_ends_after_close;
         QUEUES =>
         dequeue_after_close_hands_out_nothing,
         blocked_dequeue_returns_when_closed;
+        QUEUE_INSPECTION =>
+        queue_listing_fails_with_closed_after_close;
+        INTEGRITY_CHECK =>
+        integrity_check_fails_with_closed_after_close;
         REOPEN =>
         reopen_keeps_entries_values_and_versionstamps,
         reopen_keeps_expiry_times,
@@ -90,6 +95,14 @@ fn payload_of(text: &str) -> Vec<u8> {
     }
 }
 
+/// `what` on a closed handle answered `Err(Closed)`.
+fn assert_closed<T: std::fmt::Debug>(what: &str, answer: Result<T, KvError>) {
+    assert!(
+        matches!(answer, Err(KvError::Closed)),
+        "{what} after close: expected Closed, got {answer:?}"
+    );
+}
+
 /// Every entry in the store (up to 1000), in key order.
 async fn everything(kv: &dyn Backend) -> Vec<KvEntry> {
     list_prefix(kv, &key![], 1000, false).await
@@ -105,10 +118,7 @@ async fn reads_and_writes_fail_with_closed_after_close(env: Env) {
             ..Default::default()
         })
         .await;
-    assert!(
-        matches!(read, Err(KvError::Closed)),
-        "read after close: {read:?}"
-    );
+    assert_closed("snapshot_read", read);
     let write = env
         .kv
         .atomic_write(AtomicWrite {
@@ -116,10 +126,7 @@ async fn reads_and_writes_fail_with_closed_after_close(env: Env) {
             ..Default::default()
         })
         .await;
-    assert!(
-        matches!(write, Err(KvError::Closed)),
-        "write after close: {write:?}"
-    );
+    assert_closed("atomic_write", write);
 }
 
 async fn close_is_idempotent(env: Env) {
@@ -139,6 +146,34 @@ async fn close_is_idempotent(env: Env) {
         matches!(read, Err(KvError::Closed)),
         "still closed: {read:?}"
     );
+}
+
+/// Every optional method whose capability the backend does not report answers
+/// `Unsupported`, and the answer does not depend on anything stored. (On a backend offering every
+/// capability there is nothing to refuse; the minimal engine and the masked memory engine of
+/// `tests/capability_gating.rs` offer none, kv-remote offers neither queue inspection nor the
+/// integrity check.)
+async fn optional_methods_without_their_capability_refuse(env: Env) {
+    let caps = env.kv.capabilities();
+    let refused = |what: &str, answer: Result<(), KvError>| {
+        assert!(
+            matches!(answer, Err(KvError::Unsupported { .. })),
+            "{what} without its capability: expected Unsupported, got {answer:?}"
+        );
+    };
+    if !caps.queues {
+        let answer = env.kv.dequeue_next_message().await.map(|_| ());
+        refused("dequeue_next_message", answer);
+    }
+    if !caps.queue_inspection {
+        refused("queued_messages", env.kv.queued_messages().await.map(drop));
+    }
+    if !caps.watch {
+        refused("watch", env.kv.watch(vec![enc(&key!["a"])]).map(drop));
+    }
+    if !caps.integrity_check {
+        refused("check_integrity", env.kv.check_integrity().await.map(drop));
+    }
 }
 
 async fn watch_fails_with_closed_after_close(env: Env) {
@@ -170,14 +205,33 @@ async fn watch_stream_ends_after_close(env: Env) {
     }
 }
 
-/// A message already due when the handle closes is not handed out by the closed handle.
+/// A message already due when the handle closes is not handed out by the closed handle: the
+/// dequeue answers `Ok(None)`, so a consumer loop simply ends.
 async fn dequeue_after_close_hands_out_nothing(env: Env) {
     commit(&*env.kv, enqueue_write(&env, "due", Duration::ZERO)).await;
     env.kv.close().await.expect("close");
     let outcome = tokio::time::timeout(WAIT, env.kv.dequeue_next_message())
         .await
         .expect("a dequeue on a closed handle returns at once");
-    assert_closed_dequeue(&outcome);
+    assert!(
+        matches!(outcome, Ok(None)),
+        "a closed handle's dequeue must answer Ok(None), got {}",
+        describe(&outcome)
+    );
+}
+
+/// Listing the queue of a closed handle fails with `Closed`, even with a message waiting.
+async fn queue_listing_fails_with_closed_after_close(env: Env) {
+    commit(&*env.kv, enqueue_write(&env, "waiting", HOUR)).await;
+    env.kv.close().await.expect("close");
+    assert_closed("queued_messages", env.kv.queued_messages().await);
+}
+
+/// The integrity check of a closed handle fails with `Closed`.
+async fn integrity_check_fails_with_closed_after_close(env: Env) {
+    set(&*env.kv, &key!["a"], KvValue::U64(1)).await;
+    env.kv.close().await.expect("close");
+    assert_closed("check_integrity", env.kv.check_integrity().await);
 }
 
 /// A dequeue waiting for a message (here one due in an hour) returns promptly when the handle

@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use chrono::TimeDelta;
 
 use super::*;
-use crate::{Check, Enqueue, Mutation, encode_key, key, rules::v8_number};
+use crate::{AtomicWrite, Check, Enqueue, Mutation, encode_key, key, rules::v8_number};
 
 /// The simplest possible engine transaction: a sorted map and a list of messages.
 #[derive(Default)]
@@ -34,6 +34,12 @@ fn k(name: &str) -> Vec<u8> {
     encode_key(&key![name]).unwrap()
 }
 
+/// The write as the engine layer would pass it on. These tests exercise the write path itself,
+/// so the write is vouched for without running the limits (some tests break them on purpose).
+fn valid(write: &AtomicWrite) -> ValidatedWrite {
+    crate::Validated::vouched(write.clone())
+}
+
 fn now() -> DateTime<Utc> {
     DateTime::from_timestamp(1_700_000_000, 0).unwrap()
 }
@@ -47,7 +53,7 @@ fn seeded() -> MapTxn {
         mutations: vec![Mutation::set(k("a"), KvValue::U64(1))],
         ..Default::default()
     };
-    apply_atomic_write(&mut txn, &write, VS1, now()).unwrap();
+    apply_atomic_write(&mut txn, &valid(&write), VS1, now()).unwrap();
     txn
 }
 
@@ -75,7 +81,7 @@ fn failed_check_applies_nothing() {
         }],
     };
     assert_eq!(
-        apply_atomic_write(&mut txn, &write, VS2, now()).unwrap(),
+        apply_atomic_write(&mut txn, &valid(&write), VS2, now()).unwrap(),
         WriteOutcome::CheckFailed
     );
     assert_eq!(txn.entries, before);
@@ -102,7 +108,7 @@ fn matching_checks_commit_everything() {
         ],
         enqueues: vec![],
     };
-    let outcome = apply_atomic_write(&mut txn, &write, VS2, now()).unwrap();
+    let outcome = apply_atomic_write(&mut txn, &valid(&write), VS2, now()).unwrap();
     assert_eq!(
         outcome,
         WriteOutcome::Committed {
@@ -125,7 +131,7 @@ fn expired_entries_count_as_absent() {
         mutations: vec![expiring],
         ..Default::default()
     };
-    apply_atomic_write(&mut txn, &write, VS1, now()).unwrap();
+    apply_atomic_write(&mut txn, &valid(&write), VS1, now()).unwrap();
 
     let later = now() + TimeDelta::seconds(10);
     // Expiry happens at the expiry time: the check for absence passes, sum starts from nothing.
@@ -138,7 +144,7 @@ fn expired_entries_count_as_absent() {
         enqueues: vec![],
     };
     assert!(matches!(
-        apply_atomic_write(&mut txn, &write, VS2, later).unwrap(),
+        apply_atomic_write(&mut txn, &valid(&write), VS2, later).unwrap(),
         WriteOutcome::Committed { .. }
     ));
     assert_eq!(txn.entries[&k("t")].value, KvValue::U64(1));
@@ -159,10 +165,10 @@ fn unexpired_entry_is_still_there_just_before() {
     };
     apply_atomic_write(
         &mut txn,
-        &AtomicWrite {
+        &valid(&AtomicWrite {
             mutations: vec![expiring],
             ..Default::default()
-        },
+        }),
         VS1,
         now(),
     )
@@ -176,11 +182,11 @@ fn unexpired_entry_is_still_there_just_before() {
     };
     let just_before = at - TimeDelta::milliseconds(1);
     assert!(matches!(
-        apply_atomic_write(&mut txn, &check, VS2, just_before).unwrap(),
+        apply_atomic_write(&mut txn, &valid(&check), VS2, just_before).unwrap(),
         WriteOutcome::Committed { .. }
     ));
     assert_eq!(
-        apply_atomic_write(&mut txn, &check, VS2, at).unwrap(),
+        apply_atomic_write(&mut txn, &valid(&check), VS2, at).unwrap(),
         WriteOutcome::CheckFailed
     );
 }
@@ -207,7 +213,7 @@ fn mutations_apply_in_order() {
         ],
         ..Default::default()
     };
-    apply_atomic_write(&mut txn, &write, VS1, now()).unwrap();
+    apply_atomic_write(&mut txn, &valid(&write), VS1, now()).unwrap();
     assert_eq!(txn.entries[&k("x")].value, KvValue::U64(12));
     assert_eq!(txn.entries[&k("y")].value, KvValue::Bytes(vec![1]));
     assert_eq!(txn.entries[&k("z")].value, KvValue::U64(3));
@@ -223,7 +229,7 @@ fn mutation_error_names_the_key() {
         ],
         ..Default::default()
     };
-    let err = apply_atomic_write(&mut txn, &write, VS1, now()).unwrap_err();
+    let err = apply_atomic_write(&mut txn, &valid(&write), VS1, now()).unwrap_err();
     assert_eq!(
         err.to_string(),
         "Failed to perform 'sum' mutation on a non-U64 value in the database"
@@ -242,7 +248,7 @@ fn versionstamped_set_appends_the_commit_stamp() {
         }],
         ..Default::default()
     };
-    let outcome = apply_atomic_write(&mut txn, &write, VS2, now()).unwrap();
+    let outcome = apply_atomic_write(&mut txn, &valid(&write), VS2, now()).unwrap();
     let full = encode_key(&key!["log", "00000000000000020000"]).unwrap();
     assert_eq!(
         outcome,
@@ -265,13 +271,13 @@ fn set_keeps_its_expiry_and_plain_set_clears_it() {
         }],
         ..Default::default()
     };
-    apply_atomic_write(&mut txn, &write, VS1, now()).unwrap();
+    apply_atomic_write(&mut txn, &valid(&write), VS1, now()).unwrap();
     assert_eq!(txn.entries[&k("e")].expires_at, Some(at));
     let write = AtomicWrite {
         mutations: vec![Mutation::set(k("e"), KvValue::U64(2))],
         ..Default::default()
     };
-    apply_atomic_write(&mut txn, &write, VS2, now()).unwrap();
+    apply_atomic_write(&mut txn, &valid(&write), VS2, now()).unwrap();
     assert_eq!(txn.entries[&k("e")].expires_at, None);
 }
 
@@ -287,7 +293,7 @@ fn enqueues_ride_in_the_commit() {
         }],
         ..Default::default()
     };
-    let outcome = apply_atomic_write(&mut txn, &write, VS1, now()).unwrap();
+    let outcome = apply_atomic_write(&mut txn, &valid(&write), VS1, now()).unwrap();
     assert_eq!(
         outcome,
         WriteOutcome::Committed {

@@ -27,7 +27,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{DeliveryFailure, QueueMessageHandle, QueuedMessage, after_failed_delivery};
-use crate::KvError;
+use crate::{KvError, ValidatedWrite};
 
 /// How a delivery ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +71,44 @@ pub fn after_delivery(
             let mut again = message.clone();
             again.ready_at = again.ready_at.min(now);
             Some(DeliveryFailure::Retry(again))
+        }
+    }
+}
+
+/// What an engine stores when a delivery ends (see [`Settlement::of`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settlement {
+    /// Nothing: the message is gone (handled, or out of retries with no dead-letter keys).
+    Forget,
+    /// Put the message back in the ready queue, due at its `ready_at`.
+    Requeue(QueuedMessage),
+    /// Out of retries: commit this write of the payload to its dead-letter keys.
+    DeadLetter(ValidatedWrite),
+}
+
+impl Settlement {
+    /// What to store for `message` when its delivery ends with `outcome` at `now` (the queue
+    /// rule of [`after_delivery`], in the form an engine applies).
+    ///
+    /// ```
+    /// use kv_proto::queue::{DeliveryOutcome, QueuedMessage, Settlement};
+    /// use kv_proto::{ManualClock, Clock};
+    ///
+    /// let now = ManualClock::at_test_epoch().now();
+    /// let no_retry_left = QueuedMessage::new(vec![1], now, vec![vec![2, b'k', 0]], vec![]);
+    /// match Settlement::of(&no_retry_left, DeliveryOutcome::Failed, now) {
+    ///     Settlement::DeadLetter(write) => assert_eq!(write.mutations.len(), 1),
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// ```
+    pub fn of(message: &QueuedMessage, outcome: DeliveryOutcome, now: DateTime<Utc>) -> Self {
+        match after_delivery(message, outcome, now) {
+            None => Settlement::Forget,
+            Some(DeliveryFailure::Retry(next)) => Settlement::Requeue(next),
+            Some(DeliveryFailure::DeadLetter { write }) if write.mutations.is_empty() => {
+                Settlement::Forget
+            }
+            Some(DeliveryFailure::DeadLetter { write }) => Settlement::DeadLetter(write),
         }
     }
 }
