@@ -1,6 +1,7 @@
-//! [`PostgresBackend`]: the [`Backend`] trait over the pieces of this crate.
+//! [`PostgresBackend`]: the kit's [`Engine`] over the pieces of this crate; its constructors hand
+//! it out behind [`Checked`], the layer that makes it a [`kv_proto::Backend`].
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -8,8 +9,8 @@ use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use kv_proto::queue::{QueueMessageHandle, QueuedMessage};
 use kv_proto::{
-    AtomicWrite, Backend, Capabilities, CommitResult, Consistency, KvError, ReadRangeOutput,
-    SnapshotRead, WatchReader, WatchStream, watch_stream,
+    Capabilities, Checked, CommitResult, Consistency, Engine, KvError, ReadRangeOutput,
+    ValidatedRead, ValidatedWatch, ValidatedWrite, WatchReader, WatchStream, watch_stream,
 };
 use tokio::task::JoinHandle;
 use tokio_postgres::{Config, NoTls};
@@ -41,7 +42,6 @@ pub struct PostgresBackend {
     events: Arc<Events>,
     /// The listener, the settler and the housekeeping: stopped on close.
     tasks: Mutex<Vec<JoinHandle<()>>>,
-    closed: AtomicBool,
 }
 
 impl std::fmt::Debug for PostgresBackend {
@@ -49,7 +49,6 @@ impl std::fmt::Debug for PostgresBackend {
         f.debug_struct("PostgresBackend")
             .field("schema", &self.sql.schema)
             .field("replicas", &self.replicas.len())
-            .field("closed", &self.closed.load(Ordering::Relaxed))
             .finish()
     }
 }
@@ -57,7 +56,7 @@ impl std::fmt::Debug for PostgresBackend {
 impl PostgresBackend {
     /// Opens the store at `url` (`postgres://user[:password]@host[:port]/database`) with the
     /// default options; see [`PostgresBackend::open_with`].
-    pub async fn open(url: &str) -> Result<Self, KvError> {
+    pub async fn open(url: &str) -> Result<Checked<Self>, KvError> {
         Self::open_with(url, PostgresOptions::default()).await
     }
 
@@ -66,8 +65,10 @@ impl PostgresBackend {
     /// Tables of this crate at a newer schema version are refused
     /// ([`PostgresError::SchemaTooNew`], as [`KvError::Storage`]), and tables with this crate's
     /// names but another shape are refused ([`KvError::Corrupt`]); both are left untouched. Must
-    /// be called inside a tokio runtime, which then runs the handle's background tasks.
-    pub async fn open_with(url: &str, options: PostgresOptions) -> Result<Self, KvError> {
+    /// be called inside a tokio runtime, which then runs the handle's background tasks. The
+    /// engine comes behind [`Checked`], which validates requests with `options.limits` at
+    /// `options.clock`'s time and answers for a closed handle.
+    pub async fn open_with(url: &str, options: PostgresOptions) -> Result<Checked<Self>, KvError> {
         let config = Arc::new(parse_url(url)?);
         let sql = Arc::new(Sql::new(&options.schema)?);
         let mut client = connect(&config).await?;
@@ -115,7 +116,8 @@ impl PostgresBackend {
             options.clock.clone(),
             Arc::downgrade(&queue),
         );
-        Ok(PostgresBackend {
+        let (limits, clock) = (options.limits.clone(), options.clock.clone());
+        let engine = PostgresBackend {
             options,
             sql,
             pool,
@@ -126,16 +128,8 @@ impl PostgresBackend {
             queue,
             events,
             tasks: Mutex::new(vec![listener, settler, housekeeping]),
-            closed: AtomicBool::new(false),
-        })
-    }
-
-    fn ensure_open(&self) -> Result<(), KvError> {
-        if self.closed.load(Ordering::Acquire) {
-            Err(KvError::Closed)
-        } else {
-            Ok(())
-        }
+        };
+        Ok(Checked::new(engine, limits, clock))
     }
 
     /// The replica an eventual read goes to next, if there are any.
@@ -184,7 +178,7 @@ fn new_pool(config: &Config, size: usize) -> Result<Pool, PostgresError> {
 }
 
 #[async_trait]
-impl Backend for PostgresBackend {
+impl Engine for PostgresBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::none()
             .with_durable(true)
@@ -197,9 +191,7 @@ impl Backend for PostgresBackend {
     /// turn; with [`PostgresOptions::read_your_writes`] only once it has replayed what this handle
     /// committed or already read (else, after [`PostgresOptions::replica_wait`], to the primary).
     /// A replica that fails sends the read to the primary too.
-    async fn snapshot_read(&self, read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError> {
-        self.ensure_open()?;
-        self.options.limits.validate_snapshot_read(&read)?;
+    async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
         let now = self.options.clock.now();
         if read.consistency == Consistency::Eventual
             && let Some(replica) = self.next_replica()
@@ -224,33 +216,24 @@ impl Backend for PostgresBackend {
     /// Submits the write to this handle's committer, which commits it with the writes waiting
     /// beside it. [`PostgresError::OutcomeUnknown`] (as [`KvError::Storage`]) when the connection
     /// was lost during the commit.
-    async fn atomic_write(&self, write: AtomicWrite) -> Result<Option<CommitResult>, KvError> {
-        self.ensure_open()?;
-        let now = self.options.clock.now();
-        self.options.limits.validate_atomic_write(&write, now)?;
+    async fn atomic_write(&self, write: ValidatedWrite) -> Result<Option<CommitResult>, KvError> {
         let request = WriteRequest {
             write,
-            now,
+            now: self.options.clock.now(),
             claim: None,
         };
         self.committer.submit(request).await?
     }
 
     async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
-        if self.closed.load(Ordering::Acquire) {
-            return Ok(None);
-        }
         self.queue.next().await
     }
 
     async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
-        self.ensure_open()?;
         reader::queued_messages(&self.pool, &self.sql, self.options.clock.now()).await
     }
 
-    fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {
-        self.ensure_open()?;
-        self.options.limits.validate_watch(&keys)?;
+    fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {
         let pool = self.pool.clone();
         let sql = self.sql.clone();
         let clock = self.options.clock.clone();
@@ -259,7 +242,7 @@ impl Backend for PostgresBackend {
             Box::pin(async move { reader::read_watched(&pool, &sql, &keys, now).await })
         });
         Ok(watch_stream(
-            keys,
+            keys.into_inner(),
             reader,
             &self.events.signal,
             self.options.clock.clone(),
@@ -273,9 +256,6 @@ impl Backend for PostgresBackend {
     /// after their lease. If that cannot be stored (the server is unreachable), or the close is
     /// dropped half-way, they come back when their lease runs out, as a crashed consumer's do.
     async fn close(&self) -> Result<(), KvError> {
-        if self.closed.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
         self.stop_tasks();
         let released = self.queue.fail_held().await;
         self.pool.close();
@@ -284,13 +264,10 @@ impl Backend for PostgresBackend {
         }
         released
     }
-}
 
-impl Drop for PostgresBackend {
-    /// A handle dropped without [`Backend::close`] stops its background tasks here.
-    fn drop(&mut self) {
-        if !self.closed.swap(true, Ordering::AcqRel) {
-            self.stop_tasks();
-        }
+    /// A handle dropped without close stops its background tasks (its held messages come back
+    /// when their leases run out, as a crashed consumer's do).
+    fn close_on_drop(&self) {
+        self.stop_tasks();
     }
 }

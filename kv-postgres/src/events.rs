@@ -1,35 +1,27 @@
 //! What a handle tells its own waiters after a change: watches (through kv-proto's
-//! [`ChangeSignal`]) and waiting queue consumers.
+//! [`ChangeSignal`]) and waiting queue consumers, both woken through the kit's [`Notifier`].
 
-use kv_proto::ChangeSignal;
-use tokio::sync::watch;
+use std::sync::Arc;
 
-/// The wake-ups of one handle. Commits of this handle name the keys they wrote; commits of other
-/// processes arrive through the listener, which cannot name them and wakes every watch.
+use kv_proto::{ChangeSignal, Notifier};
+
+/// The wake-ups of one handle. Commits of this handle name the keys they wrote
+/// ([`kv_proto::Effects`]); commits of other processes arrive through the listener, which cannot
+/// name them and wakes every watch.
 #[derive(Debug)]
 pub(crate) struct Events {
     /// Watches, and the closed flag every waiter observes.
-    pub(crate) signal: ChangeSignal,
-    /// Bumped whenever a message may have become due.
-    queue: watch::Sender<u64>,
+    pub(crate) signal: Arc<ChangeSignal>,
+    /// Wakes the signal's watches and the waiting queue consumers.
+    pub(crate) notifier: Notifier,
 }
 
 impl Events {
     pub(crate) fn new() -> Self {
-        Events {
-            signal: ChangeSignal::new(),
-            queue: watch::Sender::new(0),
-        }
-    }
-
-    /// A message may have become due: wake the waiting consumers.
-    pub(crate) fn queue_changed(&self) {
-        self.queue.send_modify(|n| *n = n.wrapping_add(1));
-    }
-
-    /// A receiver for [`kv_proto::queue::next_delivery`].
-    pub(crate) fn queue_changes(&self) -> watch::Receiver<u64> {
-        self.queue.subscribe()
+        let signal = Arc::new(ChangeSignal::new());
+        let notifier = Notifier::new();
+        notifier.register(&signal);
+        Events { signal, notifier }
     }
 }
 

@@ -34,8 +34,8 @@ use chrono::{DateTime, Utc};
 use futures::future::try_join_all;
 use kv_proto::queue::QueuedMessage;
 use kv_proto::{
-    AtomicWrite, ChangedKeys, CommitResult, KvError, MutationKind, StoredEntry, Versionstamp,
-    stage_atomic_write,
+    ChangedKeys, CommitResult, Effects, KvError, MutationKind, StoredEntry, ValidatedWrite,
+    Versionstamp, stage_atomic_write,
 };
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Config, Statement};
@@ -55,7 +55,7 @@ pub(crate) const RETRY_FOR: Duration = Duration::from_secs(15);
 #[derive(Debug)]
 pub(crate) struct WriteRequest {
     /// The validated write.
-    pub(crate) write: AtomicWrite,
+    pub(crate) write: ValidatedWrite,
     /// The time it is applied at (expiry of what it reads).
     pub(crate) now: DateTime<Utc>,
     /// For a dead letter: the message (id, lease) whose deletion the write depends on. The write
@@ -289,10 +289,10 @@ impl WriteGroup {
         }
         self.committed
             .fetch_max(u64::try_from(last).unwrap_or(0), Ordering::AcqRel);
-        self.events.signal.notify_changed(&outcome.changed);
-        if !outcome.enqueued.is_empty() {
-            self.events.queue_changed();
-        }
+        self.events.notifier.notify(&Effects {
+            queue: !outcome.enqueued.is_empty(),
+            changed: outcome.changed,
+        });
         Ok(answers)
     }
 }

@@ -1,7 +1,9 @@
 //! # kv-postgres — Deno KV on PostgreSQL
 //!
-//! A [`Backend`](kv_proto::Backend) that keeps a Deno KV store in a PostgreSQL database, so that
+//! An [`Engine`](kv_proto::Engine) that keeps a Deno KV store in a PostgreSQL database, so that
 //! several processes on several machines share one store: the scale-out story of this workspace.
+//! Its constructors hand it out behind [`Checked`](kv_proto::Checked), the kit's layer that makes
+//! it a [`Backend`](kv_proto::Backend) (closed state, Deno's limits, capability refusals).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), kv_proto::KvError> {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use kv_proto::ChangedKeys;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Notification};
@@ -78,10 +79,10 @@ async fn run(
                 continue;
             }
             if entries {
-                events.signal.notify_all();
+                events.notifier.notify_watchers(&ChangedKeys::all());
             }
             if queue {
-                events.queue_changed();
+                events.notifier.bump_queue();
             }
         }
         let mut pause = Duration::from_millis(50);
@@ -98,7 +99,6 @@ async fn run(
             }
         };
         // Whatever was committed while the connection was down was not announced to us.
-        events.signal.notify_all();
-        events.queue_changed();
+        events.notifier.notify_everything();
     }
 }

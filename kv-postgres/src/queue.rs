@@ -2,14 +2,14 @@
 //!
 //! A consumer **takes** a message with one statement (`FOR UPDATE SKIP LOCKED`, so consumers
 //! never wait for each other) that gives it a *lease*: a random token and a deadline
-//! ([`MESSAGE_DEADLINE`] ahead). While the consumer holds the message, this handle renews the
-//! deadline every [`kv_proto::queue::MESSAGE_KEEPALIVE_INTERVAL`] (the handle's housekeeping task does it).
-//! Every later change to the message names its lease, so a stale holder changes nothing:
+//! ([`delivery_deadline`]). While the consumer holds the message, this handle renews the deadline
+//! every [`kv_proto::queue::MESSAGE_KEEPALIVE_INTERVAL`] (the handle's housekeeping task does
+//! it). Every later change to the message names its lease, so a stale holder changes nothing:
 //!
-//! - success deletes it; failure applies kv-proto's rule ([`after_failed_delivery`]): back in
-//!   the queue after the next back-off interval, or — no interval left — its payload written to
-//!   its dead-letter keys by an ordinary commit that also deletes the message (through the
-//!   committer, so the version row is locked first);
+//! - success deletes it; failure stores the kit's [`Settlement`]: back in the queue after the
+//!   next back-off interval, or — no interval left — its payload written to its dead-letter keys
+//!   by an ordinary commit that also deletes the message (through the committer, so the version
+//!   row is locked first);
 //! - a message never seen by a consumer (its dequeue was dropped) is put back as it was;
 //! - a lease whose deadline passed belongs to a consumer presumed dead (a process killed while
 //!   holding it): the next dequeue anywhere counts a failed delivery *as of the deadline*.
@@ -22,13 +22,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use async_trait::async_trait;
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Pool};
 use kv_proto::queue::{
-    Delivery, DeliveryEngine, DeliveryFailure, DeliveryOutcome, MESSAGE_DEADLINE,
-    QueueMessageHandle, QueuedMessage, Taken, after_failed_delivery, next_delivery,
+    Delivery, DeliveryEngine, DeliveryOutcome, QueueMessageHandle, QueuedMessage, Settlement,
+    Taken, delivery_deadline, next_delivery,
 };
-use kv_proto::{AtomicWrite, Clock, KvError};
+use kv_proto::{Clock, KvError, ValidatedWrite};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
@@ -94,7 +94,7 @@ impl Queue {
         self: &Arc<Self>,
     ) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
         next_delivery(
-            self.ctx.events.queue_changes(),
+            self.ctx.events.notifier.subscribe_queue(),
             &*self.ctx.clock,
             &self.ctx.events.signal,
             |now| {
@@ -147,7 +147,7 @@ impl Queue {
         }
 
         let lease = Uuid::new_v4();
-        let deadline = now + TimeDelta::from_std(MESSAGE_DEADLINE).unwrap_or(TimeDelta::MAX);
+        let deadline = delivery_deadline(now);
         let take = client
             .prepare_cached(&self.ctx.sql.take_due)
             .await
@@ -181,7 +181,8 @@ impl Queue {
         Ok(Taken::NextAt(next_at.map(codec::time).transpose()?))
     }
 
-    /// A failed delivery of `message` under `ticket`, as of `at`: retry later or dead-letter.
+    /// A failed delivery of `message` under `ticket`, as of `at`: stores the kit's
+    /// [`Settlement`] — retry later, dead-letter, or (no retry and no dead-letter key) forget.
     async fn fail(
         &self,
         client: &impl GenericClient,
@@ -189,8 +190,8 @@ impl Queue {
         ticket: Ticket,
         at: DateTime<Utc>,
     ) -> Result<(), KvError> {
-        match after_failed_delivery(message, at) {
-            DeliveryFailure::Retry(next) => {
+        match Settlement::of(message, DeliveryOutcome::Failed, at) {
+            Settlement::Requeue(next) => {
                 let statement = client
                     .prepare_cached(&self.ctx.sql.retry_leased)
                     .await
@@ -211,21 +212,36 @@ impl Queue {
                     )
                     .await
                     .map_err(pg)?;
-                self.ctx.events.queue_changed();
+                self.ctx.events.notifier.bump_queue();
                 Ok(())
             }
-            DeliveryFailure::DeadLetter { mutations } => {
-                let request = WriteRequest {
-                    write: AtomicWrite {
-                        mutations,
-                        ..AtomicWrite::default()
-                    },
-                    now: self.ctx.clock.now(),
-                    claim: Some((ticket.id, ticket.lease)),
-                };
-                self.ctx.committer.submit(request).await?.map(drop)
-            }
+            Settlement::DeadLetter(write) => self.dead_letter(ticket, write).await,
+            Settlement::Forget => self.delete(client, ticket).await,
         }
+    }
+
+    /// Commits `write` (a dead letter) and deletes the message under `ticket` in the same
+    /// transaction, through the committer, so the version row is locked first as for every write.
+    async fn dead_letter(&self, ticket: Ticket, write: ValidatedWrite) -> Result<(), KvError> {
+        let request = WriteRequest {
+            write,
+            now: self.ctx.clock.now(),
+            claim: Some((ticket.id, ticket.lease)),
+        };
+        self.ctx.committer.submit(request).await?.map(drop)
+    }
+
+    /// Deletes the message under `ticket` (unless its lease was lost meanwhile).
+    async fn delete(&self, client: &impl GenericClient, ticket: Ticket) -> Result<(), KvError> {
+        let statement = client
+            .prepare_cached(&self.ctx.sql.delete_leased)
+            .await
+            .map_err(pg)?;
+        client
+            .execute(&statement, &[&ticket.id, &ticket.lease])
+            .await
+            .map_err(pg)?;
+        Ok(())
     }
 
     /// Stores how a delivery ended (unless its lease was lost meanwhile: then someone else
@@ -234,16 +250,7 @@ impl Queue {
         let client = pooled(&self.ctx.pool).await?;
         let sql = &self.ctx.sql;
         match outcome {
-            DeliveryOutcome::Succeeded => {
-                let statement = client
-                    .prepare_cached(&sql.delete_leased)
-                    .await
-                    .map_err(pg)?;
-                client
-                    .execute(&statement, &[&ticket.id, &ticket.lease])
-                    .await
-                    .map_err(pg)?;
-            }
+            DeliveryOutcome::Succeeded => self.delete(&client, ticket).await?,
             DeliveryOutcome::Undelivered => {
                 let statement = client
                     .prepare_cached(&sql.release_leased)
@@ -258,7 +265,7 @@ impl Queue {
                     )
                     .await
                     .map_err(pg)?;
-                self.ctx.events.queue_changed();
+                self.ctx.events.notifier.bump_queue();
             }
             DeliveryOutcome::Failed => {
                 let statement = client
@@ -279,7 +286,7 @@ impl Queue {
         Ok(())
     }
 
-    /// Moves the deadlines of the messages this handle holds [`MESSAGE_DEADLINE`] ahead, so
+    /// Moves the deadlines of the messages this handle holds [`kv_proto::queue::MESSAGE_DEADLINE`] ahead, so
     /// other processes do not take them for a dead consumer's.
     pub(crate) async fn renew_leases(&self) -> Result<(), KvError> {
         let (ids, leases): (Vec<Uuid>, Vec<Uuid>) =
@@ -287,8 +294,7 @@ impl Queue {
         if ids.is_empty() {
             return Ok(());
         }
-        let deadline =
-            self.ctx.clock.now() + TimeDelta::from_std(MESSAGE_DEADLINE).unwrap_or(TimeDelta::MAX);
+        let deadline = delivery_deadline(self.ctx.clock.now());
         let client = pooled(&self.ctx.pool).await?;
         let statement = client
             .prepare_cached(&self.ctx.sql.renew_leases)

@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 use kv_conformance::support;
 use kv_postgres::testing::{ClusterOptions, TestCluster};
 use kv_postgres::{PostgresBackend, PostgresOptions};
-use kv_proto::{Backend, Consistency, Key, KvValue, ReadRange, SnapshotRead, key};
+use kv_proto::{Backend, Checked, Consistency, Key, KvValue, ReadRange, SnapshotRead, key};
 
 mod common;
 use common::{get, set};
 
-async fn open(cluster: &TestCluster, read_your_writes: bool) -> PostgresBackend {
+async fn open(cluster: &TestCluster, read_your_writes: bool) -> Checked<PostgresBackend> {
     let options = PostgresOptions {
         replica_urls: cluster.replica_url().into_iter().collect(),
         read_your_writes,

@@ -8,7 +8,7 @@ use kv_conformance::support;
 use kv_postgres::testing::{ClusterOptions, TestCluster};
 use kv_postgres::{PostgresBackend, PostgresError, PostgresOptions};
 use kv_proto::{
-    AtomicWrite, Backend, Clock, Enqueue, KvError, KvValue, ManualClock, Versionstamp, key,
+    AtomicWrite, Backend, Checked, Clock, Enqueue, KvError, KvValue, ManualClock, Versionstamp, key,
 };
 
 /// A primary alone, or `None` when PostgreSQL tests are skipped (it said so).
@@ -17,7 +17,7 @@ pub fn cluster() -> Option<TestCluster> {
 }
 
 /// A handle on `schema` of the primary at `url`.
-pub async fn open_url(url: &str, schema: &str) -> Result<PostgresBackend, KvError> {
+pub async fn open_url(url: &str, schema: &str) -> Result<Checked<PostgresBackend>, KvError> {
     let options = PostgresOptions {
         schema: schema.to_owned(),
         ..PostgresOptions::default()
@@ -26,12 +26,19 @@ pub async fn open_url(url: &str, schema: &str) -> Result<PostgresBackend, KvErro
 }
 
 /// A handle on `schema` of the cluster's primary.
-pub async fn open(cluster: &TestCluster, schema: &str) -> Result<PostgresBackend, KvError> {
+pub async fn open(
+    cluster: &TestCluster,
+    schema: &str,
+) -> Result<Checked<PostgresBackend>, KvError> {
     open_url(&cluster.url(), schema).await
 }
 
 /// A handle on `schema` whose time is `clock`.
-pub async fn open_at(cluster: &TestCluster, schema: &str, clock: &ManualClock) -> PostgresBackend {
+pub async fn open_at(
+    cluster: &TestCluster,
+    schema: &str,
+    clock: &ManualClock,
+) -> Checked<PostgresBackend> {
     let options = PostgresOptions {
         schema: schema.to_owned(),
         clock: Arc::new(clock.clone()),
