@@ -6,8 +6,8 @@ use crate::spec::{Durability, Target, Workload};
 
 /// The usage text.
 pub const USAGE: &str = "\
-kv-bench: Deno KV backends (memory, sqlite, redb) side by side, with raw rusqlite and raw redb
-floors, on fresh databases on disk.
+kv-bench: Deno KV backends (memory, sqlite, redb, postgres) side by side, with raw rusqlite and
+raw redb floors, on fresh databases.
 
 usage: kv-bench [options]
   --scale F             multiply every operation count and the data set by F (default 1;
@@ -17,8 +17,15 @@ usage: kv-bench [options]
                           W3 random point gets      W4 scans of 100 entries
                           W5 check-and-set counter  W6 u64 sums on 16 hot keys
                           W7 enqueue then consume messages
-  --backends memory,..  which of memory, sqlite, redb to run (default all); the raw floor of
-                        sqlite and redb runs with it for W1, W3 and W4
+  --backends memory,..  which of memory, sqlite, redb, postgres, postgres-replica to run
+                        (default memory, sqlite, redb); the raw floor of sqlite and redb runs
+                        with it for W1, W3 and W4. postgres-replica runs W3 and W4 as eventual
+                        reads, served by a streaming replica
+  --postgres-url URL    the PostgreSQL server of postgres (default: a throwaway cluster of
+                        the PostgreSQL installed here, started for the run, with a replica
+                        for postgres-replica). Each store is a schema store_<hash>, left behind
+  --postgres-replica-url URL
+                        the streaming replica of --postgres-url, for postgres-replica
   --no-floors           skip the raw rusqlite / raw redb floors
   --durability D        full (default: survives a machine crash) or process (survives a
                         process crash); mapped onto each engine and its floor alike
@@ -59,6 +66,8 @@ pub struct Options {
     pub json: bool,
     /// Also write the JSON results here.
     pub json_file: Option<PathBuf>,
+    pub postgres_url: Option<String>,
+    pub postgres_replica_url: Option<String>,
 }
 
 impl Default for Options {
@@ -74,6 +83,8 @@ impl Default for Options {
             dir: None,
             json: false,
             json_file: None,
+            postgres_url: None,
+            postgres_replica_url: None,
         }
     }
 }
@@ -145,7 +156,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                     parse_list(flag, &value()?, Workload::parse, &Workload::SELECTABLE)?
             }
             "--backends" => {
-                options.backends = parse_list(flag, &value()?, Target::parse, &Target::BACKENDS)?
+                options.backends = parse_list(flag, &value()?, Target::parse, &Target::SELECTABLE)?
             }
             "--durability" => {
                 let v = value()?;
@@ -166,6 +177,8 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             "--no-floors" => options.floors = false,
             "--json" => options.json = true,
             "--json-file" => options.json_file = Some(PathBuf::from(value()?)),
+            "--postgres-url" => options.postgres_url = Some(value()?),
+            "--postgres-replica-url" => options.postgres_replica_url = Some(value()?),
             "-h" | "--help" => return Ok(Command::Help),
             other => return Err(format!("unknown argument {other} (try --help)")),
         }
@@ -202,6 +215,16 @@ mod tests {
         assert!(o.scaling && o.json && !o.floors);
         assert_eq!(o.dir, Some(PathBuf::from("/tmp/b")));
         assert_eq!(o.json_file, Some(PathBuf::from("r.json")));
+
+        let Ok(Command::Run(o)) = parse(&args(
+            "--backends postgres-replica,postgres --postgres-url postgres://a@h/db \
+             --postgres-replica-url=postgres://a@r/db",
+        )) else {
+            panic!("did not parse");
+        };
+        assert_eq!(o.backends, vec![Target::Postgres, Target::PostgresReplica]);
+        assert_eq!(o.postgres_url.as_deref(), Some("postgres://a@h/db"));
+        assert_eq!(o.postgres_replica_url.as_deref(), Some("postgres://a@r/db"));
     }
 
     #[test]

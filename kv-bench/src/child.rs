@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kv_memory::MemoryBackend;
+use kv_postgres::testing::schema_for_path;
+use kv_postgres::{PostgresBackend, PostgresOptions};
 use kv_redb::{RedbBackend, RedbOptions};
 use kv_sqlite::{SqliteBackend, SqliteOptions};
 use serde_json::{Value, json};
@@ -36,8 +38,13 @@ pub struct ChildSpec {
     pub keys: Option<usize>,
     /// Write durability.
     pub durability: Durability,
-    /// A directory of its own for the child's files (created, and removed at the end).
+    /// A directory of its own for the child's files (created, and removed at the end); for
+    /// kv-postgres, each store's directory names its schema.
     pub dir: PathBuf,
+    /// The PostgreSQL server of the postgres targets.
+    pub postgres_url: Option<String>,
+    /// Its streaming replica, for the postgres-replica target.
+    pub postgres_replica_url: Option<String>,
 }
 
 impl ChildSpec {
@@ -62,6 +69,12 @@ impl ChildSpec {
         if let Some(keys) = self.keys {
             args.extend(["--keys".to_owned(), keys.to_string()]);
         }
+        if let Some(url) = &self.postgres_url {
+            args.extend(["--postgres-url".to_owned(), url.clone()]);
+        }
+        if let Some(url) = &self.postgres_replica_url {
+            args.extend(["--postgres-replica-url".to_owned(), url.clone()]);
+        }
         args
     }
 
@@ -73,6 +86,8 @@ impl ChildSpec {
         let mut keys = None;
         let mut durability = Durability::Full;
         let mut dir = None;
+        let mut postgres_url = None;
+        let mut postgres_replica_url = None;
         let mut it = args.iter();
         while let Some(flag) = it.next() {
             let mut value = || {
@@ -109,6 +124,8 @@ impl ChildSpec {
                         .ok_or(format!("--durability: full or process, not {v}"))?;
                 }
                 "--dir" => dir = Some(PathBuf::from(value()?)),
+                "--postgres-url" => postgres_url = Some(value()?),
+                "--postgres-replica-url" => postgres_replica_url = Some(value()?),
                 other => return Err(format!("child: unknown argument {other}")),
             }
         }
@@ -119,6 +136,8 @@ impl ChildSpec {
             keys,
             durability,
             dir: dir.ok_or("child: --dir is required")?,
+            postgres_url,
+            postgres_replica_url,
         })
     }
 }
@@ -192,7 +211,9 @@ fn w4_warmup(scans: usize) -> usize {
     scans.min(200)
 }
 
-fn open_backend(target: Target, dir: &Path, durability: Durability) -> Result<Kv> {
+/// Opens `spec.target` on a fresh store under `dir`.
+async fn open_backend(spec: &ChildSpec, dir: &Path, durability: Durability) -> Result<Kv> {
+    let target = spec.target;
     Ok(match target {
         Target::Memory => Arc::new(MemoryBackend::new()),
         Target::Sqlite => Arc::new(SqliteBackend::open_with(
@@ -215,6 +236,25 @@ fn open_backend(target: Target, dir: &Path, durability: Durability) -> Result<Kv
                 ..Default::default()
             },
         )?),
+        Target::Postgres | Target::PostgresReplica => {
+            let url = spec
+                .postgres_url
+                .as_deref()
+                .ok_or("the postgres targets need --postgres-url")?;
+            let replica_urls = match (target, &spec.postgres_replica_url) {
+                (Target::PostgresReplica, Some(url)) => vec![url.clone()],
+                (Target::PostgresReplica, None) => {
+                    return Err("postgres-replica needs --postgres-replica-url".into());
+                }
+                _ => Vec::new(),
+            };
+            let options = PostgresOptions {
+                schema: schema_for_path(dir),
+                replica_urls,
+                ..PostgresOptions::default()
+            };
+            Arc::new(PostgresBackend::open_with(url, options).await?)
+        }
         Target::RawSqlite | Target::RawRedb => {
             return Err(format!("{target} is not a backend").into());
         }
@@ -255,17 +295,18 @@ fn run_backend(spec: &ChildSpec) -> Result<Vec<Value>> {
                 let set = ReadSet::new(&counts)?;
                 let dir = spec.dir.join("reads");
                 std::fs::create_dir_all(&dir)?;
-                let kv = if spec.target == Target::Memory {
-                    let kv = open_backend(spec.target, &dir, spec.durability)?;
-                    workloads::preload(&kv, &set.keys).await?;
-                    kv
-                } else {
+                let kv = if spec.target.reopens_after_preload() {
                     // Preload fast, then reopen at the durability under test.
-                    let kv = open_backend(spec.target, &dir, Durability::Process)?;
+                    let kv = open_backend(spec, &dir, Durability::Process).await?;
                     workloads::preload(&kv, &set.keys).await?;
                     kv.close().await?;
                     drop(kv);
-                    open_backend(spec.target, &dir, spec.durability)?
+                    open_backend(spec, &dir, spec.durability).await?
+                } else {
+                    // The same handle: kv-postgres's replica reads wait for its own preload.
+                    let kv = open_backend(spec, &dir, spec.durability).await?;
+                    workloads::preload(&kv, &set.keys).await?;
+                    kv
                 };
                 workloads::warm_up(&kv, &set.keys, &set.end).await?;
                 reads = Some((kv, set));
@@ -277,6 +318,7 @@ fn run_backend(spec: &ChildSpec) -> Result<Vec<Value>> {
                         kv.clone(),
                         set.probes.clone(),
                         warmup_len(set.probes.len()),
+                        spec.target.read_consistency(),
                     );
                     on_worker(multi_thread, work).await?
                 }
@@ -288,6 +330,7 @@ fn run_backend(spec: &ChildSpec) -> Result<Vec<Value>> {
                         counts.scan_len(),
                         set.end.clone(),
                         w4_warmup(set.starts.len()),
+                        spec.target.read_consistency(),
                     );
                     on_worker(multi_thread, work).await?
                 }
@@ -297,7 +340,7 @@ fn run_backend(spec: &ChildSpec) -> Result<Vec<Value>> {
                 (write, _) => {
                     let dir = spec.dir.join(write.name());
                     std::fs::create_dir_all(&dir)?;
-                    let kv = open_backend(spec.target, &dir, spec.durability)?;
+                    let kv = open_backend(spec, &dir, spec.durability).await?;
                     let outcome = run_write(write, kv.clone(), &counts, multi_thread).await;
                     kv.close().await?;
                     outcome?
@@ -473,8 +516,20 @@ mod tests {
             keys: Some(10_000),
             durability: Durability::Process,
             dir: PathBuf::from("/tmp/x y"),
+            postgres_url: None,
+            postgres_replica_url: None,
         };
-        assert_eq!(ChildSpec::parse(&spec.to_args()), Ok(spec));
+        assert_eq!(ChildSpec::parse(&spec.to_args()), Ok(spec.clone()));
+        let on_postgres = ChildSpec {
+            target: Target::PostgresReplica,
+            postgres_url: Some("postgres://u@127.0.0.1:5/p".into()),
+            postgres_replica_url: Some("postgres://u@127.0.0.1:6/p".into()),
+            ..spec
+        };
+        assert_eq!(
+            ChildSpec::parse(&on_postgres.to_args()),
+            Ok(on_postgres.clone())
+        );
         assert!(ChildSpec::parse(&["--target".into()]).is_err());
     }
 }

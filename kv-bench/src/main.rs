@@ -4,10 +4,14 @@
 //! fresh databases on disk, next to raw rusqlite and raw redb doing the same sets, gets and scans
 //! (the floors), and reports operations per second, p50/p99 latency, each figure's ratio to its
 //! floor, the project's performance targets (MET / MISSED) and each backend's peak memory.
+//! kv-postgres runs when asked for (`--backends postgres,postgres-replica`), on a throwaway
+//! PostgreSQL cluster the run starts (with a streaming replica for `postgres-replica`, whose W3
+//! and W4 are eventual reads) or on the server of `--postgres-url`.
 //!
 //! ```text
 //! cargo run --release -p kv-bench -- [--scale F] [--workloads W1,..] [--backends memory,..]
 //!     [--durability full|process] [--rounds N] [--scaling] [--no-floors] [--dir PATH] [--json]
+//!     [--postgres-url URL [--postgres-replica-url URL]]
 //! ```
 //!
 //! Workloads (at `--scale 1`):

@@ -5,22 +5,25 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use kv_postgres::testing::{ClusterOptions, TestCluster};
 use serde_json::{Map, Value, json};
 
 use crate::args::Options;
 use crate::child::ChildSpec;
 use crate::data::Result;
-use crate::spec::{Counts, Target, Workload};
+use crate::spec::{Counts, Durability, Target, Workload};
 use crate::stats::median;
 use crate::sysinfo;
 
 /// Every target in table order: each backend followed by its floor.
-const TABLE_ORDER: [Target; 5] = [
+const TABLE_ORDER: [Target; 7] = [
     Target::Memory,
     Target::Sqlite,
     Target::RawSqlite,
     Target::Redb,
     Target::RawRedb,
+    Target::Postgres,
+    Target::PostgresReplica,
 ];
 
 /// One workload's figures from one child.
@@ -191,6 +194,7 @@ pub fn run(options: &Options) -> Result<i32> {
     std::fs::create_dir_all(&run_dir.0)
         .map_err(|e| format!("cannot create {}: {e}", run_dir.0.display()))?;
     let counts = Counts::new(options.scale, None);
+    let postgres = PostgresServer::for_run(options)?;
     let load_at_start = sysinfo::load_average();
     let mut store = Store::default();
     let groups = main_groups(options);
@@ -204,6 +208,8 @@ pub fn run(options: &Options) -> Result<i32> {
             keys,
             durability: options.durability,
             dir: run_dir.0.join(format!("{child_number:03}-{target}")),
+            postgres_url: postgres.url.clone(),
+            postgres_replica_url: postgres.replica_url.clone(),
         }
     };
     eprintln!(
@@ -280,6 +286,58 @@ pub fn run(options: &Options) -> Result<i32> {
         print!("{}", report.text());
     }
     Ok(0)
+}
+
+/// The PostgreSQL server the postgres targets use during a run: the one given on the command
+/// line, or a throwaway cluster started for the run (stopped and removed when this is dropped).
+struct PostgresServer {
+    url: Option<String>,
+    replica_url: Option<String>,
+    _cluster: Option<TestCluster>,
+}
+
+impl PostgresServer {
+    fn for_run(options: &Options) -> Result<Self> {
+        let wanted = |t: Target| options.backends.contains(&t);
+        if !options.backends.iter().any(|t| t.needs_postgres()) {
+            return Ok(PostgresServer {
+                url: None,
+                replica_url: None,
+                _cluster: None,
+            });
+        }
+        if let Some(url) = &options.postgres_url {
+            if wanted(Target::PostgresReplica) && options.postgres_replica_url.is_none() {
+                return Err(
+                    "postgres-replica with --postgres-url needs --postgres-replica-url".into(),
+                );
+            }
+            return Ok(PostgresServer {
+                url: Some(url.clone()),
+                replica_url: options.postgres_replica_url.clone(),
+                _cluster: None,
+            });
+        }
+        let cluster = TestCluster::start(ClusterOptions {
+            replica: wanted(Target::PostgresReplica),
+            fsync: options.durability == Durability::Full,
+            ..ClusterOptions::default()
+        })?;
+        eprintln!(
+            "kv-bench: started a throwaway PostgreSQL cluster at {}{}",
+            cluster.url(),
+            if cluster.replica_url().is_some() {
+                " with a streaming replica"
+            } else {
+                ""
+            }
+        );
+        Ok(PostgresServer {
+            url: Some(cluster.url()),
+            replica_url: cluster.replica_url(),
+            _cluster: Some(cluster),
+        })
+    }
 }
 
 /// Runs one child, records its rows, and prints a progress line on stderr.
@@ -443,7 +501,8 @@ impl Report<'_> {
         let extra = &agg.extra;
         match workload {
             Workload::W1 => match extra_f64(extra, "storage_bytes_written_per_op") {
-                Some(bytes) if target != Target::Memory => {
+                // A PostgreSQL server writes from its own processes, not the child's.
+                Some(bytes) if target != Target::Memory && !target.needs_postgres() => {
                     format!(
                         "read back; {:.1} KiB written to disk per set",
                         bytes / 1024.0
@@ -505,7 +564,7 @@ impl Report<'_> {
                 met: measured.map(|m| m <= max),
             };
         let times = |r: f64| format!("{r:.2}x");
-        vec![
+        let mut goals = vec![
             at_least(
                 "kv-sqlite W2 throughput / its own W1",
                 s.ratio(
@@ -569,7 +628,22 @@ impl Report<'_> {
                 ">= 1,000,000/s",
                 |v| format!("{}/s", fmt_int(v)),
             ),
-        ]
+        ];
+        // Only when it runs: it needs a PostgreSQL server.
+        if self.options.backends.contains(&Target::Postgres) {
+            goals.push(at_least(
+                "kv-postgres W2 throughput / its own W1 (batching)",
+                s.ratio(
+                    k,
+                    (Target::Postgres, Workload::W2),
+                    (Target::Postgres, Workload::W1),
+                ),
+                6.0,
+                ">= 6x",
+                times,
+            ));
+        }
+        goals
     }
 
     fn verdict(met: Option<bool>) -> &'static str {
@@ -884,7 +958,11 @@ mod tests {
                 vec![Workload::W7],
             ]
         );
-        assert_eq!(targets_for(&options, &[Workload::W1]), TABLE_ORDER.to_vec());
+        assert_eq!(
+            targets_for(&options, &[Workload::W1]),
+            TABLE_ORDER[..5].to_vec(),
+            "the postgres targets need a server: only when asked for"
+        );
         assert_eq!(
             targets_for(&options, &[Workload::W2]),
             vec![Target::Memory, Target::Sqlite, Target::Redb]
@@ -899,5 +977,17 @@ mod tests {
             ..Options::default()
         };
         assert_eq!(targets_for(&no_floors, &[Workload::W1]), vec![Target::Redb]);
+        let postgres = Options {
+            backends: vec![Target::Postgres, Target::PostgresReplica],
+            ..Options::default()
+        };
+        assert_eq!(
+            targets_for(&postgres, &[Workload::W2]),
+            vec![Target::Postgres]
+        );
+        assert_eq!(
+            targets_for(&postgres, &[Workload::W3, Workload::W4]),
+            vec![Target::Postgres, Target::PostgresReplica]
+        );
     }
 }

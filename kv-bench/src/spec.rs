@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use kv_proto::Consistency;
+
 /// One benchmark workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Workload {
@@ -123,11 +125,25 @@ pub enum Target {
     Redb,
     /// Raw redb: the floor for kv-redb.
     RawRedb,
+    /// kv-postgres, every read on the primary.
+    Postgres,
+    /// kv-postgres with a streaming replica, reads asking for eventual consistency (served by
+    /// the replica): W3 and W4 only.
+    PostgresReplica,
 }
 
 impl Target {
-    /// The backends a user selects with `--backends`.
+    /// The backends that run when `--backends` is not given (those that need no server).
     pub const BACKENDS: [Target; 3] = [Target::Memory, Target::Sqlite, Target::Redb];
+
+    /// Every backend a user can select with `--backends`.
+    pub const SELECTABLE: [Target; 5] = [
+        Target::Memory,
+        Target::Sqlite,
+        Target::Redb,
+        Target::Postgres,
+        Target::PostgresReplica,
+    ];
 
     /// The name used on the command line, in tables and in JSON.
     pub fn name(self) -> &'static str {
@@ -137,6 +153,8 @@ impl Target {
             Target::RawSqlite => "raw-sqlite",
             Target::Redb => "redb",
             Target::RawRedb => "raw-redb",
+            Target::Postgres => "postgres",
+            Target::PostgresReplica => "postgres-replica",
         }
     }
 
@@ -148,6 +166,8 @@ impl Target {
             "raw-sqlite" => Target::RawSqlite,
             "redb" | "kv-redb" => Target::Redb,
             "raw-redb" => Target::RawRedb,
+            "postgres" | "kv-postgres" => Target::Postgres,
+            "postgres-replica" => Target::PostgresReplica,
             _ => return None,
         })
     }
@@ -171,8 +191,29 @@ impl Target {
         match self {
             Target::RawSqlite | Target::RawRedb => workload.has_floor(),
             Target::Memory => true,
-            Target::Sqlite | Target::Redb => workload != Workload::W3Core,
+            Target::Sqlite | Target::Redb | Target::Postgres => workload != Workload::W3Core,
+            Target::PostgresReplica => matches!(workload, Workload::W3 | Workload::W4),
         }
+    }
+
+    /// Whether this target needs a PostgreSQL server.
+    pub fn needs_postgres(self) -> bool {
+        matches!(self, Target::Postgres | Target::PostgresReplica)
+    }
+
+    /// The consistency the read workloads (W3, W4) ask for on this target.
+    pub fn read_consistency(self) -> Consistency {
+        if self == Target::PostgresReplica {
+            Consistency::Eventual
+        } else {
+            Consistency::Strong
+        }
+    }
+
+    /// Whether the read data set is preloaded at process durability and then reopened at the
+    /// durability under test (the file engines); the others keep the handle that preloaded it.
+    pub fn reopens_after_preload(self) -> bool {
+        matches!(self, Target::Sqlite | Target::Redb)
     }
 }
 
@@ -215,10 +256,10 @@ impl Durability {
     pub fn mapping(self) -> &'static str {
         match self {
             Durability::Full => {
-                "kv-sqlite Full / raw SQLite WAL + synchronous=FULL; kv-redb Immediate / raw redb Immediate"
+                "kv-sqlite Full / raw SQLite WAL + synchronous=FULL; kv-redb Immediate / raw redb Immediate; kv-postgres's own cluster fsync=on"
             }
             Durability::Process => {
-                "kv-sqlite Process / raw SQLite WAL + synchronous=NORMAL; kv-redb Deferred / raw redb Durability::None"
+                "kv-sqlite Process / raw SQLite WAL + synchronous=NORMAL; kv-redb Deferred / raw redb Durability::None; kv-postgres's own cluster fsync=off"
             }
         }
     }
@@ -312,6 +353,8 @@ mod tests {
             Target::RawSqlite,
             Target::Redb,
             Target::RawRedb,
+            Target::Postgres,
+            Target::PostgresReplica,
         ] {
             assert_eq!(Target::parse(t.name()), Some(t));
         }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use kv_proto::chrono::Utc;
 use kv_proto::{
-    AtomicWrite, Backend, Check, Enqueue, KvEntry, KvValue, Mutation, ReadRange, SnapshotRead,
-    encode_key, key,
+    AtomicWrite, Backend, Check, Consistency, Enqueue, KvEntry, KvValue, Mutation, ReadRange,
+    SnapshotRead, encode_key, key,
 };
 use serde_json::{Map, Value, json};
 
@@ -207,10 +207,10 @@ pub async fn w2_concurrent_sets(
 }
 
 /// One checked point get of `key`, the key of entry `i`.
-async fn get_checked(kv: &Kv, i: usize, key: &[u8]) -> Result<()> {
+async fn get_checked(kv: &Kv, i: usize, key: &[u8], consistency: Consistency) -> Result<()> {
     let read = SnapshotRead {
         ranges: vec![ReadRange::single_encoded_key(key.to_vec())],
-        ..Default::default()
+        consistency,
     };
     let out = kv.snapshot_read(read).await?;
     match out.first().and_then(|range| range.entries.first()) {
@@ -224,14 +224,20 @@ async fn get_checked(kv: &Kv, i: usize, key: &[u8]) -> Result<()> {
 }
 
 /// W3: random point gets, one after the other, after a short untimed warm-up. `probes` holds
-/// each get's entry number and key in the order they are asked for.
-pub async fn w3_point_gets(kv: Kv, probes: Arc<Probes>, warmup: usize) -> Result<Outcome> {
+/// each get's entry number and key in the order they are asked for; every get asks for
+/// `consistency`.
+pub async fn w3_point_gets(
+    kv: Kv,
+    probes: Arc<Probes>,
+    warmup: usize,
+    consistency: Consistency,
+) -> Result<Outcome> {
     for (i, key) in probes.iter().take(warmup) {
-        get_checked(&kv, i, key).await?;
+        get_checked(&kv, i, key, consistency).await?;
     }
     let mut chain = Chain::start(probes.len());
     for (i, key) in probes.iter() {
-        get_checked(&kv, i, key).await?;
+        get_checked(&kv, i, key, consistency).await?;
         chain.tick();
     }
     Ok(chain.finish().into())
@@ -244,6 +250,7 @@ async fn scan_checked(
     s: usize,
     scan_len: usize,
     end: &[u8],
+    consistency: Consistency,
 ) -> Result<()> {
     let read = SnapshotRead {
         ranges: vec![ReadRange {
@@ -252,7 +259,7 @@ async fn scan_checked(
             limit: u32::try_from(scan_len)?,
             reverse: false,
         }],
-        ..Default::default()
+        consistency,
     };
     let out = kv.snapshot_read(read).await?;
     let entries = out.first().map(|range| &range.entries[..]).unwrap_or(&[]);
@@ -272,7 +279,7 @@ async fn scan_checked(
     Ok(())
 }
 
-/// W4: scans of `scan_len` consecutive entries from random starts.
+/// W4: scans of `scan_len` consecutive entries from random starts, asking for `consistency`.
 pub async fn w4_scans(
     kv: Kv,
     keys: Arc<KeyTable>,
@@ -280,13 +287,14 @@ pub async fn w4_scans(
     scan_len: usize,
     end: Vec<u8>,
     warmup: usize,
+    consistency: Consistency,
 ) -> Result<Outcome> {
     for &s in starts.iter().take(warmup) {
-        scan_checked(&kv, &keys, s, scan_len, &end).await?;
+        scan_checked(&kv, &keys, s, scan_len, &end, consistency).await?;
     }
     let mut chain = Chain::start(starts.len());
     for &s in starts.iter() {
-        scan_checked(&kv, &keys, s, scan_len, &end).await?;
+        scan_checked(&kv, &keys, s, scan_len, &end, consistency).await?;
         chain.tick();
     }
     let mut outcome = Outcome::from(chain.finish());

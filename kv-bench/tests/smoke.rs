@@ -127,3 +127,39 @@ fn bad_arguments_exit_2_without_panicking() {
         assert!(!String::from_utf8_lossy(&output.stderr).contains("panicked"));
     }
 }
+
+/// The postgres targets on a throwaway cluster the run starts itself (with a replica for
+/// postgres-replica): every workload's own checks hold, and the batching goal is reported.
+#[test]
+fn postgres_targets_at_a_tiny_scale() {
+    use kv_postgres::testing::ServerBinaries;
+    if ServerBinaries::find().is_err() && ServerBinaries::skip_requested() {
+        eprintln!("\n*** SKIPPED: no PostgreSQL on this machine (KV_POSTGRES_TESTS=skip) ***\n");
+        return;
+    }
+    let report = json_run(&[
+        "--scale",
+        "0.01",
+        "--json",
+        "--backends",
+        "postgres,postgres-replica",
+    ]);
+    for workload in ["W1", "W2", "W3", "W4", "W5", "W6", "W7"] {
+        let r = result(&report, "postgres", workload);
+        assert!(r["ops"].as_u64().unwrap() > 0, "postgres {workload}");
+    }
+    assert_eq!(
+        result(&report, "postgres", "W5")["extra"]["final_value"],
+        40
+    );
+    for workload in ["W3", "W4"] {
+        result(&report, "postgres-replica", workload);
+    }
+    let targets = report["targets"].as_array().unwrap();
+    assert!(
+        targets.iter().any(|t| t["target"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("kv-postgres W2"))),
+        "{targets:?}"
+    );
+}

@@ -41,8 +41,9 @@
 //! | `memory` (default) | `memory:` | kv-memory: in memory, gone at close |
 //! | `redb` | `redb:PATH` | kv-redb: a pure-Rust redb file |
 //! | `remote` | `http://HOST:PORT/PATH` | kv-remote: a KV Connect server (kv-server, denokv) |
+//! | `postgres` | `postgres://USER@HOST:PORT/DB`, `postgresql://…` | kv-postgres: a store in PostgreSQL that several processes share |
 //!
-//! `postgres` is reserved for kv-postgres. A URL whose engine is left out is refused with
+//! A URL whose engine is left out is refused with
 //! [`Error::BadUrl`] naming the feature to turn on. With no engine at all
 //! (`default-features = false`), [`Kv::new`] still runs over any [`Backend`] you build.
 //!

@@ -12,6 +12,7 @@
 //! | `memory:` | kv-memory's `MemoryBackend`, gone when the last handle closes | `memory` (default) |
 //! | `http://host:port/path` | kv-remote's `RemoteBackend`: a database on a KV Connect server (kv-server, denokv) over HTTP/2 (h2c) | `remote` |
 //! | `http://host:port/path?token=SECRET` | the same, with the access token in the URL (it is removed from the URL before anything is sent) | `remote` |
+//! | `postgres://user[:password]@host[:port]/database` (or `postgresql://`) | kv-postgres's `PostgresBackend`: a store in a PostgreSQL database that several processes share | `postgres` |
 //!
 //! Every form is recognised whatever the build, but only the engines compiled in can be
 //! opened: parsing a URL whose engine's feature is off fails with [`Error::BadUrl`] naming the
@@ -27,6 +28,10 @@
 //! exchange at once and report a wrong token or an unreachable server there;
 //! [`Kv::open_blocking`] and [`BackendUrl::open`] connect lazily, so the first operation reports
 //! it.
+//!
+//! A PostgreSQL URL is passed to the client as written (libpq's URL form). Its background tasks
+//! (commits, LISTEN, leases) run on the tokio runtime it is opened in: [`BackendUrl::open`]
+//! needs a multi-threaded runtime around it, [`Kv::open`] any runtime.
 //!
 //! [`Kv::open`]: crate::Kv::open
 //! [`Kv::open_blocking`]: crate::Kv::open_blocking
@@ -47,7 +52,8 @@
         feature = "sqlite",
         feature = "redb",
         feature = "memory",
-        feature = "remote"
+        feature = "remote",
+        feature = "postgres"
     )),
     allow(unused_variables, unused_mut, unreachable_code)
 )]
@@ -60,18 +66,25 @@ use kv_proto::{Backend, Clock, KvError};
 
 use crate::error::{Error, Result};
 
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "postgres")]
+use postgres::{open_postgres, open_postgres_blocking, redact_password};
+
 /// The schemes [`BackendUrl`] understands, for error messages.
-const KNOWN: &str =
-    "sqlite:PATH, redb:PATH, memory:, http://HOST:PORT/PATH (or a plain path, which means sqlite)";
+const KNOWN: &str = "sqlite:PATH, redb:PATH, memory:, http://HOST:PORT/PATH, \
+     postgres://USER@HOST:PORT/DB (or a plain path, which means sqlite)";
 
 /// Each scheme, the cargo feature of this crate that compiles its engine in, and whether this
-/// build has it. A future engine (`postgres:` with a `postgres` feature over kv-postgres) is
-/// one more row here, one more variant of [`BackendUrl`] and one more arm in its parser.
-const ENGINES: [(&str, &str, bool); 4] = [
+/// build has it. A new engine is one more row here, one more variant of [`BackendUrl`] and one
+/// more arm in its parser.
+const ENGINES: [(&str, &str, bool); 6] = [
     ("sqlite", "sqlite", cfg!(feature = "sqlite")),
     ("redb", "redb", cfg!(feature = "redb")),
     ("memory", "memory", cfg!(feature = "memory")),
     ("http", "remote", cfg!(feature = "remote")),
+    ("postgres", "postgres", cfg!(feature = "postgres")),
+    ("postgresql", "postgres", cfg!(feature = "postgres")),
 ];
 
 /// The refusal of a URL whose engine is not compiled in, if `scheme` names one.
@@ -126,6 +139,12 @@ pub enum BackendUrl {
         /// `DENO_KV_ACCESS_TOKEN`) at open.
         token: Option<String>,
     },
+    /// A store in a PostgreSQL database.
+    #[cfg(feature = "postgres")]
+    Postgres {
+        /// The connection URL, as written (`postgres://user@host:port/database`).
+        url: String,
+    },
 }
 
 // The matches below are on `*self` with `ref` bindings: in a build without any engine the enum
@@ -165,12 +184,17 @@ impl std::fmt::Debug for BackendUrl {
                 .field("url", url)
                 .field("token", &token.as_ref().map(|_| "<redacted>"))
                 .finish(),
+            #[cfg(feature = "postgres")]
+            BackendUrl::Postgres { ref url } => f
+                .debug_struct("Postgres")
+                .field("url", &redact_password(url))
+                .finish(),
         }
     }
 }
 
 impl BackendUrl {
-    /// The backend's name: `sqlite`, `redb`, `memory` or `http`.
+    /// The backend's name: `sqlite`, `redb`, `memory`, `http` or `postgres`.
     pub fn scheme(&self) -> &'static str {
         match *self {
             #[cfg(feature = "sqlite")]
@@ -181,6 +205,8 @@ impl BackendUrl {
             BackendUrl::Memory => "memory",
             #[cfg(feature = "remote")]
             BackendUrl::Remote { .. } => "http",
+            #[cfg(feature = "postgres")]
+            BackendUrl::Postgres { .. } => "postgres",
         }
     }
 
@@ -195,6 +221,8 @@ impl BackendUrl {
             BackendUrl::Memory => None,
             #[cfg(feature = "remote")]
             BackendUrl::Remote { .. } => None,
+            #[cfg(feature = "postgres")]
+            BackendUrl::Postgres { .. } => None,
         }
     }
 
@@ -293,6 +321,8 @@ impl BackendUrl {
                 url,
                 self.remote_options(clock),
             )?),
+            #[cfg(feature = "postgres")]
+            BackendUrl::Postgres { ref url } => open_postgres_blocking(url, clock)?,
         })
     }
 
@@ -308,6 +338,11 @@ impl BackendUrl {
             return Ok(Arc::new(
                 kv_remote::RemoteBackend::connect(url, options).await?,
             ));
+        }
+        #[cfg(feature = "postgres")]
+        #[allow(irrefutable_let_patterns)] // when postgres is the only engine compiled in
+        if let BackendUrl::Postgres { url } = self {
+            return Ok(open_postgres(url, clock).await?);
         }
         let url = self.clone();
         Ok(kv_proto::run_blocking(move || url.open_backend(clock)).await?)
@@ -450,6 +485,15 @@ impl FromStr for BackendUrl {
             }
             #[cfg(feature = "remote")]
             "http" => parse_remote(url, rest).map_err(bad),
+            #[cfg(feature = "postgres")]
+            "postgres" | "postgresql" => {
+                if !rest.starts_with("//") {
+                    return Err(bad("expected postgres://USER@HOST:PORT/DATABASE".into()));
+                }
+                Ok(BackendUrl::Postgres {
+                    url: url.to_owned(),
+                })
+            }
             "https" => Err(bad(
                 "https is not supported: this build has no TLS; use http:// (h2c)".into(),
             )),
@@ -553,12 +597,12 @@ mod tests {
 
     #[test]
     fn unknown_schemes_and_options_say_what_is_known() {
-        let err = "postgres://localhost/db"
+        let err = "cassandra://localhost/db"
             .parse::<BackendUrl>()
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
-        assert!(err.contains("unknown backend \"postgres\""), "{err}");
+        assert!(err.contains("unknown backend \"cassandra\""), "{err}");
         assert!(err.contains("sqlite:PATH"), "{err}");
     }
 
@@ -591,6 +635,24 @@ mod tests {
     fn sqlite_urls_and_plain_paths_need_the_sqlite_feature() {
         assert_needs_feature("sqlite:./data.sqlite3", "sqlite", "sqlite");
         assert_needs_feature("./data.sqlite3", "sqlite", "sqlite");
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    #[test]
+    fn postgres_urls_need_the_postgres_feature() {
+        assert_needs_feature("postgres://app@localhost:5432/app", "postgres", "postgres");
+        assert_needs_feature("postgresql://app@localhost/app", "postgresql", "postgres");
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_urls_are_kept_as_written_and_hide_their_password() {
+        let url = "postgres://app:s3cret@localhost:5432/app";
+        assert_eq!(parse(url), BackendUrl::Postgres { url: url.into() });
+        assert_eq!(parse("postgresql://app@h/app").scheme(), "postgres");
+        assert_eq!(parse(url).path(), None);
+        assert!(!format!("{:?}", parse(url)).contains("s3cret"));
+        assert!("postgres:app".parse::<BackendUrl>().is_err());
     }
 
     #[cfg(not(feature = "redb"))]

@@ -1,0 +1,183 @@
+//! Every SQL statement of the engine, written once, for the store's PostgreSQL schema.
+//!
+//! A store lives in one PostgreSQL schema (`public` unless the options name another), so several
+//! stores can share a database. The schema name is checked to be a plain lowercase identifier
+//! before it is put into statement text.
+
+use crate::PostgresError;
+
+/// The statements of one store, with its schema name filled in.
+#[derive(Debug)]
+pub(crate) struct Sql {
+    /// The schema, as given.
+    pub(crate) schema: String,
+    /// The NOTIFY channel commits announce themselves on (one per store).
+    pub(crate) channel: String,
+
+    /// `$1` = how many versions to take. Taken FIRST in every write transaction: the row lock
+    /// orders writers, so versions follow commit order.
+    pub(crate) bump_version: String,
+    /// The last version committed (as far as this server has it: a replica may lag).
+    pub(crate) read_version: String,
+    /// Entries of the keys in `$1` (expired or not).
+    pub(crate) read_keys: String,
+    /// One key `$1`, unless expired at `$2`.
+    pub(crate) read_point: String,
+    /// `[$1, $2)`, not expired at `$3`, at most `$4`, ascending.
+    pub(crate) read_range: String,
+    /// The same, descending.
+    pub(crate) read_range_reverse: String,
+    /// Stores entries given as five parallel arrays (keys are distinct).
+    pub(crate) upsert: String,
+    /// Deletes the keys in `$1`.
+    pub(crate) delete: String,
+    /// Deletes up to 1000 entries expired at `$1`.
+    pub(crate) sweep_expired: String,
+    /// `pg_notify($1, $2)`.
+    pub(crate) notify: String,
+
+    /// Stores a new message.
+    pub(crate) enqueue: String,
+    /// Takes the first message due at `$1`, leasing it as `$2` until `$3`.
+    pub(crate) take_due: String,
+    /// Leased messages whose lease ended at `$1`, except those in `$2` (held in this process).
+    pub(crate) expired_leases: String,
+    /// The next ready time of a waiting message, and the next lease end (except `$1`).
+    pub(crate) next_due: String,
+    /// The message `$1` under lease `$2`.
+    pub(crate) leased_message: String,
+    /// Deletes the message `$1` under lease `$2` (a success).
+    pub(crate) delete_leased: String,
+    /// Puts message `$1` under lease `$2` back, due at `$3` with schedule `$4`; notifies `$5`/`$6`.
+    pub(crate) retry_leased: String,
+    /// Puts message `$1` under lease `$2` back untouched, due at `$3` at the latest; notifies
+    /// `$4`/`$5`.
+    pub(crate) release_leased: String,
+    /// Deletes the messages of the leases `($1[i], $2[i])` still held, returning their ids.
+    pub(crate) claim_leased: String,
+    /// Moves the lease ends of `($1[i], $2[i])` to `$3`.
+    pub(crate) renew_leases: String,
+    /// Every message, in due order.
+    pub(crate) all_messages: String,
+}
+
+/// The longest schema name accepted (the NOTIFY channel adds a prefix, within PostgreSQL's 63).
+const MAX_SCHEMA_LEN: usize = 40;
+
+/// Whether `name` is a plain lowercase identifier that needs no quoting.
+fn valid_schema_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    let starts_well = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    starts_well
+        && name.len() <= MAX_SCHEMA_LEN
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// The entry columns, in the order [`crate::codec`] reads them.
+const ENTRY: &str = "k, v, v_encoding, vs, expires_at";
+/// The message columns, in the order [`crate::codec`] reads them.
+const MESSAGE: &str = "id, ready_at, payload, keys_if_undelivered, backoff_ms, lease, deadline";
+
+impl Sql {
+    /// The statements for the store in `schema`.
+    pub(crate) fn new(schema: &str) -> Result<Self, PostgresError> {
+        if !valid_schema_name(schema) {
+            return Err(PostgresError::InvalidSchemaName {
+                name: schema.to_owned(),
+            });
+        }
+        let kv = format!("\"{schema}\".kv");
+        let meta = format!("\"{schema}\".kv_meta");
+        let queue = format!("\"{schema}\".kv_queue");
+        let visible = "(expires_at IS NULL OR expires_at >";
+        Ok(Sql {
+            schema: schema.to_owned(),
+            channel: format!("kv_changes_{schema}"),
+            bump_version: format!(
+                "UPDATE {meta} SET data_version = data_version + $1 RETURNING data_version"
+            ),
+            read_version: format!("SELECT data_version FROM {meta}"),
+            read_keys: format!("SELECT {ENTRY} FROM {kv} WHERE k = ANY($1)"),
+            read_point: format!("SELECT {ENTRY} FROM {kv} WHERE k = $1 AND {visible} $2)"),
+            read_range: format!(
+                "SELECT {ENTRY} FROM {kv} WHERE k >= $1 AND k < $2 AND {visible} $3) \
+                 ORDER BY k LIMIT $4"
+            ),
+            read_range_reverse: format!(
+                "SELECT {ENTRY} FROM {kv} WHERE k >= $1 AND k < $2 AND {visible} $3) \
+                 ORDER BY k DESC LIMIT $4"
+            ),
+            upsert: format!(
+                "INSERT INTO {kv} ({ENTRY}) \
+                 SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::int2[], $4::bytea[], $5::int8[]) \
+                 ON CONFLICT (k) DO UPDATE SET v = excluded.v, v_encoding = excluded.v_encoding, \
+                 vs = excluded.vs, expires_at = excluded.expires_at"
+            ),
+            delete: format!("DELETE FROM {kv} WHERE k = ANY($1)"),
+            sweep_expired: format!(
+                "DELETE FROM {kv} WHERE k IN (SELECT k FROM {kv} WHERE expires_at <= $1 \
+                 ORDER BY expires_at LIMIT 1000 FOR UPDATE SKIP LOCKED) AND expires_at <= $1"
+            ),
+            notify: "SELECT pg_notify($1, $2)".to_owned(),
+            enqueue: format!(
+                "INSERT INTO {queue} (id, ready_at, payload, keys_if_undelivered, backoff_ms) \
+                 VALUES ($1, $2, $3, $4, $5)"
+            ),
+            take_due: format!(
+                "WITH next AS (SELECT id FROM {queue} WHERE lease IS NULL AND ready_at <= $1 \
+                 ORDER BY ready_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+                 UPDATE {queue} q SET lease = $2, deadline = $3 FROM next WHERE q.id = next.id \
+                 RETURNING q.id, q.payload"
+            ),
+            expired_leases: format!(
+                "SELECT {MESSAGE} FROM {queue} WHERE lease IS NOT NULL AND deadline <= $1 \
+                 AND id <> ALL($2) ORDER BY deadline LIMIT 100"
+            ),
+            next_due: format!(
+                "SELECT (SELECT min(ready_at) FROM {queue} WHERE lease IS NULL), \
+                 (SELECT min(deadline) FROM {queue} WHERE lease IS NOT NULL AND id <> ALL($1))"
+            ),
+            leased_message: format!("SELECT {MESSAGE} FROM {queue} WHERE id = $1 AND lease = $2"),
+            delete_leased: format!("DELETE FROM {queue} WHERE id = $1 AND lease = $2"),
+            retry_leased: format!(
+                "WITH moved AS (UPDATE {queue} SET ready_at = $3, backoff_ms = $4, lease = NULL, \
+                 deadline = NULL WHERE id = $1 AND lease = $2 RETURNING id) \
+                 SELECT pg_notify($5, $6) FROM moved"
+            ),
+            release_leased: format!(
+                "WITH moved AS (UPDATE {queue} SET ready_at = LEAST(ready_at, $3), lease = NULL, \
+                 deadline = NULL WHERE id = $1 AND lease = $2 RETURNING id) \
+                 SELECT pg_notify($4, $5) FROM moved"
+            ),
+            claim_leased: format!(
+                "DELETE FROM {queue} q USING unnest($1::uuid[], $2::uuid[]) AS c(id, lease) \
+                 WHERE q.id = c.id AND q.lease = c.lease RETURNING q.id"
+            ),
+            renew_leases: format!(
+                "UPDATE {queue} q SET deadline = $3 FROM unnest($1::uuid[], $2::uuid[]) \
+                 AS c(id, lease) WHERE q.id = c.id AND q.lease = c.lease"
+            ),
+            all_messages: format!("SELECT {MESSAGE} FROM {queue} ORDER BY ready_at, id"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_lowercase_identifiers_are_schema_names() {
+        for good in ["public", "_x", "kv_case_17", &"a".repeat(40)] {
+            assert!(Sql::new(good).is_ok(), "{good}");
+        }
+        for bad in ["", "1abc", "Public", "a-b", "a\"b", "a b", &"a".repeat(41)] {
+            assert!(
+                matches!(Sql::new(bad), Err(PostgresError::InvalidSchemaName { .. })),
+                "{bad}"
+            );
+        }
+    }
+}
