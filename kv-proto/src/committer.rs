@@ -256,6 +256,14 @@ impl Answers {
     }
 }
 
+/// Answers every command of a group that could not start (its transaction did not begin) with
+/// `err`, running none of them.
+pub fn reject_all<C: Command>(group: Vec<C>, err: &KvError) {
+    for command in group {
+        command.reject(err.clone());
+    }
+}
+
 /// Sends `result` to `reply` if anyone waits for it (a helper for [`Command::reject`]).
 pub fn answer<T>(reply: Option<Reply<T>>, result: Result<T, KvError>) {
     if let Some(reply) = reply {

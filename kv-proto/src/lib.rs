@@ -41,6 +41,7 @@ pub mod committer;
 mod engine;
 mod error;
 mod integrity;
+pub mod isolated;
 mod key;
 mod key_codec;
 mod limits;

@@ -22,7 +22,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use kv_proto::committer::{self, Answers, Change, Committer, GroupRunner};
+use chrono::{DateTime, Utc};
+use kv_proto::committer::{self, Change, Committer, GroupRunner};
+use kv_proto::isolated::{IsolatingTxn, run_isolated};
 use kv_proto::queue::{
     self as kit, DeliveryEngine, DeliveryOutcome, Due, MESSAGE_KEEPALIVE_INTERVAL,
     delivery_deadline,
@@ -157,67 +159,26 @@ struct WriteConnection {
 impl GroupRunner for WriteConnection {
     type Command = Command;
 
-    /// Runs a group of commands in one transaction, each in its own savepoint.
+    /// Runs a group of commands in one transaction, each in its own savepoint (the kit's
+    /// [`run_isolated`]).
     fn run_group(&mut self, group: Vec<Command>) {
-        let mut answers = Answers::with_capacity(group.len());
-        let mut effects = Effects::default();
-        let mut newly_held = Vec::new();
-        let mut released = Vec::new();
         let tx = match WriteTxn::begin(&self.conn) {
             Ok(tx) => tx,
-            Err(err) => {
-                for command in group {
-                    committer::Command::reject(command, err.clone());
-                }
-                return;
-            }
+            Err(err) => return committer::reject_all(group, &err),
         };
         let registry_key = &self.registry_key;
-        for command in group {
-            match command {
-                Change::Write { write, now, reply } => {
-                    let result =
-                        in_savepoint(&tx, |conn| commit_write(conn, &write, now, &mut effects));
-                    answers.hold(Some(reply), result);
-                }
-                Change::Take {
-                    now, engine, reply, ..
-                } => {
-                    let due = in_savepoint(&tx, |conn| {
-                        messages::requeue_dead(conn, now, registry_key, &mut effects)?;
-                        kit::take_due(&mut SqlQueue { conn }, now)
-                    });
-                    let taken = due.map(|due| {
-                        due.into_taken(engine, |id| {
-                            newly_held.push(id.clone());
-                            id
-                        })
-                    });
-                    answers.hold(Some(reply), taken);
-                }
-                Change::Settle {
-                    ticket: id,
-                    outcome,
-                    now,
-                    reply,
-                } => {
-                    let result = in_savepoint(&tx, |conn| {
-                        kit::settle(&mut SqlQueue { conn }, &id, outcome, now, &mut effects)
-                    });
-                    released.push(id);
-                    answers.hold(reply, result);
-                }
-                Change::Engine(never) => match never {},
-            }
-        }
+        let run = run_isolated(
+            &mut SqlGroup {
+                tx: &tx,
+                registry_key,
+            },
+            group,
+        );
         let committed = tx.commit();
-        if committed.is_ok() {
-            self.record_held(newly_held, released);
-        }
-        answers.send(committed.as_ref().map(|_| ()));
-        if committed.is_ok() {
-            self.notifier.notify(&effects);
-        }
+        let notifier = self.notifier.clone();
+        run.finish(&committed, &notifier, |taken, settled| {
+            self.record_held(taken, settled);
+        });
     }
 
     fn idle_timeout(&self) -> Duration {
@@ -375,34 +336,51 @@ impl Drop for WriteTxn<'_> {
     }
 }
 
-/// Runs `work` in a savepoint: kept if it returns `Ok` with something to keep, rolled back
-/// otherwise (a failed check, or an error).
-fn in_savepoint<T: Keep>(
-    tx: &WriteTxn<'_>,
-    work: impl FnOnce(&Connection) -> Result<T, KvError>,
-) -> Result<T, KvError> {
-    tx.execute_batch("savepoint command").map_err(storage)?;
-    let result = work(tx);
-    let keep = matches!(&result, Ok(value) if value.keep());
-    let end = if keep {
-        "release command"
-    } else {
-        "rollback to command; release command"
-    };
-    tx.execute_batch(end).map_err(storage)?;
-    result
+/// The group's transaction, isolating each command in a savepoint: the kit's [`IsolatingTxn`].
+struct SqlGroup<'t, 'c> {
+    tx: &'t WriteTxn<'c>,
+    /// The file, for the held-message registry.
+    registry_key: &'t Path,
 }
 
-/// Whether a savepoint's work is kept.
-trait Keep {
-    fn keep(&self) -> bool {
-        true
+impl IsolatingTxn for SqlGroup<'_, '_> {
+    type Id = String;
+
+    fn begin_command(&mut self) -> Result<(), KvError> {
+        self.tx.execute_batch("savepoint command").map_err(storage)
     }
-}
-impl Keep for () {}
-impl Keep for Due<String> {}
-impl Keep for Option<CommitResult> {
-    fn keep(&self) -> bool {
-        self.is_some()
+
+    fn end_command(&mut self, keep: bool) -> Result<(), KvError> {
+        let end = if keep {
+            "release command"
+        } else {
+            "rollback to command; release command"
+        };
+        self.tx.execute_batch(end).map_err(storage)
+    }
+
+    fn write(
+        &mut self,
+        write: &ValidatedWrite,
+        now: DateTime<Utc>,
+        effects: &mut Effects,
+    ) -> Result<Option<CommitResult>, KvError> {
+        commit_write(self.tx, write, now, effects)
+    }
+
+    /// Requeues dead consumers' messages first, so they are due again.
+    fn take(&mut self, now: DateTime<Utc>, effects: &mut Effects) -> Result<Due<String>, KvError> {
+        messages::requeue_dead(self.tx, now, self.registry_key, effects)?;
+        kit::take_due(&mut SqlQueue { conn: self.tx }, now)
+    }
+
+    fn settle(
+        &mut self,
+        id: &String,
+        outcome: DeliveryOutcome,
+        now: DateTime<Utc>,
+        effects: &mut Effects,
+    ) -> Result<(), KvError> {
+        kit::settle(&mut SqlQueue { conn: self.tx }, id, outcome, now, effects)
     }
 }
