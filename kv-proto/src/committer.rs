@@ -707,6 +707,42 @@ where
     }
 }
 
+/// The delivery engine of a committer's deliveries: settles each through the committer, at its
+/// clock's time when the consumer settles it (the [`DeliveryEngine`] a [`Change::Take`] carries,
+/// for engines whose settlement is a command like any other).
+pub struct SettleAtNow<R: GroupRunner> {
+    committer: Arc<Committer<R>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl<R: GroupRunner> SettleAtNow<R> {
+    /// Settles through `committer` at `clock`'s now.
+    pub fn new(committer: Arc<Committer<R>>, clock: Arc<dyn Clock>) -> Self {
+        SettleAtNow { committer, clock }
+    }
+}
+
+#[async_trait::async_trait]
+impl<R, E, X> DeliveryEngine for SettleAtNow<R>
+where
+    R: GroupRunner<Command = Change<E, X>>,
+    E: DeliveryEngine + ?Sized,
+    X: Command,
+{
+    type Ticket = E::Ticket;
+
+    async fn settle(&self, ticket: E::Ticket, outcome: DeliveryOutcome) -> Result<(), KvError> {
+        let now = self.clock.now();
+        self.committer.settle(ticket, outcome, now).await
+    }
+
+    /// A stopped committer has given up every delivery it handed out: nothing to do then.
+    fn settle_in_background(&self, ticket: E::Ticket, outcome: DeliveryOutcome) {
+        let now = self.clock.now();
+        self.committer.settle_in_background(ticket, outcome, now);
+    }
+}
+
 impl<R: GroupRunner> Drop for Committer<R> {
     /// A committer dropped without [`Committer::stop`] stops in the background, so its standby
     /// thread ends once the queued commands have run.

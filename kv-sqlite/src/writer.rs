@@ -21,9 +21,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use kv_proto::committer::{self, Change, Committer, GroupRunner};
+use kv_proto::committer::{self, Change, Committer, GroupRunner, SettleAtNow};
 use kv_proto::isolated::{IsolatingTxn, run_isolated};
 use kv_proto::queue::{
     self as kit, DeliveryEngine, DeliveryOutcome, Due, MESSAGE_KEEPALIVE_INTERVAL,
@@ -47,12 +46,13 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 const LOCK_ATTEMPTS: u32 = 40;
 
 /// One change to the file, run inside a group: the kit's changes (a write, a take, a
-/// settlement); this handle's deliveries are settled through its [`Writer`].
-type Command = Change<Writer>;
+/// settlement); this handle's deliveries are settled through its committer ([`SettleAtNow`]),
+/// with the message id as their ticket.
+type Command = Change<dyn DeliveryEngine<Ticket = String>>;
 
 /// The handle's side of the writer.
 pub(crate) struct Writer {
-    committer: Committer<WriteConnection>,
+    committer: Arc<Committer<WriteConnection>>,
     notifier: Arc<Notifier>,
     clock: Arc<dyn Clock>,
 }
@@ -88,6 +88,7 @@ impl Writer {
         connection.sweep()?;
         let committer =
             Committer::start(connection, "kv-sqlite-writer").map_err(SqliteError::Thread)?;
+        let committer = Arc::new(committer);
         Ok(Writer {
             committer,
             notifier,
@@ -105,40 +106,25 @@ impl Writer {
     /// Waits for the next due message and hands it out, settled through this writer; `Ok(None)`
     /// once the handle closes (`closed`). See [`Committer::next_delivery`].
     pub(crate) async fn next_message(
-        self: &Arc<Self>,
+        &self,
         closed: &ChangeSignal,
     ) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
+        let engine = SettleAtNow::new(self.committer.clone(), self.clock.clone());
         let (notifier, clock) = (&self.notifier, &*self.clock);
         (self.committer)
-            .next_delivery(0, self.clone(), notifier, clock, closed)
+            .next_delivery(0, Arc::new(engine), notifier, clock, closed)
             .await
     }
 
     /// Runs what is queued, then fails this handle's unfinished messages and closes the
     /// connection.
-    pub(crate) async fn shut_down(self: &Arc<Self>) -> Result<(), KvError> {
-        let writer = self.clone();
-        run_blocking(move || writer.committer.stop()).await
+    pub(crate) async fn shut_down(&self) -> Result<(), KvError> {
+        let committer = self.committer.clone();
+        run_blocking(move || committer.stop()).await
     }
 
     pub(crate) fn shut_down_in_background(&self) {
         self.committer.stop_in_background();
-    }
-}
-
-/// The writer settles the deliveries it hands out; the ticket is the message id.
-#[async_trait]
-impl DeliveryEngine for Writer {
-    type Ticket = String;
-
-    async fn settle(&self, id: String, outcome: DeliveryOutcome) -> Result<(), KvError> {
-        self.committer.settle(id, outcome, self.clock.now()).await
-    }
-
-    fn settle_in_background(&self, id: String, outcome: DeliveryOutcome) {
-        // A closed writer has given up every message it held (failed at close): nothing to do.
-        self.committer
-            .settle_in_background(id, outcome, self.clock.now());
     }
 }
 
