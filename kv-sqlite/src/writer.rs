@@ -19,10 +19,11 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use kv_proto::committer::{self, Change, Committer, GroupRunner, SettleAtNow};
+use kv_proto::interval::Every;
 use kv_proto::isolated::{IsolatingTxn, run_isolated};
 use kv_proto::queue::{
     self as kit, DeliveryEngine, DeliveryOutcome, Due, MESSAGE_KEEPALIVE_INTERVAL,
@@ -82,8 +83,8 @@ impl Writer {
             notifier: notifier.clone(),
             held: HashSet::new(),
             registry_key: std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
-            last_keepalive: Instant::now(),
-            last_sweep: Instant::now(),
+            keepalive: Every::new(MESSAGE_KEEPALIVE_INTERVAL),
+            sweep: Every::new(SWEEP_INTERVAL),
         };
         connection.sweep()?;
         let committer =
@@ -138,8 +139,10 @@ struct WriteConnection {
     held: HashSet<String>,
     registry_key: PathBuf,
     last_data_version: i64,
-    last_keepalive: Instant,
-    last_sweep: Instant,
+    /// When held messages' deadlines are renewed next.
+    keepalive: Every,
+    /// When expired entries and dead consumers' messages are swept next.
+    sweep: Every,
 }
 
 impl GroupRunner for WriteConnection {
@@ -181,12 +184,10 @@ impl GroupRunner for WriteConnection {
             // Another process committed; which keys it wrote is unknown.
             self.notifier.notify_everything();
         }
-        if !self.held.is_empty() && self.last_keepalive.elapsed() >= MESSAGE_KEEPALIVE_INTERVAL {
-            self.last_keepalive = Instant::now();
+        if !self.held.is_empty() && self.keepalive.due() {
             let _ = self.renew_deadlines();
         }
-        if self.last_sweep.elapsed() >= SWEEP_INTERVAL {
-            self.last_sweep = Instant::now();
+        if self.sweep.due() {
             let _ = self.sweep();
         }
     }
