@@ -256,6 +256,14 @@ impl Answers {
     }
 }
 
+/// Answers every command of a group that could not start (its transaction did not begin) with
+/// `err`, running none of them.
+pub fn reject_all<C: Command>(group: Vec<C>, err: &KvError) {
+    for command in group {
+        command.reject(err.clone());
+    }
+}
+
 /// Sends `result` to `reply` if anyone waits for it (a helper for [`Command::reject`]).
 pub fn answer<T>(reply: Option<Reply<T>>, result: Result<T, KvError>) {
     if let Some(reply) = reply {
@@ -696,6 +704,42 @@ where
             now,
             reply: None,
         });
+    }
+}
+
+/// The delivery engine of a committer's deliveries: settles each through the committer, at its
+/// clock's time when the consumer settles it (the [`DeliveryEngine`] a [`Change::Take`] carries,
+/// for engines whose settlement is a command like any other).
+pub struct SettleAtNow<R: GroupRunner> {
+    committer: Arc<Committer<R>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl<R: GroupRunner> SettleAtNow<R> {
+    /// Settles through `committer` at `clock`'s now.
+    pub fn new(committer: Arc<Committer<R>>, clock: Arc<dyn Clock>) -> Self {
+        SettleAtNow { committer, clock }
+    }
+}
+
+#[async_trait::async_trait]
+impl<R, E, X> DeliveryEngine for SettleAtNow<R>
+where
+    R: GroupRunner<Command = Change<E, X>>,
+    E: DeliveryEngine + ?Sized,
+    X: Command,
+{
+    type Ticket = E::Ticket;
+
+    async fn settle(&self, ticket: E::Ticket, outcome: DeliveryOutcome) -> Result<(), KvError> {
+        let now = self.clock.now();
+        self.committer.settle(ticket, outcome, now).await
+    }
+
+    /// A stopped committer has given up every delivery it handed out: nothing to do then.
+    fn settle_in_background(&self, ticket: E::Ticket, outcome: DeliveryOutcome) {
+        let now = self.clock.now();
+        self.committer.settle_in_background(ticket, outcome, now);
     }
 }
 

@@ -185,9 +185,7 @@ impl GroupRunner for GroupState {
         let txn = match self.begin(sync) {
             Ok(txn) => txn,
             Err(err) => {
-                for command in group {
-                    committer::Command::reject(command, err.clone());
-                }
+                committer::reject_all(group, &err);
                 self.recover_from(&err);
                 return;
             }

@@ -8,17 +8,20 @@
 //! [`crate::Durability::Deferred`] mode, the sync at least once a second.
 
 use std::ops::Deref;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use kv_proto::Clock;
 use kv_proto::KvError;
-use kv_proto::committer::{Change, Committer};
+use kv_proto::committer::{Change, Committer, SettleAtNow};
 
 use crate::RedbError;
 use crate::group::{GroupState, Release};
+use crate::queue::Engine;
 
 /// The writer of one open file, shared by its handles: the kit's committer (writes, takes,
 /// settlements) and the one command of kv-redb's own, [`Release`].
-pub(crate) struct Writer(Committer<GroupState>);
+pub(crate) struct Writer(Arc<Committer<GroupState>>);
 
 impl Deref for Writer {
     type Target = Committer<GroupState>;
@@ -32,7 +35,13 @@ impl Writer {
     /// Starts the writer of a prepared file (see [`GroupState::prepare`]).
     pub(crate) fn start(state: GroupState) -> Result<Self, KvError> {
         let committer = Committer::start(state, "kv-redb-writer").map_err(RedbError::Thread)?;
-        Ok(Writer(committer))
+        Ok(Writer(Arc::new(committer)))
+    }
+
+    /// The delivery engine of the messages this writer hands out: each is settled through the
+    /// writer at `clock`'s now.
+    pub(crate) fn deliveries(&self, clock: Arc<dyn Clock>) -> Arc<Engine> {
+        Arc::new(SettleAtNow::new(self.0.clone(), clock))
     }
 
     /// Fails every message handle `owner` still holds, and refuses it further messages.

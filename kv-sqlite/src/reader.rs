@@ -1,8 +1,8 @@
 //! Reads: a pool of read connections, each read one consistent snapshot (a read transaction).
 
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
 
+use kv_proto::pool::Pool;
 use kv_proto::queue::QueuedMessage;
 use kv_proto::{
     IntegrityReport, KvEntry, KvError, ReadRange, ReadRangeOutput, StoredEntry, WatchedEntry,
@@ -15,11 +15,12 @@ use crate::store::{QueueRow, entry_from_row, open_connection, storage, stored_fr
 /// Idle connections kept for reuse; more are opened under load and closed when returned.
 const MAX_IDLE: usize = 16;
 
+/// This handle's read connections.
 pub(crate) struct ReaderPool {
     path: PathBuf,
     read_only: bool,
     durability: Durability,
-    idle: Mutex<Vec<Connection>>,
+    idle: Pool<Connection>,
 }
 
 impl ReaderPool {
@@ -28,29 +29,23 @@ impl ReaderPool {
             path,
             read_only,
             durability,
-            idle: Mutex::new(Vec::new()),
+            idle: Pool::new(MAX_IDLE),
         }
     }
 
+    /// Runs `work` on a pooled connection.
     fn with_connection<T>(
         &self,
         work: impl FnOnce(&mut Connection) -> Result<T, KvError>,
     ) -> Result<T, KvError> {
-        let pooled = self
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
-        let mut conn = match pooled {
-            Some(conn) => conn,
-            None => open_connection(&self.path, self.read_only, self.durability)?,
+        let open = || {
+            Ok(open_connection(
+                &self.path,
+                self.read_only,
+                self.durability,
+            )?)
         };
-        let result = work(&mut conn);
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        if idle.len() < MAX_IDLE {
-            idle.push(conn);
-        }
-        result
+        self.idle.with(open, work)
     }
 
     /// Answers every range from one snapshot, hiding entries expired at `now_ms`.

@@ -19,10 +19,12 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use async_trait::async_trait;
-use kv_proto::committer::{self, Answers, Change, Committer, GroupRunner};
+use chrono::{DateTime, Utc};
+use kv_proto::committer::{self, Change, Committer, GroupRunner, SettleAtNow};
+use kv_proto::interval::Every;
+use kv_proto::isolated::{IsolatingTxn, run_isolated};
 use kv_proto::queue::{
     self as kit, DeliveryEngine, DeliveryOutcome, Due, MESSAGE_KEEPALIVE_INTERVAL,
     delivery_deadline,
@@ -45,12 +47,13 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 const LOCK_ATTEMPTS: u32 = 40;
 
 /// One change to the file, run inside a group: the kit's changes (a write, a take, a
-/// settlement); this handle's deliveries are settled through its [`Writer`].
-type Command = Change<Writer>;
+/// settlement); this handle's deliveries are settled through its committer ([`SettleAtNow`]),
+/// with the message id as their ticket.
+type Command = Change<dyn DeliveryEngine<Ticket = String>>;
 
 /// The handle's side of the writer.
 pub(crate) struct Writer {
-    committer: Committer<WriteConnection>,
+    committer: Arc<Committer<WriteConnection>>,
     notifier: Arc<Notifier>,
     clock: Arc<dyn Clock>,
 }
@@ -80,12 +83,13 @@ impl Writer {
             notifier: notifier.clone(),
             held: HashSet::new(),
             registry_key: std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
-            last_keepalive: Instant::now(),
-            last_sweep: Instant::now(),
+            keepalive: Every::new(MESSAGE_KEEPALIVE_INTERVAL),
+            sweep: Every::new(SWEEP_INTERVAL),
         };
         connection.sweep()?;
         let committer =
             Committer::start(connection, "kv-sqlite-writer").map_err(SqliteError::Thread)?;
+        let committer = Arc::new(committer);
         Ok(Writer {
             committer,
             notifier,
@@ -103,40 +107,25 @@ impl Writer {
     /// Waits for the next due message and hands it out, settled through this writer; `Ok(None)`
     /// once the handle closes (`closed`). See [`Committer::next_delivery`].
     pub(crate) async fn next_message(
-        self: &Arc<Self>,
+        &self,
         closed: &ChangeSignal,
     ) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
+        let engine = SettleAtNow::new(self.committer.clone(), self.clock.clone());
         let (notifier, clock) = (&self.notifier, &*self.clock);
         (self.committer)
-            .next_delivery(0, self.clone(), notifier, clock, closed)
+            .next_delivery(0, Arc::new(engine), notifier, clock, closed)
             .await
     }
 
     /// Runs what is queued, then fails this handle's unfinished messages and closes the
     /// connection.
-    pub(crate) async fn shut_down(self: &Arc<Self>) -> Result<(), KvError> {
-        let writer = self.clone();
-        run_blocking(move || writer.committer.stop()).await
+    pub(crate) async fn shut_down(&self) -> Result<(), KvError> {
+        let committer = self.committer.clone();
+        run_blocking(move || committer.stop()).await
     }
 
     pub(crate) fn shut_down_in_background(&self) {
         self.committer.stop_in_background();
-    }
-}
-
-/// The writer settles the deliveries it hands out; the ticket is the message id.
-#[async_trait]
-impl DeliveryEngine for Writer {
-    type Ticket = String;
-
-    async fn settle(&self, id: String, outcome: DeliveryOutcome) -> Result<(), KvError> {
-        self.committer.settle(id, outcome, self.clock.now()).await
-    }
-
-    fn settle_in_background(&self, id: String, outcome: DeliveryOutcome) {
-        // A closed writer has given up every message it held (failed at close): nothing to do.
-        self.committer
-            .settle_in_background(id, outcome, self.clock.now());
     }
 }
 
@@ -150,74 +139,35 @@ struct WriteConnection {
     held: HashSet<String>,
     registry_key: PathBuf,
     last_data_version: i64,
-    last_keepalive: Instant,
-    last_sweep: Instant,
+    /// When held messages' deadlines are renewed next.
+    keepalive: Every,
+    /// When expired entries and dead consumers' messages are swept next.
+    sweep: Every,
 }
 
 impl GroupRunner for WriteConnection {
     type Command = Command;
 
-    /// Runs a group of commands in one transaction, each in its own savepoint.
+    /// Runs a group of commands in one transaction, each in its own savepoint (the kit's
+    /// [`run_isolated`]).
     fn run_group(&mut self, group: Vec<Command>) {
-        let mut answers = Answers::with_capacity(group.len());
-        let mut effects = Effects::default();
-        let mut newly_held = Vec::new();
-        let mut released = Vec::new();
         let tx = match WriteTxn::begin(&self.conn) {
             Ok(tx) => tx,
-            Err(err) => {
-                for command in group {
-                    committer::Command::reject(command, err.clone());
-                }
-                return;
-            }
+            Err(err) => return committer::reject_all(group, &err),
         };
         let registry_key = &self.registry_key;
-        for command in group {
-            match command {
-                Change::Write { write, now, reply } => {
-                    let result =
-                        in_savepoint(&tx, |conn| commit_write(conn, &write, now, &mut effects));
-                    answers.hold(Some(reply), result);
-                }
-                Change::Take {
-                    now, engine, reply, ..
-                } => {
-                    let due = in_savepoint(&tx, |conn| {
-                        messages::requeue_dead(conn, now, registry_key, &mut effects)?;
-                        kit::take_due(&mut SqlQueue { conn }, now)
-                    });
-                    let taken = due.map(|due| {
-                        due.into_taken(engine, |id| {
-                            newly_held.push(id.clone());
-                            id
-                        })
-                    });
-                    answers.hold(Some(reply), taken);
-                }
-                Change::Settle {
-                    ticket: id,
-                    outcome,
-                    now,
-                    reply,
-                } => {
-                    let result = in_savepoint(&tx, |conn| {
-                        kit::settle(&mut SqlQueue { conn }, &id, outcome, now, &mut effects)
-                    });
-                    released.push(id);
-                    answers.hold(reply, result);
-                }
-                Change::Engine(never) => match never {},
-            }
-        }
+        let run = run_isolated(
+            &mut SqlGroup {
+                tx: &tx,
+                registry_key,
+            },
+            group,
+        );
         let committed = tx.commit();
-        if committed.is_ok() {
-            self.record_held(newly_held, released);
-        }
-        answers.send(committed.as_ref().map(|_| ()));
-        if committed.is_ok() {
-            self.notifier.notify(&effects);
-        }
+        let notifier = self.notifier.clone();
+        run.finish(&committed, &notifier, |taken, settled| {
+            self.record_held(taken, settled);
+        });
     }
 
     fn idle_timeout(&self) -> Duration {
@@ -234,12 +184,10 @@ impl GroupRunner for WriteConnection {
             // Another process committed; which keys it wrote is unknown.
             self.notifier.notify_everything();
         }
-        if !self.held.is_empty() && self.last_keepalive.elapsed() >= MESSAGE_KEEPALIVE_INTERVAL {
-            self.last_keepalive = Instant::now();
+        if !self.held.is_empty() && self.keepalive.due() {
             let _ = self.renew_deadlines();
         }
-        if self.last_sweep.elapsed() >= SWEEP_INTERVAL {
-            self.last_sweep = Instant::now();
+        if self.sweep.due() {
             let _ = self.sweep();
         }
     }
@@ -375,34 +323,51 @@ impl Drop for WriteTxn<'_> {
     }
 }
 
-/// Runs `work` in a savepoint: kept if it returns `Ok` with something to keep, rolled back
-/// otherwise (a failed check, or an error).
-fn in_savepoint<T: Keep>(
-    tx: &WriteTxn<'_>,
-    work: impl FnOnce(&Connection) -> Result<T, KvError>,
-) -> Result<T, KvError> {
-    tx.execute_batch("savepoint command").map_err(storage)?;
-    let result = work(tx);
-    let keep = matches!(&result, Ok(value) if value.keep());
-    let end = if keep {
-        "release command"
-    } else {
-        "rollback to command; release command"
-    };
-    tx.execute_batch(end).map_err(storage)?;
-    result
+/// The group's transaction, isolating each command in a savepoint: the kit's [`IsolatingTxn`].
+struct SqlGroup<'t, 'c> {
+    tx: &'t WriteTxn<'c>,
+    /// The file, for the held-message registry.
+    registry_key: &'t Path,
 }
 
-/// Whether a savepoint's work is kept.
-trait Keep {
-    fn keep(&self) -> bool {
-        true
+impl IsolatingTxn for SqlGroup<'_, '_> {
+    type Id = String;
+
+    fn begin_command(&mut self) -> Result<(), KvError> {
+        self.tx.execute_batch("savepoint command").map_err(storage)
     }
-}
-impl Keep for () {}
-impl Keep for Due<String> {}
-impl Keep for Option<CommitResult> {
-    fn keep(&self) -> bool {
-        self.is_some()
+
+    fn end_command(&mut self, keep: bool) -> Result<(), KvError> {
+        let end = if keep {
+            "release command"
+        } else {
+            "rollback to command; release command"
+        };
+        self.tx.execute_batch(end).map_err(storage)
+    }
+
+    fn write(
+        &mut self,
+        write: &ValidatedWrite,
+        now: DateTime<Utc>,
+        effects: &mut Effects,
+    ) -> Result<Option<CommitResult>, KvError> {
+        commit_write(self.tx, write, now, effects)
+    }
+
+    /// Requeues dead consumers' messages first, so they are due again.
+    fn take(&mut self, now: DateTime<Utc>, effects: &mut Effects) -> Result<Due<String>, KvError> {
+        messages::requeue_dead(self.tx, now, self.registry_key, effects)?;
+        kit::take_due(&mut SqlQueue { conn: self.tx }, now)
+    }
+
+    fn settle(
+        &mut self,
+        id: &String,
+        outcome: DeliveryOutcome,
+        now: DateTime<Utc>,
+        effects: &mut Effects,
+    ) -> Result<(), KvError> {
+        kit::settle(&mut SqlQueue { conn: self.tx }, id, outcome, now, effects)
     }
 }
