@@ -9,8 +9,9 @@ use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use kv_proto::queue::{QueueMessageHandle, QueuedMessage};
 use kv_proto::{
-    Capabilities, Checked, CommitResult, Consistency, Engine, KvError, ReadRangeOutput,
-    ValidatedRead, ValidatedWatch, ValidatedWrite, WatchReader, WatchStream, watch_stream,
+    Capabilities, Checked, CommitResult, Consistency, Engine, IntegrityReport, KvError,
+    ReadRangeOutput, ValidatedRead, ValidatedWatch, ValidatedWrite, WatchReader, WatchStream,
+    watch_stream,
 };
 use tokio::task::JoinHandle;
 use tokio_postgres::{Config, NoTls};
@@ -22,7 +23,7 @@ use crate::events::Events;
 use crate::group::{WriteGroup, WriteRequest};
 use crate::queue::{Queue, QueueContext};
 use crate::sql::Sql;
-use crate::{PostgresError, PostgresOptions, housekeeping, listener, reader, schema};
+use crate::{PostgresError, PostgresOptions, housekeeping, integrity, listener, reader, schema};
 
 /// How long a connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -185,6 +186,7 @@ impl Engine for PostgresBackend {
             .with_queues(true)
             .with_queue_inspection(true)
             .with_watch(true)
+            .with_integrity_check(true)
     }
 
     /// Strong reads go to the primary. Eventual reads go to a replica when there is one, in
@@ -227,6 +229,13 @@ impl Engine for PostgresBackend {
 
     async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
         self.queue.next().await
+    }
+
+    /// Every entry and queued message decoded, from one snapshot (PostgreSQL guards its pages
+    /// itself; see the `integrity` module).
+    async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
+        let sql = &self.sql;
+        reader::with_fresh_retry(&self.pool, |client| integrity::check(client, sql)).await
     }
 
     async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {

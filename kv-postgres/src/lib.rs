@@ -52,6 +52,7 @@ mod error;
 mod events;
 mod group;
 mod housekeeping;
+mod integrity;
 mod listener;
 mod options;
 mod queue;

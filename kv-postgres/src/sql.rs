@@ -59,6 +59,8 @@ pub(crate) struct Sql {
     pub(crate) renew_leases: String,
     /// Every message, in due order.
     pub(crate) all_messages: String,
+    /// Every entry, expired or not, in key order (the integrity check).
+    pub(crate) all_entries: String,
 }
 
 /// The longest schema name accepted (the NOTIFY channel adds a prefix, within PostgreSQL's 63).
@@ -160,6 +162,7 @@ impl Sql {
                  AS c(id, lease) WHERE q.id = c.id AND q.lease = c.lease"
             ),
             all_messages: format!("SELECT {MESSAGE} FROM {queue} ORDER BY ready_at, id"),
+            all_entries: format!("SELECT {ENTRY} FROM {kv} ORDER BY k"),
         })
     }
 }

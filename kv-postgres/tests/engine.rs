@@ -250,3 +250,47 @@ async fn closing_a_handle_gives_back_the_messages_it_holds() {
     again.finish(true).await.unwrap();
     assert!(second.queued_messages().await.unwrap().is_empty());
 }
+
+/// The integrity check decodes every row: a sound store reports its counts and no problem; a
+/// row whose value no longer decodes, and a message whose back-off went negative, are named,
+/// and the rows around them are still counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_integrity_check_names_rows_that_do_not_decode() {
+    let Some(cluster) = cluster() else { return };
+    let kv = open(&cluster, "damaged").await.unwrap();
+    for (name, n) in [("a", 1), ("b", 2), ("c", 3)] {
+        set(&kv, name, n).await;
+    }
+    kv.atomic_write(message_write(b"job", &kv_proto::SystemClock))
+        .await
+        .unwrap()
+        .expect("committed");
+    let sound = kv.check_integrity().await.unwrap();
+    assert!(sound.is_ok(), "{:?}", sound.problems);
+    assert_eq!((sound.entries_checked, sound.messages_checked), (3, 1));
+
+    cluster
+        .psql(
+            "postgres",
+            "UPDATE damaged.kv SET v_encoding = 99 WHERE v_encoding = 2 AND k = \
+             (SELECT k FROM damaged.kv ORDER BY k OFFSET 1 LIMIT 1); \
+             UPDATE damaged.kv_queue SET backoff_ms = ARRAY[-5]",
+        )
+        .unwrap();
+    let damaged = kv.check_integrity().await.unwrap();
+    assert_eq!(damaged.entries_checked, 2, "{:?}", damaged.problems);
+    assert_eq!(damaged.messages_checked, 0, "{:?}", damaged.problems);
+    assert_eq!(damaged.problems.len(), 2, "{:?}", damaged.problems);
+    assert!(
+        damaged.problems[0].starts_with("table kv, row 1 (key "),
+        "{:?}",
+        damaged.problems
+    );
+    assert!(
+        damaged.problems[1].starts_with("table kv_queue, row 0: ")
+            && damaged.problems[1].contains("negative back-off"),
+        "{:?}",
+        damaged.problems
+    );
+    kv.close().await.unwrap();
+}

@@ -75,7 +75,29 @@ impl IntegrityReport {
         holds: TableHolds,
         rows: impl IntoIterator<Item = Result<Result<(), RowProblem>, E>>,
     ) {
-        for (index, row) in rows.into_iter().enumerate() {
+        self.scan_rows_from(table, holds, 0, rows);
+    }
+
+    /// [`IntegrityReport::scan_rows`] for a table read in batches: `first_index` is the index of
+    /// the batch's first row in the table, so problems name the row wherever the batch began.
+    ///
+    /// ```
+    /// use kv_proto::{IntegrityReport, KvError, TableHolds};
+    /// let mut report = IntegrityReport::default();
+    /// let bad = KvError::Corrupt { message: "no value".into() };
+    /// let batch: Vec<Result<_, String>> = vec![Ok(Err((None, bad)))];
+    /// report.scan_rows_from("kv", TableHolds::Entries, 1024, batch);
+    /// assert!(report.problems[0].starts_with("table kv, row 1024: "));
+    /// ```
+    pub fn scan_rows_from<E: Display>(
+        &mut self,
+        table: &str,
+        holds: TableHolds,
+        first_index: usize,
+        rows: impl IntoIterator<Item = Result<Result<(), RowProblem>, E>>,
+    ) {
+        for (offset, row) in rows.into_iter().enumerate() {
+            let index = first_index + offset;
             match row {
                 Ok(Ok(())) => match holds {
                     TableHolds::Entries => self.entries_checked += 1,
