@@ -133,9 +133,13 @@ fn counters_by_check_and_set_end_exact(servers: &[Server], db: &str) {
         &["--db", db, "get", r#"["counter"]"#, "--format", "json"],
     );
     let printed = stdout_of(&output);
-    assert!(
-        output.status.success() && printed.contains(&expected.to_string()),
-        "the counter must be {expected}: kv get printed {printed:?}, stderr {}",
+    let counter = serde_json::from_str::<serde_json::Value>(&printed)
+        .ok()
+        .and_then(|entry| entry["value"]["number"].as_str().map(str::to_owned));
+    assert_eq!(
+        counter,
+        Some(expected.to_string()),
+        "kv get printed {printed:?}, stderr {}",
         String::from_utf8_lossy(&output.stderr)
     );
 }
