@@ -124,20 +124,7 @@ pub fn run(mut command: Command) -> (bool, String, String) {
             .take()
             .map(|p| Box::new(p) as Box<dyn Read + Send>),
     );
-    let started = Instant::now();
-    let success = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status.success(),
-            Ok(None) if started.elapsed() < DEADLINE => {
-                std::thread::sleep(Duration::from_millis(20))
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break false;
-            }
-        }
-    };
+    let success = wait_with_deadline(&mut child);
     (
         success,
         out.join().unwrap_or_default(),
@@ -149,6 +136,30 @@ pub fn run(mut command: Command) -> (bool, String, String) {
 /// asserts it succeeded, reported at least `at_least` checks, and every one is `true`.
 pub fn assert_client_checks(who: &str, command: Command, at_least: usize) {
     let (ok, stdout, stderr) = run(command);
+    assert_check_output(who, ok, &stdout, &stderr, at_least);
+}
+
+/// Waits for `child` to exit, killing it after [`DEADLINE`]; whether it exited successfully.
+pub fn wait_with_deadline(child: &mut Child) -> bool {
+    let started = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return status.success(),
+            Ok(None) if started.elapsed() < DEADLINE => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return false;
+            }
+        }
+    }
+}
+
+/// Asserts what a client program left (`ok`: it exited successfully; its `stdout` and
+/// `stderr`): its last `{` line of stdout holds at least `at_least` checks, every one `true`.
+pub fn assert_check_output(who: &str, ok: bool, stdout: &str, stderr: &str, at_least: usize) {
     let context = format!("--- {who} stderr ---\n{stderr}\n--- {who} stdout ---\n{stdout}");
     assert!(ok, "{who} failed\n{context}");
     let line = stdout
