@@ -10,10 +10,11 @@
 use deadpool_postgres::Object;
 use futures::{StreamExt, pin_mut};
 use kv_proto::{IntegrityReport, KvError, RowProblem, TableHolds, decode_key};
-use tokio_postgres::{IsolationLevel, Row, Transaction};
+use tokio_postgres::{Row, Transaction};
 
 use crate::codec;
 use crate::error::pg;
+use crate::reader;
 use crate::sql::Sql;
 
 /// How many rows are decoded before they are added to the report.
@@ -22,13 +23,7 @@ const BATCH: usize = 1024;
 /// Checks the store `sql` names, from one `REPEATABLE READ READ ONLY` snapshot on `client`.
 /// Problems go in the report; an error means the check could not run at all.
 pub(crate) async fn check(mut client: Object, sql: &Sql) -> Result<IntegrityReport, KvError> {
-    let tx = client
-        .build_transaction()
-        .isolation_level(IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()
-        .await
-        .map_err(pg)?;
+    let tx = reader::snapshot(&mut client).await?;
     let mut report = IntegrityReport::default();
     scan(
         &tx,

@@ -15,7 +15,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use deadpool_postgres::{GenericClient, Object, Pool};
+use deadpool_postgres::{GenericClient, Object, Pool, Transaction};
 use futures::future::try_join_all;
 use kv_proto::queue::QueuedMessage;
 use kv_proto::{KvEntry, KvError, ReadRange, ReadRangeOutput, WatchedEntry};
@@ -54,6 +54,18 @@ where
         }
         answer => answer,
     }
+}
+
+/// Starts a `REPEATABLE READ READ ONLY` transaction on `client`: every statement in it reads
+/// the same snapshot, and a read-only one never fails to serialize.
+pub(crate) async fn snapshot(client: &mut Object) -> Result<Transaction<'_>, KvError> {
+    client
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(pg)
 }
 
 /// Answers `ranges` from one snapshot, as of `now`.
@@ -133,13 +145,7 @@ async fn read_ranges_on(
     if !with_version && let [range] = ranges {
         return Ok((0, vec![read_range(&client, sql, range, now).await?]));
     }
-    let tx = client
-        .build_transaction()
-        .isolation_level(IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()
-        .await
-        .map_err(pg)?;
+    let tx = snapshot(&mut client).await?;
     let version = async {
         if with_version {
             read_version(&tx, sql).await
