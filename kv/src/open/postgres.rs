@@ -20,9 +20,10 @@ pub(super) async fn open_postgres(
 }
 
 /// Opens the store at `url` from synchronous code running inside a multi-threaded tokio
-/// runtime, which then runs the handle's background tasks. The open runs on a helper thread, so
-/// the caller's worker may be blocked meanwhile while the runtime's other workers drive the
-/// connections; a current-thread runtime (or none) is refused, as nothing would drive them.
+/// runtime, which then runs the handle's background tasks. The caller's worker hands its other
+/// tasks to the runtime (`block_in_place`) while it waits for the open, and the runtime's other
+/// workers drive the connections; a current-thread runtime (or none) is refused, as nothing
+/// would drive them.
 pub(super) fn open_postgres_blocking(
     url: &str,
     clock: Arc<dyn Clock>,
@@ -37,12 +38,7 @@ pub(super) fn open_postgres_blocking(
     if handle.runtime_flavor() == RuntimeFlavor::CurrentThread {
         return Err(refusal());
     }
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| handle.block_on(open_postgres(url, clock)))
-            .join()
-            .unwrap_or_else(|_| Err(KvError::invalid_argument("opening PostgreSQL panicked")))
-    })
+    tokio::task::block_in_place(|| handle.block_on(open_postgres(url, clock)))
 }
 
 /// `url` with its password (if any) replaced, for `Debug`.
