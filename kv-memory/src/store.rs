@@ -107,18 +107,10 @@ impl MemoryStore {
     pub(crate) fn read_watched(&self, keys: &[Vec<u8>], now: DateTime<Utc>) -> Vec<WatchedEntry> {
         let state = self.lock();
         keys.iter()
-            .map(
-                |key| match state.entries.get(key).filter(|e| !e.is_expired(now)) {
-                    Some(stored) => WatchedEntry {
-                        entry: Some(to_entry(key, stored)),
-                        expires_at: stored.expires_at,
-                    },
-                    None => WatchedEntry {
-                        entry: None,
-                        expires_at: None,
-                    },
-                },
-            )
+            .map(|key| {
+                let stored = state.entries.get(key).filter(|e| !e.is_expired(now));
+                WatchedEntry::from(stored.map(|stored| to_entry(key, stored)))
+            })
             .collect()
     }
 

@@ -223,15 +223,9 @@ pub(crate) async fn read_watched(
     }
     Ok(keys
         .iter()
-        .map(|key| match found.remove(key) {
-            Some(stored) => WatchedEntry {
-                expires_at: stored.expires_at,
-                entry: (!stored.is_expired(now)).then(|| KvEntry::from_stored(key.clone(), stored)),
-            },
-            None => WatchedEntry {
-                entry: None,
-                expires_at: None,
-            },
+        .map(|key| {
+            let live = found.remove(key).filter(|stored| !stored.is_expired(now));
+            WatchedEntry::from(live.map(|stored| KvEntry::from_stored(key.clone(), stored)))
         })
         .collect())
 }

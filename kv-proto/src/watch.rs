@@ -241,6 +241,17 @@ pub struct WatchedEntry {
     pub expires_at: Option<DateTime<Utc>>,
 }
 
+impl From<Option<KvEntry>> for WatchedEntry {
+    /// A watched key's state from its visible entry (`None`: absent or expired), which expires
+    /// when the entry does.
+    fn from(entry: Option<KvEntry>) -> Self {
+        WatchedEntry {
+            expires_at: entry.as_ref().and_then(|entry| entry.expires_at),
+            entry,
+        }
+    }
+}
+
 /// Reads the current state of the watched keys, in order, from one snapshot.
 pub type WatchReader = Arc<
     dyn Fn(Vec<Vec<u8>>) -> BoxFuture<'static, Result<Vec<WatchedEntry>, KvError>> + Send + Sync,

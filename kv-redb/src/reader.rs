@@ -68,16 +68,7 @@ pub(crate) fn read_watched(
                 Some(guard) => visible(key.as_slice(), guard.value(), time)?,
                 None => None,
             };
-            Ok(match found {
-                Some(entry) => WatchedEntry {
-                    expires_at: entry.expires_at,
-                    entry: Some(entry),
-                },
-                None => WatchedEntry {
-                    entry: None,
-                    expires_at: None,
-                },
-            })
+            Ok(WatchedEntry::from(found))
         })
         .collect()
 }
