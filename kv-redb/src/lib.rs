@@ -155,6 +155,7 @@ impl Default for RedbOptions {
 /// A handle on a Deno KV redb file: the engine, handed out behind kv-proto's [`Checked`] layer
 /// (which checks limits, the closed state and read-only refusals). Share it as
 /// `Arc<dyn Backend>`; open more handles on the same path freely (they share the open file).
+#[derive(Debug)]
 pub struct RedbBackend {
     path: PathBuf,
     options: RedbOptions,
@@ -163,15 +164,6 @@ pub struct RedbBackend {
     owner: u64,
     /// This handle's watchers and waiting dequeues; closed with the handle.
     signal: Arc<ChangeSignal>,
-}
-
-impl std::fmt::Debug for RedbBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedbBackend")
-            .field("path", &self.path)
-            .field("durability", &self.options.durability)
-            .finish()
-    }
 }
 
 impl RedbBackend {
