@@ -3,7 +3,7 @@
 use kv_proto::{IntegrityReport, KvError, RowProblem, TableHolds, decode_key};
 use rusqlite::{Connection, Row};
 
-use crate::store::{QueueRow, entry_from_row, storage};
+use crate::store::{entry_from_row, queue_row, storage};
 
 const ENTRIES_SQL: &str = "select k, v, v_encoding, version, seq, expiration_ms from kv order by k";
 const MESSAGES_SQL: [(&str, &str); 2] = [
@@ -36,7 +36,7 @@ pub(crate) fn check(conn: &mut Connection) -> Result<IntegrityReport, KvError> {
     );
     for (table, sql) in MESSAGES_SQL {
         scan(&tx, sql, table, TableHolds::Messages, &mut report, |row| {
-            QueueRow::from_row(row)?.to_message().map(|_| ())
+            queue_row(row).map(|_| ())
         });
     }
     tx.finish().map_err(storage)?;

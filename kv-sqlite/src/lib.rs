@@ -54,10 +54,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use kv_proto::committer::SettleAtNow;
 use kv_proto::{
     Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, IntegrityReport, KvError,
-    Limits, QueueMessageHandle, QueuedMessage, ReadRangeOutput, SystemClock, ValidatedRead,
-    ValidatedWatch, ValidatedWrite, WatchStream, blocking_watch_stream,
+    Limits, Notifier, QueueMessageHandle, QueuedMessage, ReadRangeOutput, SystemClock,
+    ValidatedRead, ValidatedWatch, ValidatedWrite, WatchStream, blocking_watch_stream,
 };
 use thiserror::Error;
 
@@ -180,21 +181,15 @@ impl Default for SqliteOptions {
 /// A handle on a Deno KV SQLite file: the engine, handed out behind kv-proto's [`Checked`]
 /// layer (which checks limits, the closed state and read-only refusals). Several handles, in one
 /// process or several, may share a file.
+#[derive(Debug)]
 pub struct SqliteBackend {
     path: PathBuf,
     options: SqliteOptions,
     readers: Arc<ReaderPool>,
     writer: Option<Arc<Writer>>,
+    /// Wakes this handle's watches and queue consumers after its writer's commits.
+    notifier: Arc<Notifier>,
     signal: Arc<ChangeSignal>,
-}
-
-impl std::fmt::Debug for SqliteBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteBackend")
-            .field("path", &self.path)
-            .field("read_only", &self.options.read_only)
-            .finish()
-    }
 }
 
 impl SqliteBackend {
@@ -211,16 +206,19 @@ impl SqliteBackend {
     ) -> Result<Checked<Self>, KvError> {
         let path = path.as_ref().to_path_buf();
         let signal = Arc::new(ChangeSignal::new());
+        let notifier = Arc::new(Notifier::new());
+        notifier.register(&signal);
         let writer = if options.read_only {
             let conn = store::open_connection(&path, true, options.durability)?;
             schema::check_readable(&conn)?;
             None
         } else {
-            Some(Arc::new(Writer::start(
+            let (durability, clock) = (options.durability, options.clock.clone());
+            Some(Arc::new(writer::start(
                 &path,
-                options.durability,
-                options.clock.clone(),
-                &signal,
+                durability,
+                clock,
+                notifier.clone(),
             )?))
         };
         let readers = Arc::new(ReaderPool::new(
@@ -234,6 +232,7 @@ impl SqliteBackend {
             options,
             readers,
             writer,
+            notifier,
             signal,
         };
         Ok(Checked::new(engine, limits, clock))
@@ -263,11 +262,13 @@ impl Engine for SqliteBackend {
     }
 
     async fn atomic_write(&self, write: ValidatedWrite) -> Result<Option<CommitResult>, KvError> {
-        self.writer()?.write(write).await
+        self.writer()?.write(write, self.options.clock.now()).await
     }
 
     async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
-        self.writer()?.next_message(&self.signal).await
+        let (writer, clock) = (self.writer()?, &self.options.clock);
+        let engine = Arc::new(SettleAtNow::new(writer.clone(), clock.clone()));
+        (writer.next_delivery(0, engine, &self.notifier, &**clock, &self.signal)).await
     }
 
     async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
@@ -297,7 +298,10 @@ impl Engine for SqliteBackend {
     async fn close(&self) -> Result<(), KvError> {
         self.signal.close();
         match &self.writer {
-            Some(writer) => writer.shut_down().await,
+            Some(writer) => {
+                let writer = writer.clone();
+                run_blocking(move || writer.stop()).await
+            }
             None => Ok(()),
         }
     }
@@ -307,7 +311,7 @@ impl Drop for SqliteBackend {
     fn drop(&mut self) {
         self.signal.close();
         if let Some(writer) = &self.writer {
-            writer.shut_down_in_background();
+            writer.stop_in_background();
         }
     }
 }

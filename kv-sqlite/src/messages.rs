@@ -19,7 +19,7 @@ use kv_proto::queue::{Due, QueueTables, QueuedMessage, fail_deliveries};
 use kv_proto::{Effects, KvError, ValidatedWrite, ms_to_datetime};
 use rusqlite::{Connection, params};
 
-use crate::store::{QueueRow, commit_write, insert_queue_row, storage};
+use crate::store::{commit_write, first_row, insert_queue_row, queue_row, storage};
 
 /// Message ids held by live consumers in this process, per database file: sweeps never requeue
 /// them, whichever handle runs the sweep.
@@ -52,7 +52,8 @@ impl QueueTables for SqlQueue<'_> {
         now: DateTime<Utc>,
         deadline: DateTime<Utc>,
     ) -> Result<Due<String>, KvError> {
-        let Some(row) = query_row(self.conn, SELECT_DUE, params![now.timestamp_millis()])? else {
+        let due = params![now.timestamp_millis()];
+        let Some((id, message)) = first_row(self.conn, SELECT_DUE, due, queue_row)? else {
             let next: Option<i64> = self
                 .conn
                 .query_row("select min(ts) from queue", [], |row| row.get(0))
@@ -62,13 +63,12 @@ impl QueueTables for SqlQueue<'_> {
         self.conn
             .execute(
                 "delete from queue where ts = ?1 and id = ?2",
-                params![row.time_ms, row.id],
+                params![message.ready_at.timestamp_millis(), id],
             )
             .map_err(storage)?;
-        let message = row.to_message()?;
         let deadline_ms = deadline.timestamp_millis();
-        insert_queue_row(self.conn, "queue_running", deadline_ms, &row.id, &message)?;
-        Ok(Due::Message(row.id, message))
+        insert_queue_row(self.conn, "queue_running", deadline_ms, &id, &message)?;
+        Ok(Due::Message(id, message))
     }
 
     fn delete_running(&mut self, id: &String) -> Result<(), KvError> {
@@ -81,8 +81,8 @@ impl QueueTables for SqlQueue<'_> {
     /// `queue_running` does not keep a message's ready time: it comes back as its deadline,
     /// so a message given back untouched is due at once.
     fn running(&mut self, id: &String) -> Result<Option<QueuedMessage>, KvError> {
-        let row = query_row(self.conn, SELECT_RUNNING, params![id])?;
-        row.map(|row| row.to_message()).transpose()
+        let row = first_row(self.conn, SELECT_RUNNING, params![id], queue_row)?;
+        Ok(row.map(|(_, message)| message))
     }
 
     fn insert_ready(&mut self, id: &String, message: &QueuedMessage) -> Result<(), KvError> {
@@ -119,18 +119,4 @@ pub(crate) fn requeue_dead(
         .unwrap_or_default();
     let abandoned = dead.into_iter().filter(|id| !alive.contains(id));
     fail_deliveries(&mut SqlQueue { conn }, abandoned, now, effects)
-}
-
-/// The first row `sql` selects (as `<time>, id, data, backoff_schedule, keys_if_undelivered`).
-fn query_row(
-    conn: &Connection,
-    sql: &str,
-    params: impl rusqlite::Params,
-) -> Result<Option<QueueRow>, KvError> {
-    let mut stmt = conn.prepare_cached(sql).map_err(storage)?;
-    let mut rows = stmt.query(params).map_err(storage)?;
-    match rows.next().map_err(storage)? {
-        Some(row) => QueueRow::from_row(row).map(Some),
-        None => Ok(None),
-    }
 }

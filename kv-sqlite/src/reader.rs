@@ -10,12 +10,15 @@ use kv_proto::{
 use rusqlite::Connection;
 
 use crate::Durability;
-use crate::store::{QueueRow, entry_from_row, open_connection, storage, stored_from_row};
+use crate::store::{
+    entry_from_row, first_row, open_connection, queue_row, storage, stored_from_row,
+};
 
 /// Idle connections kept for reuse; more are opened under load and closed when returned.
 const MAX_IDLE: usize = 16;
 
 /// This handle's read connections.
+#[derive(Debug)]
 pub(crate) struct ReaderPool {
     path: PathBuf,
     read_only: bool,
@@ -85,7 +88,7 @@ impl ReaderPool {
                     .query(rusqlite::params_from_iter(params))
                     .map_err(storage)?;
                 while let Some(row) = rows.next().map_err(storage)? {
-                    messages.push(QueueRow::from_row(row)?.to_message()?);
+                    messages.push(queue_row(row)?.1);
                 }
             }
             tx.finish().map_err(storage)?;
@@ -109,16 +112,8 @@ impl ReaderPool {
             let tx = conn.transaction().map_err(storage)?;
             let mut out = Vec::with_capacity(keys.len());
             for key in keys {
-                out.push(match read_point(&tx, key, now_ms)? {
-                    Some(stored) => WatchedEntry {
-                        expires_at: stored.expires_at,
-                        entry: Some(KvEntry::from_stored(key.clone(), stored)),
-                    },
-                    None => WatchedEntry {
-                        entry: None,
-                        expires_at: None,
-                    },
-                });
+                let stored = read_point(&tx, key, now_ms)?;
+                out.push(stored.map(|s| KvEntry::from_stored(key.clone(), s)).into());
             }
             tx.finish().map_err(storage)?;
             Ok(out)
@@ -139,14 +134,12 @@ const RANGE_DESC_SQL: &str = "select k, v, v_encoding, version, seq, expiration_
 
 /// The live (unexpired at `now_ms`) entry at exactly `key`.
 fn read_point(conn: &Connection, key: &[u8], now_ms: i64) -> Result<Option<StoredEntry>, KvError> {
-    let mut stmt = conn.prepare_cached(POINT_SQL).map_err(storage)?;
-    let mut rows = stmt
-        .query(rusqlite::params![key, now_ms])
-        .map_err(storage)?;
-    match rows.next().map_err(storage)? {
-        Some(row) => stored_from_row(row).map(Some),
-        None => Ok(None),
-    }
+    first_row(
+        conn,
+        POINT_SQL,
+        rusqlite::params![key, now_ms],
+        stored_from_row,
+    )
 }
 
 fn read_range(conn: &Connection, range: &ReadRange, now_ms: i64) -> Result<Vec<KvEntry>, KvError> {

@@ -70,20 +70,11 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), SqliteError> {
   version integer not null
 )",
     )?;
-    let current: i64 = tx
-        .query_row(
-            "select version from migration_state where k = 0",
-            [],
-            |row| row.get(0),
-        )
-        .optional()?
-        .unwrap_or(0);
-    check_version(current)?;
-    if current == 0 && has_table(&tx, "kv")? {
-        return Err(SqliteError::NotDenoKv {
-            reason: "it has a kv table but no migration state".into(),
-        });
-    }
+    // The same verdict as the read-only look before the open, now under the write lock.
+    let current = match inspect(&tx)? {
+        Layout::Empty => 0,
+        Layout::Deno { version } => version,
+    };
     for (index, migration) in MIGRATIONS.iter().enumerate().skip(current as usize) {
         tx.execute_batch(migration)?;
         let version = index as i64 + 1;

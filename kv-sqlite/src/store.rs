@@ -9,6 +9,7 @@ use kv_proto::{
     CommitResult, Effects, KvEntry, KvError, KvValue, StoredEntry, ValidatedWrite, Versionstamp,
     WriteOutcome, WriteTransaction, apply_atomic_write, ms_to_datetime,
 };
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use rusqlite::{Connection, OpenFlags, Row, params};
 use uuid::Uuid;
 
@@ -116,17 +117,17 @@ fn immutable_uri(path: &Path) -> Result<String, SqliteError> {
     let text = full
         .to_str()
         .ok_or_else(|| unnamable("the path is not UTF-8".into()))?;
-    let mut uri = String::from("file:");
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || b"/-_.~".contains(&byte) {
-            uri.push(char::from(byte));
-        } else {
-            uri.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    uri.push_str("?immutable=1");
-    Ok(uri)
+    let path = utf8_percent_encode(text, URI_PATH_BYTES);
+    Ok(format!("file:{path}?immutable=1"))
 }
+
+/// What stays as it is in the path of a SQLite URI; every other byte is percent-encoded.
+const URI_PATH_BYTES: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'/')
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
 
 /// Decodes one `kv` row selected as `k, v, v_encoding, version, seq, expiration_ms`.
 pub(crate) fn entry_from_row(row: &Row<'_>) -> Result<KvEntry, KvError> {
@@ -155,6 +156,18 @@ fn stored_from_columns(row: &Row<'_>, first: usize) -> Result<StoredEntry, KvErr
         versionstamp: Versionstamp::from_version(version, seq),
         expires_at,
     })
+}
+
+/// Runs `sql` (a cached statement) and decodes its first row, if any.
+pub(crate) fn first_row<T>(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+    decode: impl FnOnce(&Row<'_>) -> Result<T, KvError>,
+) -> Result<Option<T>, KvError> {
+    let mut stmt = conn.prepare_cached(sql).map_err(storage)?;
+    let mut rows = stmt.query(params).map_err(storage)?;
+    rows.next().map_err(storage)?.map(decode).transpose()
 }
 
 /// `expiration_ms` (-1 or any negative: never) as a time.
@@ -195,17 +208,8 @@ pub(crate) struct SqlTransaction<'a> {
 
 impl WriteTransaction for SqlTransaction<'_> {
     fn get(&mut self, key: &[u8]) -> Result<Option<StoredEntry>, KvError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "select v, v_encoding, version, seq, expiration_ms from kv where k = ?1",
-            )
-            .map_err(storage)?;
-        let mut rows = stmt.query([key]).map_err(storage)?;
-        match rows.next().map_err(storage)? {
-            Some(row) => stored_from_row(row).map(Some),
-            None => Ok(None),
-        }
+        const GET: &str = "select v, v_encoding, version, seq, expiration_ms from kv where k = ?1";
+        first_row(self.conn, GET, [key], stored_from_row)
     }
 
     fn put(&mut self, key: &[u8], entry: StoredEntry) -> Result<(), KvError> {
@@ -246,58 +250,35 @@ impl WriteTransaction for SqlTransaction<'_> {
     }
 }
 
-/// A `queue` / `queue_running` row.
-#[derive(Debug, Clone)]
-pub(crate) struct QueueRow {
-    /// `ts` for `queue`, `deadline` for `queue_running`.
-    pub(crate) time_ms: i64,
-    pub(crate) id: String,
-    pub(crate) data: Vec<u8>,
-    pub(crate) backoff_schedule: Vec<u32>,
-    pub(crate) keys_if_undelivered: Vec<Vec<u8>>,
-}
-
-impl QueueRow {
-    /// Decodes a row selected as `<time>, id, data, backoff_schedule, keys_if_undelivered`.
-    pub(crate) fn from_row(row: &Row<'_>) -> Result<Self, KvError> {
-        let schedule: String = row.get(3).map_err(corrupt)?;
-        // Deno writes the keys as JSON text in a blob column; accept either storage class.
-        let keys: rusqlite::types::Value = row.get(4).map_err(corrupt)?;
-        let keys_text = match keys {
-            rusqlite::types::Value::Text(t) => t,
-            rusqlite::types::Value::Blob(b) => {
-                String::from_utf8(b).map_err(|_| bad("keys_if_undelivered is not UTF-8".into()))?
-            }
-            other => return Err(bad(format!("keys_if_undelivered holds {other:?}"))),
-        };
-        let backoff: Option<Vec<u64>> = serde_json::from_str(&schedule)
-            .map_err(|e| bad(format!("backoff_schedule {schedule:?}: {e}")))?;
-        let keys: Vec<Vec<u8>> = serde_json::from_str(&keys_text)
-            .map_err(|e| bad(format!("keys_if_undelivered {keys_text:?}: {e}")))?;
-        Ok(QueueRow {
-            time_ms: row.get(0).map_err(corrupt)?,
-            id: row.get(1).map_err(corrupt)?,
-            data: row.get(2).map_err(corrupt)?,
-            backoff_schedule: backoff
-                .unwrap_or_default()
-                .into_iter()
-                .map(|ms| u32::try_from(ms).unwrap_or(u32::MAX))
-                .collect(),
-            keys_if_undelivered: keys,
-        })
-    }
-
-    /// As kv-proto's message (a non-UUID id, which Deno never writes, gets a fresh one).
-    pub(crate) fn to_message(&self) -> Result<QueuedMessage, KvError> {
-        Ok(QueuedMessage {
-            id: Uuid::parse_str(&self.id).unwrap_or_else(|_| Uuid::new_v4()),
-            payload: self.data.clone(),
-            ready_at: ms_to_datetime(self.time_ms)
-                .ok_or_else(|| bad(format!("queue time {} out of range", self.time_ms)))?,
-            keys_if_undelivered: self.keys_if_undelivered.clone(),
-            backoff_schedule: self.backoff_schedule.clone(),
-        })
-    }
+/// Decodes a `queue` / `queue_running` row selected as `<time>, id, data, backoff_schedule,
+/// keys_if_undelivered`: the row's id as stored, and the message, ready at `<time>` (a non-UUID
+/// id, which Deno never writes, gets a fresh one in the message).
+pub(crate) fn queue_row(row: &Row<'_>) -> Result<(String, QueuedMessage), KvError> {
+    let time_ms: i64 = row.get(0).map_err(corrupt)?;
+    let id: String = row.get(1).map_err(corrupt)?;
+    let schedule: String = row.get(3).map_err(corrupt)?;
+    // Deno writes the keys as JSON text in a blob column; accept either storage class.
+    let keys_text = match row.get(4).map_err(corrupt)? {
+        rusqlite::types::Value::Text(t) => t,
+        rusqlite::types::Value::Blob(b) => {
+            String::from_utf8(b).map_err(|_| bad("keys_if_undelivered is not UTF-8".into()))?
+        }
+        other => return Err(bad(format!("keys_if_undelivered holds {other:?}"))),
+    };
+    let backoff: Option<Vec<u64>> = serde_json::from_str(&schedule)
+        .map_err(|e| bad(format!("backoff_schedule {schedule:?}: {e}")))?;
+    let message = QueuedMessage {
+        id: Uuid::parse_str(&id).unwrap_or_else(|_| Uuid::new_v4()),
+        payload: row.get(2).map_err(corrupt)?,
+        ready_at: ms_to_datetime(time_ms)
+            .ok_or_else(|| bad(format!("queue time {time_ms} out of range")))?,
+        keys_if_undelivered: serde_json::from_str(&keys_text)
+            .map_err(|e| bad(format!("keys_if_undelivered {keys_text:?}: {e}")))?,
+        backoff_schedule: (backoff.unwrap_or_default().into_iter())
+            .map(|ms| u32::try_from(ms).unwrap_or(u32::MAX))
+            .collect(),
+    };
+    Ok((id, message))
 }
 
 fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {

@@ -22,18 +22,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use kv_proto::committer::{self, Change, Committer, GroupRunner, SettleAtNow};
+use kv_proto::committer::{self, Change, Committer, GroupRunner};
 use kv_proto::interval::Every;
 use kv_proto::isolated::{IsolatingTxn, run_isolated};
 use kv_proto::queue::{
     self as kit, DeliveryEngine, DeliveryOutcome, Due, MESSAGE_KEEPALIVE_INTERVAL,
     delivery_deadline,
 };
-use kv_proto::{
-    ChangeSignal, Clock, CommitResult, Effects, KvError, Notifier, QueueMessageHandle,
-    ValidatedWrite, run_blocking,
-};
-use rusqlite::{Connection, ErrorCode, params};
+use kv_proto::{Clock, CommitResult, Effects, KvError, Notifier, ValidatedWrite};
+use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior, params};
 
 use crate::messages::{self, SqlQueue, held_registry};
 use crate::store::{commit_write, open_connection, storage};
@@ -51,87 +48,41 @@ const LOCK_ATTEMPTS: u32 = 40;
 /// with the message id as their ticket.
 type Command = Change<dyn DeliveryEngine<Ticket = String>>;
 
-/// The handle's side of the writer.
-pub(crate) struct Writer {
-    committer: Arc<Committer<WriteConnection>>,
-    notifier: Arc<Notifier>,
+/// A handle's writer: the kit's committer over its write connection.
+pub(crate) type Writer = Committer<WriteConnection>;
+
+/// Opens the write connection, migrates the file, requeues dead consumers' messages and starts
+/// the committer. Commits wake `notifier`'s watchers and consumers.
+pub(crate) fn start(
+    path: &Path,
+    durability: Durability,
     clock: Arc<dyn Clock>,
-}
-
-impl Writer {
-    /// Opens the write connection, migrates the file, requeues dead consumers' messages and
-    /// starts the committer. Commits wake `signal` (the handle's watches).
-    pub(crate) fn start(
-        path: &Path,
-        durability: Durability,
-        clock: Arc<dyn Clock>,
-        signal: &Arc<ChangeSignal>,
-    ) -> Result<Self, KvError> {
-        // Recognise an existing file through a read-only look first: a foreign file, or one with
-        // a newer layout, is refused before the writable open switches it to WAL.
-        if std::fs::metadata(path).is_ok_and(|meta| meta.len() > 0) {
-            schema::inspect(&open_connection(path, true, durability)?)?;
-        }
-        let mut conn = open_connection(path, false, durability)?;
-        schema::migrate(&mut conn)?;
-        let notifier = Arc::new(Notifier::new());
-        notifier.register(signal);
-        let mut connection = WriteConnection {
-            last_data_version: pragma_data_version(&conn)?,
-            conn,
-            clock: clock.clone(),
-            notifier: notifier.clone(),
-            held: HashSet::new(),
-            registry_key: std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
-            keepalive: Every::new(MESSAGE_KEEPALIVE_INTERVAL),
-            sweep: Every::new(SWEEP_INTERVAL),
-        };
-        connection.sweep()?;
-        let committer =
-            Committer::start(connection, "kv-sqlite-writer").map_err(SqliteError::Thread)?;
-        let committer = Arc::new(committer);
-        Ok(Writer {
-            committer,
-            notifier,
-            clock,
-        })
+    notifier: Arc<Notifier>,
+) -> Result<Writer, KvError> {
+    // Recognise an existing file through a read-only look first: a foreign file, or one with a
+    // newer layout, is refused before the writable open switches it to WAL.
+    if std::fs::metadata(path).is_ok_and(|meta| meta.len() > 0) {
+        schema::inspect(&open_connection(path, true, durability)?)?;
     }
-
-    pub(crate) async fn write(
-        &self,
-        write: ValidatedWrite,
-    ) -> Result<Option<CommitResult>, KvError> {
-        self.committer.write(write, self.clock.now()).await
-    }
-
-    /// Waits for the next due message and hands it out, settled through this writer; `Ok(None)`
-    /// once the handle closes (`closed`). See [`Committer::next_delivery`].
-    pub(crate) async fn next_message(
-        &self,
-        closed: &ChangeSignal,
-    ) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
-        let engine = SettleAtNow::new(self.committer.clone(), self.clock.clone());
-        let (notifier, clock) = (&self.notifier, &*self.clock);
-        (self.committer)
-            .next_delivery(0, Arc::new(engine), notifier, clock, closed)
-            .await
-    }
-
-    /// Runs what is queued, then fails this handle's unfinished messages and closes the
-    /// connection.
-    pub(crate) async fn shut_down(&self) -> Result<(), KvError> {
-        let committer = self.committer.clone();
-        run_blocking(move || committer.stop()).await
-    }
-
-    pub(crate) fn shut_down_in_background(&self) {
-        self.committer.stop_in_background();
-    }
+    let mut conn = open_connection(path, false, durability)?;
+    schema::migrate(&mut conn)?;
+    let mut connection = WriteConnection {
+        last_data_version: pragma_data_version(&conn)?,
+        conn,
+        clock,
+        notifier,
+        held: HashSet::new(),
+        registry_key: std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
+        keepalive: Every::new(MESSAGE_KEEPALIVE_INTERVAL),
+        sweep: Every::new(SWEEP_INTERVAL),
+    };
+    connection.sweep()?;
+    Ok(Committer::start(connection, "kv-sqlite-writer").map_err(SqliteError::Thread)?)
 }
 
 /// The write connection and what lives from one group to the next: the engine's
 /// [`GroupRunner`].
-struct WriteConnection {
+pub(crate) struct WriteConnection {
     conn: Connection,
     clock: Arc<dyn Clock>,
     notifier: Arc<Notifier>,
@@ -151,7 +102,7 @@ impl GroupRunner for WriteConnection {
     /// Runs a group of commands in one transaction, each in its own savepoint (the kit's
     /// [`run_isolated`]).
     fn run_group(&mut self, group: Vec<Command>) {
-        let tx = match WriteTxn::begin(&self.conn) {
+        let tx = match begin_write(&self.conn) {
             Ok(tx) => tx,
             Err(err) => return committer::reject_all(group, &err),
         };
@@ -163,7 +114,7 @@ impl GroupRunner for WriteConnection {
             },
             group,
         );
-        let committed = tx.commit();
+        let committed = tx.commit().map_err(storage);
         let notifier = self.notifier.clone();
         run.finish(&committed, &notifier, |taken, settled| {
             self.record_held(taken, settled);
@@ -200,10 +151,10 @@ impl GroupRunner for WriteConnection {
         }
         let now = self.clock.now();
         let mut effects = Effects::default();
-        let failed = WriteTxn::begin(&self.conn).and_then(|tx| {
+        let failed = begin_write(&self.conn).and_then(|tx| {
             let mut tables = SqlQueue { conn: &tx };
             kit::fail_deliveries(&mut tables, own.iter().cloned(), now, &mut effects)?;
-            tx.commit()
+            tx.commit().map_err(storage)
         });
         // Whether or not the failures were stored, nobody here holds these messages any more: a
         // sweep requeues them once their deadline passes.
@@ -233,7 +184,7 @@ impl WriteConnection {
     /// Pushes the deadlines of this handle's held messages forward.
     fn renew_deadlines(&mut self) -> Result<(), KvError> {
         let deadline = delivery_deadline(self.clock.now()).timestamp_millis();
-        let tx = WriteTxn::begin(&self.conn)?;
+        let tx = begin_write(&self.conn)?;
         for id in &self.held {
             tx.execute(
                 "update queue_running set deadline = ?1 where id = ?2",
@@ -241,7 +192,7 @@ impl WriteConnection {
             )
             .map_err(storage)?;
         }
-        tx.commit()
+        tx.commit().map_err(storage)
     }
 
     /// Deletes expired entries and requeues messages whose consumer died (deadline passed and not
@@ -249,14 +200,14 @@ impl WriteConnection {
     fn sweep(&mut self) -> Result<(), KvError> {
         let now = self.clock.now();
         let mut effects = Effects::default();
-        let tx = WriteTxn::begin(&self.conn)?;
+        let tx = begin_write(&self.conn)?;
         tx.execute(
             "delete from kv where expiration_ms >= 0 and expiration_ms <= ?1",
             [now.timestamp_millis()],
         )
         .map_err(storage)?;
         messages::requeue_dead(&tx, now, &self.registry_key, &mut effects)?;
-        tx.commit()?;
+        tx.commit().map_err(storage)?;
         self.notifier.notify(&effects);
         Ok(())
     }
@@ -271,61 +222,28 @@ fn is_busy(err: &rusqlite::Error) -> bool {
     matches!(err, rusqlite::Error::SqliteFailure(e, _) if e.code == ErrorCode::DatabaseBusy || e.code == ErrorCode::DatabaseLocked)
 }
 
-/// An open write transaction; rolled back on drop unless committed.
-struct WriteTxn<'a> {
-    conn: &'a Connection,
-    open: bool,
-}
-
-impl<'a> WriteTxn<'a> {
-    /// Takes the write lock, retrying with back-off while another process holds it (on top of
-    /// SQLite's own busy wait), so "database is locked" does not reach the caller.
-    fn begin(conn: &'a Connection) -> Result<Self, KvError> {
-        let mut delay = Duration::from_millis(2);
-        let mut attempt = 1;
-        loop {
-            match conn.execute_batch("begin immediate") {
-                Ok(()) => return Ok(WriteTxn { conn, open: true }),
-                Err(err) if is_busy(&err) && attempt < LOCK_ATTEMPTS => {
-                    std::thread::sleep(delay);
-                    delay = (delay * 2).min(Duration::from_millis(100));
-                    attempt += 1;
-                }
-                Err(err) => return Err(storage(err)),
+/// Opens the group's write transaction (`BEGIN IMMEDIATE`: the write lock is taken at once),
+/// retrying with back-off while another process holds the lock (on top of SQLite's own busy
+/// wait), so "database is locked" does not reach the caller. Dropped without a commit, the
+/// transaction rolls back; a commit that fails rolls back too.
+fn begin_write(conn: &Connection) -> Result<Transaction<'_>, KvError> {
+    let mut delay = Duration::from_millis(2);
+    let mut attempt = 1;
+    loop {
+        match Transaction::new_unchecked(conn, TransactionBehavior::Immediate) {
+            Err(err) if is_busy(&err) && attempt < LOCK_ATTEMPTS => {
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_millis(100));
+                attempt += 1;
             }
-        }
-    }
-
-    fn commit(mut self) -> Result<(), KvError> {
-        self.open = false;
-        match self.conn.execute_batch("commit") {
-            Ok(()) => Ok(()),
-            Err(err) => {
-                let _ = self.conn.execute_batch("rollback");
-                Err(storage(err))
-            }
-        }
-    }
-}
-
-impl std::ops::Deref for WriteTxn<'_> {
-    type Target = Connection;
-    fn deref(&self) -> &Connection {
-        self.conn
-    }
-}
-
-impl Drop for WriteTxn<'_> {
-    fn drop(&mut self) {
-        if self.open {
-            let _ = self.conn.execute_batch("rollback");
+            begun => return begun.map_err(storage),
         }
     }
 }
 
 /// The group's transaction, isolating each command in a savepoint: the kit's [`IsolatingTxn`].
 struct SqlGroup<'t, 'c> {
-    tx: &'t WriteTxn<'c>,
+    tx: &'t Transaction<'c>,
     /// The file, for the held-message registry.
     registry_key: &'t Path,
 }
