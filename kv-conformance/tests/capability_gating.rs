@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use kv_conformance::{TestContext, run_suite};
 use kv_memory::MemoryBackend;
 use kv_proto::{
@@ -20,7 +19,6 @@ struct Masked {
     shown: Capabilities,
 }
 
-#[async_trait]
 impl Engine for Masked {
     fn capabilities(&self) -> Capabilities {
         self.shown

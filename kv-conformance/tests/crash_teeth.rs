@@ -301,7 +301,6 @@ fn persist(bug: Bug, state: &mut State, records: &[Record]) -> Result<(), KvErro
     }
 }
 
-#[async_trait]
 impl Engine for LogBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::none().with_durable(true).with_queues(true)

@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use async_trait::async_trait;
 use kv_conformance::TestContext;
 use kv_proto::{
     Backend, Capabilities, Checked, Clock, CommitResult, Engine, KvEntry, KvError, Limits,
@@ -36,7 +35,6 @@ impl TinyEngine {
     }
 }
 
-#[async_trait]
 impl Engine for TinyEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities::none()

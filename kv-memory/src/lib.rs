@@ -35,7 +35,6 @@ mod store;
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use kv_proto::{
     Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, IntegrityReport, KvError,
     Limits, QueueMessageHandle, QueuedMessage, ReadRangeOutput, SystemClock, ValidatedRead,
@@ -90,7 +89,6 @@ impl MemoryBackend {
     }
 }
 
-#[async_trait]
 impl Engine for MemoryBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::none()

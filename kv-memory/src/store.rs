@@ -1,14 +1,14 @@
 //! The shared state of a [`MemoryStore`]: entries, the expiry index, the commit version and the
 //! queue, behind one mutex. Every operation is short and never waits while holding it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use chrono::{DateTime, Utc};
-use kv_proto::queue::{DeliveryOutcome, Leases, QueuedMessage, Settlement};
+use kv_proto::queue::{DeliveryOutcome, IdMap, Leases, QueuedMessage, Settlement};
 use kv_proto::{
     ChangeSignal, CommitResult, Effects, IntegrityReport, KvEntry, KvError, Notifier, ReadRange,
     ReadRangeOutput, StoredEntry, ValidatedWrite, Versionstamp, WatchedEntry, is_expired,
@@ -42,7 +42,7 @@ struct State {
     /// Messages waiting for delivery, by (ready time, id).
     ready: BTreeMap<(DateTime<Utc>, Uuid), QueuedMessage>,
     /// Messages handed to a consumer and not finished yet.
-    running: HashMap<Uuid, QueuedMessage>,
+    running: IdMap<QueuedMessage>,
     /// Who holds each running message, under which delivery token.
     leases: Leases,
 }

@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use kv_proto::queue::{QueueMessageHandle, QueuedMessage};
 use kv_proto::{
@@ -178,7 +177,6 @@ fn new_pool(config: &Config, size: usize) -> Result<Pool, PostgresError> {
         .map_err(|e| PostgresError::Pool(e.to_string()))
 }
 
-#[async_trait]
 impl Engine for PostgresBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::none()

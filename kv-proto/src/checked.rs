@@ -34,10 +34,9 @@ use crate::{
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use kv_proto::{AtomicWrite, Backend, Checked, KvError};
-/// # use kv_proto::{async_trait, Capabilities, CommitResult, Engine, ReadRangeOutput};
+/// # use kv_proto::{Capabilities, CommitResult, Engine, ReadRangeOutput};
 /// # use kv_proto::{Limits, SystemClock, ValidatedRead, ValidatedWrite};
 /// # struct Refuses;
-/// # #[async_trait]
 /// # impl Engine for Refuses {
 /// #     fn capabilities(&self) -> Capabilities { Capabilities::none() }
 /// #     async fn snapshot_read(&self, _: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> { Ok(vec![]) }

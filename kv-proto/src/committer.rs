@@ -555,17 +555,20 @@ impl<R: GroupRunner> Committer<R> {
     }
 
     /// Queues a command and waits for its answer, leading the committer if nobody does and the
-    /// caller can lead without a thread hop: on a multi-thread tokio runtime (in place), or
-    /// outside any tokio runtime (inline). On a current-thread runtime the standby thread leads.
+    /// caller can lead without stalling other writers: a task on a multi-thread tokio runtime's
+    /// worker (in place, with `block_in_place`), or a thread outside any tokio runtime (inline).
+    ///
+    /// Everywhere else the standby thread leads: on a current-thread runtime, and on the thread
+    /// that calls a multi-thread runtime's `block_on` (`#[tokio::main] async fn main` joining
+    /// many writes). Those threads poll many futures by turns; one that led would block the
+    /// thread through the commit, so the other futures could not queue their writes, and every
+    /// write would commit alone. Handed to the standby thread, the writes they queue meanwhile
+    /// form the next group.
     ///
     /// Dropping the future does not withdraw the command: it still runs, and its answer is
     /// dropped (a queue delivery in it gives its message back).
     pub async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> R::Command) -> Result<T, KvError> {
-        use tokio::runtime::{Handle, RuntimeFlavor};
-        let may_lead = matches!(
-            Handle::try_current().map(|handle| handle.runtime_flavor()),
-            Ok(RuntimeFlavor::MultiThread) | Err(_)
-        );
+        let may_lead = caller_may_lead();
         let (reply, answer) = oneshot::channel();
         if let Some(lead) = self.core.submit(make(reply), may_lead) {
             let core = self.core.clone();
@@ -623,6 +626,18 @@ impl<R: GroupRunner> Committer<R> {
     /// the runner.
     pub fn stop_in_background(&self) {
         let _ = self.core.begin_stop(false);
+    }
+}
+
+/// Whether the calling thread may lead a group in place (see [`Committer::ask`]): a task on a
+/// multi-thread runtime's worker, or any thread outside a tokio runtime.
+fn caller_may_lead() -> bool {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|handle| handle.runtime_flavor()) {
+        // `block_on`'s own future is not a task: only a spawned task has an id.
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::try_id().is_some(),
+        Ok(_) => false,
+        Err(_) => true,
     }
 }
 

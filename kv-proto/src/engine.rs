@@ -1,7 +1,5 @@
 //! The trait a storage engine implements: only what its storage does.
 
-use async_trait::async_trait;
-
 use crate::backend::Optional;
 use crate::queue::{QueueMessageHandle, QueuedMessage};
 use crate::{
@@ -35,6 +33,11 @@ use crate::{
 /// blocking work off the async executor, and every method stays cancel-safe as
 /// [`crate::Backend`] requires.
 ///
+/// An implementation writes the methods as plain `async fn`s (no `#[async_trait]`): the layer
+/// is generic over its engine, so the engine's futures live inside the layer's own future rather
+/// than in a box of their own (one allocation per call fewer; see BENCHMARKS.md, kv-memory W7).
+/// Each future must be `Send`, as the signatures say.
+///
 /// A small engine — an ordered map behind a mutex — looks like this (the starter engine,
 /// `kv-conformance/tests/minimal_backend.rs`, is the same with an injected clock, and runs the
 /// whole conformance suite):
@@ -42,7 +45,6 @@ use crate::{
 /// ```
 /// use std::collections::BTreeMap;
 /// use std::sync::{Arc, Mutex};
-/// use kv_proto::async_trait;
 /// use kv_proto::{
 ///     Capabilities, Checked, CommitResult, Engine, KvEntry, KvError, Limits, ReadRangeOutput,
 ///     StoredEntry, SystemClock, ValidatedRead, ValidatedWrite, Versionstamp,
@@ -51,7 +53,6 @@ use crate::{
 /// #[derive(Default)]
 /// struct Entries(Mutex<(BTreeMap<Vec<u8>, StoredEntry>, u64)>);
 ///
-/// #[async_trait]
 /// impl Engine for Entries {
 ///     fn capabilities(&self) -> Capabilities {
 ///         Capabilities::none() // reads and writes only: the layer refuses the rest
@@ -104,30 +105,37 @@ use crate::{
 ///     Arc::new(Checked::new(Entries::default(), Limits::deno(), Arc::new(SystemClock)));
 /// assert!(!backend.capabilities().queues);
 /// ```
-#[async_trait]
 pub trait Engine: Send + Sync {
     /// What this engine supports; the layer gates the optional methods on it.
     fn capabilities(&self) -> Capabilities;
 
     /// Reads every range of `read` from one consistent snapshot, never returning an expired
     /// entry; one [`ReadRangeOutput`] per range, in order.
-    async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError>;
+    fn snapshot_read(
+        &self,
+        read: ValidatedRead,
+    ) -> impl Future<Output = Result<Vec<ReadRangeOutput>, KvError>> + Send;
 
     /// Commits `write` atomically, or answers `Ok(None)` when a check failed (nothing applied).
     /// Never called on a read-only handle.
-    async fn atomic_write(&self, write: ValidatedWrite) -> Result<Option<CommitResult>, KvError>;
+    fn atomic_write(
+        &self,
+        write: ValidatedWrite,
+    ) -> impl Future<Output = Result<Option<CommitResult>, KvError>> + Send;
 
     /// Waits for the next due message and hands it out; `Ok(None)` once the engine closed (a
     /// dequeue already waiting when [`Engine::close`] runs must return). Called only when
     /// [`Capabilities::queues`] is on and the handle is writable.
-    async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
-        Err(Optional::Queues.refusal())
+    fn dequeue_next_message(
+        &self,
+    ) -> impl Future<Output = Result<Option<Box<dyn QueueMessageHandle>>, KvError>> + Send {
+        async { Err(Optional::Queues.refusal()) }
     }
 
     /// Every queued message, for inspection. Called only when
     /// [`Capabilities::queue_inspection`] is on.
-    async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
-        Err(Optional::QueueInspection.refusal())
+    fn queued_messages(&self) -> impl Future<Output = Result<Vec<QueuedMessage>, KvError>> + Send {
+        async { Err(Optional::QueueInspection.refusal()) }
     }
 
     /// Watches `keys` (usually with [`crate::watch_stream`]); the stream ends when the engine
@@ -139,14 +147,14 @@ pub trait Engine: Send + Sync {
 
     /// The engine's integrity check (see [`crate::Backend::check_integrity`]). Called only when
     /// [`Capabilities::integrity_check`] is on.
-    async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
-        Err(Optional::IntegrityCheck.refusal())
+    fn check_integrity(&self) -> impl Future<Output = Result<IntegrityReport, KvError>> + Send {
+        async { Err(Optional::IntegrityCheck.refusal()) }
     }
 
     /// Releases the engine: waiting dequeues return `Ok(None)`, watch streams end, a durable
     /// engine flushes what it acknowledged. The layer calls it at most once, after which it calls
     /// nothing else.
-    async fn close(&self) -> Result<(), KvError>;
+    fn close(&self) -> impl Future<Output = Result<(), KvError>> + Send;
 
     /// The handle is being dropped without [`Engine::close`] having been called: release what
     /// close would, without waiting (no await is possible here). Does nothing by default.

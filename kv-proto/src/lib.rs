@@ -61,7 +61,7 @@ pub mod watch;
 mod write;
 
 pub use backend::{Backend, Capabilities, WatchStream};
-pub use blocking::run_blocking;
+pub use blocking::{IN_PLACE_READ_ENTRIES, run_blocking, run_read};
 pub use checked::Checked;
 pub use clock::{Clock, ManualClock, SystemClock, ms_to_datetime};
 pub use commit::{StoredEntry, WriteOutcome, WriteTransaction, apply_atomic_write, is_expired};
@@ -87,8 +87,9 @@ pub use write::{
     AtomicWrite, Check, CommitResult, DEFAULT_BACKOFF_SCHEDULE, Enqueue, Mutation, MutationKind,
 };
 
-// Re-exported so users name the same types kv-proto uses, and an engine outside this workspace
-// implements `Engine` with the same `async_trait` attribute.
+// Re-exported so users name the same types kv-proto uses, and code outside this workspace that
+// implements `Backend` or `DeliveryEngine` (boxed, dyn-compatible traits) uses the same
+// `async_trait` attribute. (`Engine` needs none: its methods are plain `async fn`s.)
 pub use async_trait::async_trait;
 pub use chrono;
 pub use num_bigint;

@@ -100,6 +100,14 @@ pub struct SnapshotRead {
     pub consistency: Consistency,
 }
 
+impl SnapshotRead {
+    /// The most entries the read can return: the sum of its ranges' limits (what bounds its
+    /// work, for [`crate::run_read`]).
+    pub fn max_entries(&self) -> usize {
+        self.ranges.iter().map(|range| range.limit as usize).sum()
+    }
+}
+
 /// A stored entry as a read returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvEntry {

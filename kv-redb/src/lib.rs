@@ -75,13 +75,12 @@ mod writer;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use kv_proto::run_blocking;
 use kv_proto::{
     Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, IntegrityReport, KvError,
     Limits, QueueMessageHandle, QueuedMessage, ReadRangeOutput, SystemClock, ValidatedRead,
     ValidatedWatch, ValidatedWrite, WatchStream, blocking_watch_stream,
 };
+use kv_proto::{run_blocking, run_read};
 
 pub use error::RedbError;
 pub use group::DEFERRED_SYNC_INTERVAL;
@@ -214,7 +213,6 @@ impl RedbBackend {
     }
 }
 
-#[async_trait]
 impl Engine for RedbBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::durable_store(self.shared.is_read_only())
@@ -223,8 +221,9 @@ impl Engine for RedbBackend {
     async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
         let mut time = ReadTime::new(self.options.clock.clone());
         let shared = self.shared.clone();
+        let max_entries = read.max_entries();
         let ranges = read.into_inner().ranges;
-        run_blocking(move || {
+        run_read(max_entries, move || {
             shared.with_entries(|entries| reader::read_ranges(entries, ranges, &mut time))
         })
         .await

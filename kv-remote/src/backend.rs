@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use kv_connect::convert::{self, AtomicWriteResult};
 use kv_connect::prost::Message;
 use kv_proto::{
@@ -64,7 +63,6 @@ impl RemoteBackend {
     }
 }
 
-#[async_trait]
 impl Engine for RemoteBackend {
     /// Watch always; queues when the server offers the `queue/1` extension (assumed until the
     /// metadata is known). Never `durable`: durability is the server's business, and reopening

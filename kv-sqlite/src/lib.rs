@@ -53,7 +53,6 @@ mod writer;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use kv_proto::committer::SettleAtNow;
 use kv_proto::{
     Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, IntegrityReport, KvError,
@@ -64,7 +63,7 @@ use thiserror::Error;
 
 use crate::reader::ReaderPool;
 use crate::writer::Writer;
-use kv_proto::run_blocking;
+use kv_proto::{run_blocking, run_read};
 
 /// Why a database could not be opened or used.
 #[derive(Debug, Error)]
@@ -249,7 +248,6 @@ impl SqliteBackend {
     }
 }
 
-#[async_trait]
 impl Engine for SqliteBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::durable_store(self.options.read_only)
@@ -258,7 +256,10 @@ impl Engine for SqliteBackend {
     async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
         let now_ms = self.options.clock.now_ms();
         let readers = self.readers.clone();
-        run_blocking(move || readers.read(&read.ranges, now_ms)).await
+        run_read(read.max_entries(), move || {
+            readers.read(&read.ranges, now_ms)
+        })
+        .await
     }
 
     async fn atomic_write(&self, write: ValidatedWrite) -> Result<Option<CommitResult>, KvError> {

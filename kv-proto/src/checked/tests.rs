@@ -20,7 +20,6 @@ impl Recorder {
     }
 }
 
-#[async_trait]
 impl Engine for Recorder {
     fn capabilities(&self) -> Capabilities {
         self.capabilities

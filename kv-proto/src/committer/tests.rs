@@ -252,6 +252,31 @@ fn on_a_multi_thread_runtime_a_lone_caller_leads_in_place() {
     committer.stop().unwrap();
 }
 
+/// Futures joined on the thread that calls a multi-thread runtime's `block_on` (as
+/// `#[tokio::main] async fn main` joining many writes does) share groups: that thread must not
+/// lead in place, or the commit blocks it and every future's command commits alone.
+#[test]
+fn futures_joined_on_the_block_on_thread_share_groups() {
+    // Each group takes 20 ms, as a slow fsync would: the first command's group is still running
+    // when the other futures queue theirs.
+    let (committer, seen) = committer_with(Duration::from_secs(60), Duration::from_millis(20));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let numbers = runtime.block_on(futures::future::join_all(
+        (0..16).map(|tag| committer.ask(number(tag))),
+    ));
+    let mut numbers: Vec<u64> = numbers.into_iter().map(Result::unwrap).collect();
+    numbers.sort_unstable();
+    assert_eq!(numbers, (1..=16).collect::<Vec<_>>());
+    let groups = seen.groups.lock().unwrap().len();
+    // Leading in place gave 16 groups of one; handed to the standby thread, the first command
+    // runs alone (or with a few) and the rest wait together for the next group.
+    assert!(groups <= 3, "16 joined writes ran in {groups} groups");
+    committer.stop().unwrap();
+}
+
 /// `stop` runs what was queued before it, closes the runner once, and afterwards every command
 /// is answered `Closed` (none hangs); stopping again is harmless.
 #[test]
