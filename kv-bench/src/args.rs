@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::spec::{Durability, Target, Workload};
+use crate::spec::{Durability, Mode, Target, Workload};
 
 /// The usage text.
 pub const USAGE: &str = "\
@@ -29,6 +29,10 @@ usage: kv-bench [options]
   --no-floors           skip the raw rusqlite / raw redb floors
   --durability D        full (default: survives a machine crash) or process (survives a
                         process crash); mapped onto each engine and its floor alike
+  --mode M              how the workloads drive the stores: multi (default: tasks on a
+                        multi-thread runtime's workers), current (tasks on a current-thread
+                        runtime) or joined (futures joined on a multi-thread runtime's
+                        block_on thread, no spawn); the raw floors are the same in every mode
   --rounds N            run everything N times and report medians (default 1; the published
                         figures use 3)
   --scaling             also run W3 and W4 over 10^4, 10^5 and 10^6 keys (times --scale)
@@ -56,6 +60,8 @@ pub struct Options {
     pub floors: bool,
     /// Write durability.
     pub durability: Durability,
+    /// How the workloads drive the stores.
+    pub mode: Mode,
     /// Rounds (medians reported).
     pub rounds: usize,
     /// Run the dataset scaling phase.
@@ -78,6 +84,7 @@ impl Default for Options {
             backends: Target::BACKENDS.to_vec(),
             floors: true,
             durability: Durability::Full,
+            mode: Mode::Multi,
             rounds: 1,
             scaling: false,
             dir: None,
@@ -162,6 +169,11 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 let v = value()?;
                 options.durability = Durability::parse(&v)
                     .ok_or_else(|| format!("--durability: full or process, not {v}"))?;
+            }
+            "--mode" => {
+                let v = value()?;
+                options.mode = Mode::parse(&v)
+                    .ok_or_else(|| format!("--mode: multi, current or joined, not {v}"))?;
             }
             "--rounds" => {
                 let v = value()?;

@@ -20,7 +20,7 @@ use crate::data::{
     BoxError, KeyTable, Probes, Result, bench_prefix_end, random_indices, scan_starts, warmup_len,
 };
 use crate::raw::{RawRedb, RawSqlite};
-use crate::spec::{Counts, Durability, Target, Workload};
+use crate::spec::{Counts, Durability, Mode, Target, Workload};
 use crate::stats::Measured;
 use crate::sysinfo::{peak_rss_kib, storage_write_bytes};
 use crate::workloads::{self, Kv, Outcome};
@@ -38,6 +38,8 @@ pub struct ChildSpec {
     pub keys: Option<usize>,
     /// Write durability.
     pub durability: Durability,
+    /// How the workloads drive the store.
+    pub mode: Mode,
     /// A directory of its own for the child's files (created, and removed at the end); for
     /// kv-postgres, each store's directory names its schema.
     pub dir: PathBuf,
@@ -63,6 +65,8 @@ impl ChildSpec {
             self.scale.to_string(),
             "--durability".to_owned(),
             self.durability.name().to_owned(),
+            "--mode".to_owned(),
+            self.mode.name().to_owned(),
             "--dir".to_owned(),
             self.dir.display().to_string(),
         ];
@@ -85,6 +89,7 @@ impl ChildSpec {
         let mut scale = 1.0;
         let mut keys = None;
         let mut durability = Durability::Full;
+        let mut mode = Mode::Multi;
         let mut dir = None;
         let mut postgres_url = None;
         let mut postgres_replica_url = None;
@@ -123,6 +128,11 @@ impl ChildSpec {
                     durability = Durability::parse(&v)
                         .ok_or(format!("--durability: full or process, not {v}"))?;
                 }
+                "--mode" => {
+                    let v = value()?;
+                    mode = Mode::parse(&v)
+                        .ok_or(format!("--mode: multi, current or joined, not {v}"))?;
+                }
                 "--dir" => dir = Some(PathBuf::from(value()?)),
                 "--postgres-url" => postgres_url = Some(value()?),
                 "--postgres-replica-url" => postgres_replica_url = Some(value()?),
@@ -135,6 +145,7 @@ impl ChildSpec {
             scale,
             keys,
             durability,
+            mode,
             dir: dir.ok_or("child: --dir is required")?,
             postgres_url,
             postgres_replica_url,
@@ -261,13 +272,14 @@ async fn open_backend(spec: &ChildSpec, dir: &Path, durability: Durability) -> R
     })
 }
 
-/// Runs `work` on a worker thread of a multi-thread runtime (as a server's request handler
-/// would), or in place on a current-thread runtime.
-async fn on_worker<F>(multi_thread: bool, work: F) -> Result<Outcome>
+/// Runs `work` as the driving mode says: spawned on a worker thread of a multi-thread runtime (as
+/// a server's request handler would), or in place on the thread that polls this future (the
+/// current-thread runtime's, or the `block_on` thread of a multi-thread runtime).
+async fn on_worker<F>(spawn: bool, work: F) -> Result<Outcome>
 where
     F: Future<Output = Result<Outcome>> + Send + 'static,
 {
-    if multi_thread {
+    if spawn {
         tokio::spawn(work).await?
     } else {
         work.await
@@ -277,7 +289,10 @@ where
 fn run_backend(spec: &ChildSpec) -> Result<Vec<Value>> {
     let counts = Counts::new(spec.scale, spec.keys);
     // W3-1core measures one core: a current-thread runtime, nothing else scheduled.
-    let multi_thread = spec.workloads != [Workload::W3Core];
+    let multi_thread = spec.mode != Mode::Current && spec.workloads != [Workload::W3Core];
+    // Workloads run as a spawned task only in the multi mode; otherwise on the polling thread.
+    let spawn = multi_thread && spec.mode == Mode::Multi;
+    let mode = spec.mode;
     let runtime = if multi_thread {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -320,7 +335,7 @@ fn run_backend(spec: &ChildSpec) -> Result<Vec<Value>> {
                         warmup_len(set.probes.len()),
                         spec.target.read_consistency(),
                     );
-                    on_worker(multi_thread, work).await?
+                    on_worker(spawn, work).await?
                 }
                 (Workload::W4, Some((kv, set))) => {
                     let work = workloads::w4_scans(
@@ -332,7 +347,7 @@ fn run_backend(spec: &ChildSpec) -> Result<Vec<Value>> {
                         w4_warmup(set.starts.len()),
                         spec.target.read_consistency(),
                     );
-                    on_worker(multi_thread, work).await?
+                    on_worker(spawn, work).await?
                 }
                 (Workload::W3 | Workload::W3Core | Workload::W4, None) => {
                     return Err::<_, BoxError>("the read data set was not loaded".into());
@@ -341,7 +356,7 @@ fn run_backend(spec: &ChildSpec) -> Result<Vec<Value>> {
                     let dir = spec.dir.join(write.name());
                     std::fs::create_dir_all(&dir)?;
                     let kv = open_backend(spec, &dir, spec.durability).await?;
-                    let outcome = run_write(write, kv.clone(), &counts, multi_thread).await;
+                    let outcome = run_write(write, kv.clone(), &counts, spawn, mode).await;
                     kv.close().await?;
                     outcome?
                 }
@@ -359,38 +374,39 @@ async fn run_write(
     workload: Workload,
     kv: Kv,
     counts: &Counts,
-    multi_thread: bool,
+    spawn: bool,
+    mode: Mode,
 ) -> Result<Outcome> {
     match workload {
         Workload::W1 | Workload::W2 => {
             let keys = Arc::new(KeyTable::bench(counts.w1_sets)?);
             let end = bench_prefix_end()?;
             if workload == Workload::W1 {
-                on_worker(multi_thread, workloads::w1_sequential_sets(kv, keys, end)).await
+                on_worker(spawn, workloads::w1_sequential_sets(kv, keys, end)).await
             } else {
                 let tasks = counts.w2_tasks();
                 on_worker(
-                    multi_thread,
-                    workloads::w2_concurrent_sets(kv, keys, end, tasks),
+                    spawn,
+                    workloads::w2_concurrent_sets(kv, keys, end, tasks, mode),
                 )
                 .await
             }
         }
         Workload::W5 => {
             on_worker(
-                multi_thread,
-                workloads::w5_check_and_set(kv, counts.w5_tasks, counts.w5_per_task),
+                spawn,
+                workloads::w5_check_and_set(kv, counts.w5_tasks, counts.w5_per_task, mode),
             )
             .await
         }
         Workload::W6 => {
             on_worker(
-                multi_thread,
-                workloads::w6_sums(kv, counts.w6_tasks(), counts.w6_sums, counts.w6_keys),
+                spawn,
+                workloads::w6_sums(kv, counts.w6_tasks(), counts.w6_sums, counts.w6_keys, mode),
             )
             .await
         }
-        Workload::W7 => on_worker(multi_thread, workloads::w7_queue(kv, counts.w7_messages)).await,
+        Workload::W7 => on_worker(spawn, workloads::w7_queue(kv, counts.w7_messages)).await,
         Workload::W3 | Workload::W3Core | Workload::W4 => {
             Err(format!("{workload} is a read workload").into())
         }
@@ -515,6 +531,7 @@ mod tests {
             scale: 0.25,
             keys: Some(10_000),
             durability: Durability::Process,
+            mode: Mode::Joined,
             dir: PathBuf::from("/tmp/x y"),
             postgres_url: None,
             postgres_replica_url: None,

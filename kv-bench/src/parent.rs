@@ -207,15 +207,17 @@ pub fn run(options: &Options) -> Result<i32> {
             scale: options.scale,
             keys,
             durability: options.durability,
+            mode: options.mode,
             dir: run_dir.0.join(format!("{child_number:03}-{target}")),
             postgres_url: postgres.url.clone(),
             postgres_replica_url: postgres.replica_url.clone(),
         }
     };
     eprintln!(
-        "kv-bench: scale {}, durability {}, {} round(s); files under {}",
+        "kv-bench: scale {}, durability {}, mode {}, {} round(s); files under {}",
         options.scale,
         options.durability.name(),
+        options.mode.name(),
         options.rounds,
         run_dir.0.display()
     );
@@ -661,10 +663,12 @@ impl Report<'_> {
         let o = self.options;
         let _ = writeln!(
             out,
-            "\nkv-bench: scale {}, durability {} ({}), {} round(s){}\nmachine: {} cpus, {}, kernel {}, {} GiB RAM; load average {} at the start, {} at the end\n",
+            "\nkv-bench: scale {}, durability {} ({}), mode {} ({}), {} round(s){}\nmachine: {} cpus, {}, kernel {}, {} GiB RAM; load average {} at the start, {} at the end\n",
             o.scale,
             o.durability.name(),
             o.durability.mapping(),
+            o.mode.name(),
+            o.mode.describe(),
             o.rounds,
             if o.rounds > 1 {
                 ": each figure is the median over rounds, each ratio the median of per-round ratios"
@@ -911,6 +915,7 @@ impl Report<'_> {
                 "scale": o.scale,
                 "durability": o.durability.name(),
                 "durability_mapping": o.durability.mapping(),
+                "mode": o.mode.name(),
                 "rounds": o.rounds,
                 "floors": o.floors,
                 "keys": self.keys(),

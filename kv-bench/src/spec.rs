@@ -223,6 +223,51 @@ impl fmt::Display for Target {
     }
 }
 
+/// How the benchmark drives a store: which thread polls its futures. The same store can be
+/// fast driven one way and slow another (a blocking engine that leads a commit on the polling
+/// thread stalls every future that thread polls), so each run names its mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Tasks spawned on a multi-thread runtime's workers, as a server's request handlers run.
+    Multi,
+    /// Tasks on a current-thread runtime, as in a Deno isolate, a `flavor = "current_thread"`
+    /// program or a small server.
+    Current,
+    /// Futures joined on the thread that calls a multi-thread runtime's `block_on`, as
+    /// `#[tokio::main] async fn main` joining 64 writes does: no task is spawned.
+    Joined,
+}
+
+impl Mode {
+    /// Every mode, in report order.
+    pub const ALL: [Mode; 3] = [Mode::Multi, Mode::Current, Mode::Joined];
+
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Multi => "multi",
+            Mode::Current => "current",
+            Mode::Joined => "joined",
+        }
+    }
+
+    /// Parses `multi`, `current` or `joined`.
+    pub fn parse(text: &str) -> Option<Self> {
+        Mode::ALL
+            .into_iter()
+            .find(|mode| mode.name() == text.trim().to_ascii_lowercase())
+    }
+
+    /// What the mode means, for the report.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Mode::Multi => "tasks spawned on a multi-thread runtime's workers",
+            Mode::Current => "tasks on a current-thread runtime",
+            Mode::Joined => "futures joined on a multi-thread runtime's block_on thread",
+        }
+    }
+}
+
 /// How hard writes are pushed to disk, mapped onto each engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {

@@ -16,6 +16,7 @@ use kv_proto::{
 use serde_json::{Map, Value, json};
 
 use crate::data::{KeyTable, Probes, Result, bench_value, check_value};
+use crate::spec::Mode;
 use crate::stats::{Chain, Measured, Rng, nanos};
 
 /// Keys per preload commit (under Deno's 1000 mutations and 800 KiB per atomic write).
@@ -176,12 +177,13 @@ pub async fn w2_concurrent_sets(
     keys: Arc<KeyTable>,
     end: Vec<u8>,
     tasks: usize,
+    mode: Mode,
 ) -> Result<Outcome> {
     let started = Instant::now();
     let mut handles = Vec::with_capacity(tasks);
     for task in 0..tasks {
         let (kv, keys) = (kv.clone(), keys.clone());
-        handles.push(tokio::spawn(async move {
+        handles.push(async move {
             let mut latencies = Vec::with_capacity(keys.len() / tasks + 1);
             for i in (task..keys.len()).step_by(tasks) {
                 let t0 = Instant::now();
@@ -189,12 +191,9 @@ pub async fn w2_concurrent_sets(
                 latencies.push(nanos(t0.elapsed()));
             }
             Ok::<_, crate::data::BoxError>(latencies)
-        }));
+        });
     }
-    let mut latencies_ns = Vec::with_capacity(keys.len());
-    for handle in handles {
-        latencies_ns.extend(handle.await??);
-    }
+    let latencies_ns = run_concurrently(mode, handles).await?.concat();
     let elapsed = started.elapsed();
     verify_written(&kv, &keys, &end).await?;
     let mut outcome = Outcome::from(Measured {
@@ -326,7 +325,12 @@ async fn read_u64(kv: &Kv, key: &[u8]) -> Result<Option<(u64, kv_proto::Versions
 /// W5: `tasks` tasks each increment one counter `per_task` times with check-and-set (read the
 /// counter and its versionstamp, write +1 only if the versionstamp is unchanged, retry if not).
 /// The final value must be exactly `tasks * per_task`.
-pub async fn w5_check_and_set(kv: Kv, tasks: usize, per_task: usize) -> Result<Outcome> {
+pub async fn w5_check_and_set(
+    kv: Kv,
+    tasks: usize,
+    per_task: usize,
+    mode: Mode,
+) -> Result<Outcome> {
     let counter = encode_key(&key!["counter"])?;
     commit(&kv, set_write(counter.clone(), KvValue::U64(0))).await?;
     let retries = Arc::new(AtomicU64::new(0));
@@ -334,7 +338,7 @@ pub async fn w5_check_and_set(kv: Kv, tasks: usize, per_task: usize) -> Result<O
     let mut handles = Vec::with_capacity(tasks);
     for _ in 0..tasks {
         let (kv, counter, retries) = (kv.clone(), counter.clone(), retries.clone());
-        handles.push(tokio::spawn(async move {
+        handles.push(async move {
             let mut latencies = Vec::with_capacity(per_task);
             for _ in 0..per_task {
                 let t0 = Instant::now();
@@ -358,12 +362,9 @@ pub async fn w5_check_and_set(kv: Kv, tasks: usize, per_task: usize) -> Result<O
                 latencies.push(nanos(t0.elapsed()));
             }
             Ok::<_, crate::data::BoxError>(latencies)
-        }));
+        });
     }
-    let mut latencies_ns = Vec::with_capacity(tasks * per_task);
-    for handle in handles {
-        latencies_ns.extend(handle.await??);
-    }
+    let latencies_ns = run_concurrently(mode, handles).await?.concat();
     let elapsed = started.elapsed();
     let expected = (tasks * per_task) as u64;
     let found = read_u64(&kv, &counter).await?.map(|(n, _)| n);
@@ -391,7 +392,7 @@ pub async fn w5_check_and_set(kv: Kv, tasks: usize, per_task: usize) -> Result<O
 
 /// W6: `sums` u64 sums spread over `tasks` tasks, each adding 1..=7 to one of `hot` keys chosen
 /// at random; every key's total must equal what was added to it.
-pub async fn w6_sums(kv: Kv, tasks: usize, sums: usize, hot: usize) -> Result<Outcome> {
+pub async fn w6_sums(kv: Kv, tasks: usize, sums: usize, hot: usize, mode: Mode) -> Result<Outcome> {
     let hot_keys = Arc::new(
         (0..hot)
             .map(|k| encode_key(&key!["hot", k as u64]))
@@ -402,7 +403,7 @@ pub async fn w6_sums(kv: Kv, tasks: usize, sums: usize, hot: usize) -> Result<Ou
     for task in 0..tasks {
         let (kv, hot_keys) = (kv.clone(), hot_keys.clone());
         let ops = (task..sums).step_by(tasks).count();
-        handles.push(tokio::spawn(async move {
+        handles.push(async move {
             let mut rng = Rng::new(0x5eed_0600 + task as u64);
             let mut added = vec![0u64; hot_keys.len()];
             let mut latencies = Vec::with_capacity(ops);
@@ -422,12 +423,11 @@ pub async fn w6_sums(kv: Kv, tasks: usize, sums: usize, hot: usize) -> Result<Ou
                 added[k] += operand;
             }
             Ok::<_, crate::data::BoxError>((latencies, added))
-        }));
+        });
     }
     let mut latencies_ns = Vec::with_capacity(sums);
     let mut expected = vec![0u64; hot];
-    for handle in handles {
-        let (latencies, added) = handle.await??;
+    for (latencies, added) in run_concurrently(mode, handles).await? {
         latencies_ns.extend(latencies);
         for (total, add) in expected.iter_mut().zip(added) {
             *total += add;
@@ -540,4 +540,24 @@ pub async fn w7_queue(kv: Kv, messages: usize) -> Result<Outcome> {
         .extra
         .insert("enqueue_p99_us".into(), json!(enqueue_p99));
     Ok(outcome)
+}
+
+/// Runs `tasks` concurrently as `mode` drives a store: spawned on the runtime (`multi`,
+/// `current`), or polled together on the calling thread (`joined`: the `block_on` thread of a
+/// multi-thread runtime, as `#[tokio::main] async fn main` joining its writes does). Their
+/// results come back in order.
+async fn run_concurrently<T, F>(mode: Mode, tasks: Vec<F>) -> Result<Vec<T>>
+where
+    F: Future<Output = Result<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    if mode == Mode::Joined {
+        return futures::future::join_all(tasks).await.into_iter().collect();
+    }
+    let handles: Vec<_> = tasks.into_iter().map(tokio::spawn).collect();
+    let mut results = Vec::with_capacity(handles.len());
+    for handle in handles {
+        results.push(handle.await??);
+    }
+    Ok(results)
 }

@@ -96,6 +96,31 @@ fn process_durability_runs_the_floors_too() {
     result(&report, "redb", "W7");
 }
 
+/// The current-thread and joined driving modes run every write workload on every engine (the
+/// ones whose concurrency is spawned tasks in the default mode are joined futures here).
+#[test]
+fn every_driving_mode_runs_every_engine() {
+    for mode in ["current", "joined"] {
+        let report = json_run(&[
+            "--scale=0.01",
+            "--json",
+            "--no-floors",
+            "--mode",
+            mode,
+            "--workloads",
+            "W1,W2,W3,W4,W5,W6,W7",
+            "--backends",
+            "memory,sqlite,redb",
+        ]);
+        assert_eq!(report["config"]["mode"], mode);
+        for backend in ["memory", "sqlite", "redb"] {
+            for workload in ["W1", "W2", "W3", "W4", "W5", "W6", "W7"] {
+                result(&report, backend, workload);
+            }
+        }
+    }
+}
+
 #[test]
 fn text_report_names_targets_and_memory() {
     let output = kv_bench(&[
@@ -119,6 +144,7 @@ fn bad_arguments_exit_2_without_panicking() {
         &["--scale", "0"][..],
         &["--workloads", "W8"],
         &["--durability", "sometimes"],
+        &["--mode", "sideways"],
         &["--frobnicate"],
         &["child", "--target", "nothing"],
     ] {
