@@ -65,6 +65,10 @@ pub struct IsolatedRun<Id> {
     pub taken: Vec<Id>,
     /// The messages the group's settlements let go of.
     pub settled: Vec<Id>,
+    /// How many commands kept their work. None (every write failed its check): the engine
+    /// rolls the transaction back instead of committing it, so a failed check costs no durable
+    /// commit.
+    pub kept: usize,
 }
 
 /// Runs every command of `group` inside `txn`, each isolated (see the module docs).
@@ -78,18 +82,21 @@ where
         effects: Effects::default(),
         taken: Vec::new(),
         settled: Vec::new(),
+        kept: 0,
     };
-    let effects = &mut run.effects;
+    let (effects, kept) = (&mut run.effects, &mut run.kept);
     for command in group {
         match command {
             Change::Write { write, now, reply } => {
-                let result = isolated(txn, Option::is_some, |txn| txn.write(&write, now, effects));
+                let result = isolated(txn, kept, Option::is_some, |txn| {
+                    txn.write(&write, now, effects)
+                });
                 run.answers.hold(Some(reply), result);
             }
             Change::Take {
                 now, engine, reply, ..
             } => {
-                let due = isolated(txn, |_| true, |txn| txn.take(now, effects));
+                let due = isolated(txn, kept, |_| true, |txn| txn.take(now, effects));
                 let taken = due.map(|due| {
                     due.into_taken(engine, |id| {
                         run.taken.push(id.clone());
@@ -104,7 +111,12 @@ where
                 now,
                 reply,
             } => {
-                let result = isolated(txn, |_| true, |txn| txn.settle(&id, outcome, now, effects));
+                let result = isolated(
+                    txn,
+                    kept,
+                    |_| true,
+                    |txn| txn.settle(&id, outcome, now, effects),
+                );
                 run.settled.push(id);
                 run.answers.hold(reply, result);
             }
@@ -134,16 +146,18 @@ impl<Id> IsolatedRun<Id> {
     }
 }
 
-/// Runs `work` in its own isolation: kept if it returns `Ok` and `keep` says so, rolled back
-/// otherwise (a failed check, or an error).
+/// Runs `work` in its own isolation: kept (and counted in `kept`) if it returns `Ok` and `keep`
+/// says so, rolled back otherwise (a failed check, or an error).
 fn isolated<T: IsolatingTxn, R>(
     txn: &mut T,
+    kept: &mut usize,
     keep: impl FnOnce(&R) -> bool,
     work: impl FnOnce(&mut T) -> Result<R, KvError>,
 ) -> Result<R, KvError> {
     txn.begin_command()?;
     let result = work(txn);
-    let kept = matches!(&result, Ok(value) if keep(value));
-    txn.end_command(kept)?;
+    let keeps = matches!(&result, Ok(value) if keep(value));
+    txn.end_command(keeps)?;
+    *kept += usize::from(keeps);
     result
 }

@@ -114,7 +114,13 @@ impl GroupRunner for WriteConnection {
             },
             group,
         );
-        let committed = tx.commit().map_err(storage);
+        // A group in which every write failed its check changed nothing: rolled back, it costs
+        // no write to the log and no fsync.
+        let committed = if run.kept == 0 {
+            tx.rollback().map_err(storage)
+        } else {
+            tx.commit().map_err(storage)
+        };
         let notifier = self.notifier.clone();
         run.finish(&committed, &notifier, |taken, settled| {
             self.record_held(taken, settled);
