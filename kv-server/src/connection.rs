@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use crate::Shared;
 use crate::databases::ConnectionDatabases;
 use crate::handler;
+use crate::quick_ack::QuickAck;
 use crate::response::ResponseBody;
 
 /// How often an HTTP/2 connection is pinged, and how long a ping may go unanswered before the
@@ -148,7 +149,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, _slot: OwnedSe
         .max_concurrent_streams(200)
         .keep_alive_interval(HTTP2_PING_INTERVAL)
         .keep_alive_timeout(HTTP2_PING_INTERVAL);
-    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    let connection = builder.serve_connection(TokioIo::new(QuickAck::new(stream)), service);
     tokio::pin!(connection);
     let mut shutdown = shared.shutdown.clone();
     tokio::select! {

@@ -47,6 +47,7 @@ pub mod databases;
 pub mod ext;
 mod handler;
 pub mod queue;
+mod quick_ack;
 pub mod resources;
 mod response;
 mod watch;
