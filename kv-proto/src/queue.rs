@@ -40,7 +40,7 @@ mod tables;
 pub use delivery::{Delivery, DeliveryEngine, DeliveryOutcome, Settlement, after_delivery};
 pub use dequeue::{Taken, next_delivery};
 pub use leases::{IdMap, Lease, Leases};
-pub use tables::{Due, QueueTables, fail_deliveries, settle, take_due};
+pub use tables::{Due, Hold, QueueTables, fail_deliveries, settle, take_due};
 
 /// How long a consumer holds a message before it is presumed dead and the message requeued
 /// (Deno: 5 s).

@@ -24,7 +24,7 @@
 //! recorded for inspection and for the format's sake.
 
 use chrono::{DateTime, Utc};
-use kv_proto::queue::{DeliveryEngine, Due, QueueTables, QueuedMessage, fail_deliveries};
+use kv_proto::queue::{DeliveryEngine, Due, Hold, QueueTables, QueuedMessage, fail_deliveries};
 use kv_proto::{Effects, KvError, ValidatedWrite};
 use redb::ReadableTable;
 use uuid::Uuid;
@@ -82,11 +82,7 @@ impl QueueTables for RedbQueue<'_, '_> {
     type Id = Uuid;
     type Error = Failure;
 
-    fn take_due(
-        &mut self,
-        now: DateTime<Utc>,
-        deadline: DateTime<Utc>,
-    ) -> Result<Due<Uuid>, Failure> {
+    fn take_due(&mut self, hold: Hold) -> Result<Due<Uuid>, Failure> {
         let first = {
             let ready = self.tables.ready().map_err(own)?;
             let first = ready.first().map_err(own)?;
@@ -97,13 +93,13 @@ impl QueueTables for RedbQueue<'_, '_> {
         };
         let (ready_at, id) = codec::decode_ready_key(&key).map_err(Failure::Command)?;
         let message = codec::decode_message_body(&body, id, ready_at).map_err(Failure::Command)?;
-        if message.ready_at > now {
+        if message.ready_at > hold.now() {
             return Ok(Due::NextAt(Some(message.ready_at)));
         }
         self.tables.dirty = true;
         let ready = self.tables.ready().map_err(fatal)?;
         ready.remove(key.as_slice()).map_err(fatal)?;
-        let record = codec::encode_running(deadline, &message);
+        let record = codec::encode_running(hold.deadline(), &message);
         let running = self.tables.running().map_err(fatal)?;
         (running.insert(id.as_bytes().as_slice(), record.as_slice())).map_err(fatal)?;
         Ok(Due::Message(id, message))

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
 use chrono::{DateTime, Utc};
-use kv_proto::queue::{Due, QueueTables, QueuedMessage, fail_deliveries};
+use kv_proto::queue::{Due, Hold, QueueTables, QueuedMessage, fail_deliveries};
 use kv_proto::{Effects, KvError, ValidatedWrite, ms_to_datetime};
 use rusqlite::{Connection, params};
 
@@ -47,12 +47,8 @@ impl QueueTables for SqlQueue<'_> {
     type Id = String;
     type Error = KvError;
 
-    fn take_due(
-        &mut self,
-        now: DateTime<Utc>,
-        deadline: DateTime<Utc>,
-    ) -> Result<Due<String>, KvError> {
-        let due = params![now.timestamp_millis()];
+    fn take_due(&mut self, hold: Hold) -> Result<Due<String>, KvError> {
+        let due = params![hold.now().timestamp_millis()];
         let Some((id, message)) = first_row(self.conn, SELECT_DUE, due, queue_row)? else {
             let next: Option<i64> = self
                 .conn
@@ -66,7 +62,7 @@ impl QueueTables for SqlQueue<'_> {
                 params![message.ready_at.timestamp_millis(), id],
             )
             .map_err(storage)?;
-        let deadline_ms = deadline.timestamp_millis();
+        let deadline_ms = hold.deadline().timestamp_millis();
         insert_queue_row(self.conn, "queue_running", deadline_ms, &id, &message)?;
         Ok(Due::Message(id, message))
     }

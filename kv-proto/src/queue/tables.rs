@@ -4,8 +4,8 @@
 //! *running* (handed to a consumer, with a deadline). It implements [`QueueTables`] — plain
 //! access to those two tables inside its transaction — and the kit decides what happens:
 //!
-//! - [`take_due`]: the first message due moves from ready to running, with the delivery deadline
-//!   of [`delivery_deadline`]; [`Due::into_taken`] guards it as a [`Delivery`] before the answer
+//! - [`take_due`]: the first message due moves from ready to running, held until the delivery
+//!   deadline of [`delivery_deadline`] (a [`Hold`]); [`Due::into_taken`] guards it as a [`Delivery`] before the answer
 //!   leaves the group;
 //! - [`settle`]: a delivery ends as its [`DeliveryOutcome`] says — a success deletes the running
 //!   row; otherwise kv-proto's rule ([`Settlement`]) puts the message back in ready (a retry after
@@ -19,7 +19,7 @@
 //! ```
 //! use std::collections::BTreeMap;
 //! use chrono::{DateTime, Utc};
-//! use kv_proto::queue::{self, Due, DeliveryOutcome, QueueTables, QueuedMessage};
+//! use kv_proto::queue::{self, Due, DeliveryOutcome, Hold, QueueTables, QueuedMessage};
 //! use kv_proto::{Clock, Effects, KvError, ManualClock, ValidatedWrite};
 //!
 //! /// Two maps: ready by (ready time, id), running by id.
@@ -31,12 +31,11 @@
 //! impl QueueTables for Maps {
 //!     type Id = u128;
 //!     type Error = KvError;
-//!     fn take_due(&mut self, now: DateTime<Utc>, _deadline: DateTime<Utc>)
-//!         -> Result<Due<u128>, KvError> {
+//!     fn take_due(&mut self, hold: Hold) -> Result<Due<u128>, KvError> {
 //!         let Some((&(at, id), _)) = self.ready.first_key_value() else {
 //!             return Ok(Due::NextAt(None));
 //!         };
-//!         if at > now {
+//!         if at > hold.now() {
 //!             return Ok(Due::NextAt(Some(at)));
 //!         }
 //!         let message = self.ready.remove(&(at, id)).expect("the first row");
@@ -92,6 +91,36 @@ pub enum Due<Id> {
     NextAt(Option<DateTime<Utc>>),
 }
 
+/// A take's moment and the deadline its delivery is held to: the first message due at
+/// [`Hold::now`] moves to running with [`Hold::deadline`], the rule's [`delivery_deadline`] of
+/// that moment. The deadline comes with the moment, so no engine computes its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hold {
+    now: DateTime<Utc>,
+    deadline: DateTime<Utc>,
+}
+
+impl Hold {
+    /// A take at `now`, held until [`delivery_deadline`]`(now)`.
+    pub fn at(now: DateTime<Utc>) -> Hold {
+        Hold {
+            now,
+            deadline: delivery_deadline(now),
+        }
+    }
+
+    /// When the take happens: a message whose ready time is later is not due.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.now
+    }
+
+    /// When the consumer is presumed dead and the message requeued, unless it settles or renews
+    /// first.
+    pub fn deadline(&self) -> DateTime<Utc> {
+        self.deadline
+    }
+}
+
 /// An engine's queue tables, inside one of its transactions (see the module docs).
 pub trait QueueTables {
     /// How the engine names a stored message (Deno's SQLite files keep it as text, kv-redb as a
@@ -101,13 +130,9 @@ pub trait QueueTables {
     /// command from a failed transaction has its own).
     type Error;
 
-    /// Moves the first message due at `now` from ready to running, with `deadline`; returns it,
-    /// or else when the next message is due.
-    fn take_due(
-        &mut self,
-        now: DateTime<Utc>,
-        deadline: DateTime<Utc>,
-    ) -> Result<Due<Self::Id>, Self::Error>;
+    /// Moves the first message due at [`Hold::now`] from ready to running, with
+    /// [`Hold::deadline`]; returns it, or else when the next message is due.
+    fn take_due(&mut self, hold: Hold) -> Result<Due<Self::Id>, Self::Error>;
 
     /// Deletes running message `id` (its delivery succeeded); nothing if it is not running.
     fn delete_running(&mut self, id: &Self::Id) -> Result<(), Self::Error>;
@@ -136,7 +161,7 @@ pub fn take_due<T: QueueTables + ?Sized>(
     tables: &mut T,
     now: DateTime<Utc>,
 ) -> Result<Due<T::Id>, T::Error> {
-    tables.take_due(now, delivery_deadline(now))
+    tables.take_due(Hold::at(now))
 }
 
 impl<Id> Due<Id> {
