@@ -68,16 +68,8 @@ pub enum PostgresError {
     },
 
     /// The store was created by a newer version of this crate. It is left untouched.
-    #[error(
-        "the store's schema version {found} is newer than this build supports ({supported}); \
-         refusing to touch it"
-    )]
-    SchemaTooNew {
-        /// The version recorded in the store.
-        found: i32,
-        /// The newest version this build knows.
-        supported: i32,
-    },
+    #[error(transparent)]
+    SchemaTooNew(#[from] kv_proto::SchemaTooNew),
 
     /// The database holds tables with this crate's names that this crate did not create. They are
     /// left untouched.

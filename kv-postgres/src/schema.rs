@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use kv_proto::SchemaTooNew;
 use tokio_postgres::{Client, Transaction};
 
 use crate::PostgresError;
@@ -166,12 +167,7 @@ async fn check_version(tx: &Transaction<'_>, sql: &Sql) -> Result<(), PostgresEr
         });
     };
     let found: i32 = row.try_get(0)?;
-    if found > SCHEMA_VERSION {
-        return Err(PostgresError::SchemaTooNew {
-            found,
-            supported: SCHEMA_VERSION,
-        });
-    }
+    SchemaTooNew::check(found.into(), SCHEMA_VERSION.into())?;
     if found < 1 {
         return Err(PostgresError::NotOurs {
             reason: format!("kv_meta records schema version {found}"),

@@ -8,7 +8,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use kv_postgres::PostgresError;
 use kv_proto::{
-    AtomicWrite, Backend, Check, Enqueue, KvError, KvValue, ManualClock, Mutation, WatchKeyOutput,
+    AtomicWrite, Backend, Check, Enqueue, KvError, KvValue, ManualClock, Mutation, SchemaTooNew,
+    WatchKeyOutput,
 };
 
 mod common;
@@ -34,10 +35,10 @@ async fn a_store_with_a_newer_schema_version_is_refused_untouched() {
     assert!(
         matches!(
             postgres_error(&err),
-            Some(PostgresError::SchemaTooNew {
+            Some(PostgresError::SchemaTooNew(SchemaTooNew {
                 found: 2,
                 supported: 1
-            })
+            }))
         ),
         "{err}"
     );

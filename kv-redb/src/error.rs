@@ -27,15 +27,8 @@ pub enum RedbError {
     },
 
     /// The file was written by a newer version of this crate's layout. It is left untouched.
-    #[error(
-        "the database schema version {found} is newer than this build supports ({supported}); refusing to modify it"
-    )]
-    SchemaTooNew {
-        /// The version recorded in the file.
-        found: u64,
-        /// The newest version this build knows.
-        supported: u64,
-    },
+    #[error(transparent)]
+    SchemaTooNew(#[from] kv_proto::SchemaTooNew),
 
     /// The file is a redb database, but not one written by this crate (other tables, or a
     /// metadata table that does not hold what this crate writes). It is left untouched.
@@ -100,7 +93,7 @@ fn is_corruption(err: &RedbError) -> bool {
             _ => false,
         },
         RedbError::AlreadyOpen { .. }
-        | RedbError::SchemaTooNew { .. }
+        | RedbError::SchemaTooNew(_)
         | RedbError::NeedsRecovery { .. }
         | RedbError::OpenReadOnly { .. }
         | RedbError::Thread(_) => false,
@@ -136,10 +129,10 @@ mod tests {
             reason: "table x".into(),
         };
         assert!(matches!(KvError::from(foreign), KvError::Corrupt { .. }));
-        let newer = RedbError::SchemaTooNew {
+        let newer = RedbError::SchemaTooNew(kv_proto::SchemaTooNew {
             found: 9,
             supported: 1,
-        };
+        });
         let text = newer.to_string();
         assert!(matches!(KvError::from(newer), KvError::Storage { .. }));
         assert!(text.contains("refusing to modify it"), "{text}");

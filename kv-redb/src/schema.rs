@@ -14,6 +14,7 @@
 
 use std::path::Path;
 
+use kv_proto::SchemaTooNew;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 
 use crate::RedbError;
@@ -124,12 +125,10 @@ pub(crate) fn inspect(db: &dyn ReadableDatabase) -> Result<Layout, RedbError> {
         .ok_or_else(|| RedbError::NotDenoKv {
             reason: "deno_kv.meta has no schema_version".into(),
         })?;
+    let recorded = i64::try_from(found).unwrap_or(i64::MAX);
+    SchemaTooNew::check(recorded, SCHEMA_VERSION as i64)?;
     match found {
         SCHEMA_VERSION => Ok(Layout::Current),
-        newer if newer > SCHEMA_VERSION => Err(RedbError::SchemaTooNew {
-            found: newer,
-            supported: SCHEMA_VERSION,
-        }),
         older => Err(RedbError::NotDenoKv {
             reason: format!("unknown schema_version {older}"),
         }),

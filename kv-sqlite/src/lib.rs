@@ -72,15 +72,8 @@ pub enum SqliteError {
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
     /// The file was written by a newer version of the layout; it is left untouched.
-    #[error(
-        "the database schema version {found} is newer than this build supports ({supported}); refusing to modify it"
-    )]
-    SchemaTooNew {
-        /// The file's migration version.
-        found: i64,
-        /// The newest this crate knows.
-        supported: i64,
-    },
+    #[error(transparent)]
+    SchemaTooNew(#[from] kv_proto::SchemaTooNew),
     /// A read-only open of a file that has not been migrated to the current layout.
     #[error(
         "the database is at schema version {found} and needs migrating to {supported}; open it writable once"

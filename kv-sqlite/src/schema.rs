@@ -11,6 +11,7 @@
 //! The migrations are replayed as Deno wrote them (tables created, then columns added), so the
 //! schema of a file made here reads exactly like one made by Deno.
 
+use kv_proto::SchemaTooNew;
 use rusqlite::{Connection, OptionalExtension};
 
 use crate::SqliteError;
@@ -175,12 +176,7 @@ pub(crate) fn check_readable(conn: &Connection) -> Result<(), SqliteError> {
 }
 
 fn check_version(found: i64) -> Result<(), SqliteError> {
-    if found > SCHEMA_VERSION {
-        return Err(SqliteError::SchemaTooNew {
-            found,
-            supported: SCHEMA_VERSION,
-        });
-    }
+    SchemaTooNew::check(found, SCHEMA_VERSION)?;
     if found < 0 {
         return Err(SqliteError::NotDenoKv {
             reason: format!("its migration version is {found}"),
@@ -236,10 +232,10 @@ mod tests {
         assert!(
             matches!(
                 err,
-                SqliteError::SchemaTooNew {
+                SqliteError::SchemaTooNew(SchemaTooNew {
                     found: 4,
                     supported: 3
-                }
+                })
             ),
             "{err}"
         );
