@@ -13,7 +13,7 @@ use kv_memory::MemoryBackend;
 use kv_postgres::testing::schema_for_path;
 use kv_postgres::{PostgresBackend, PostgresOptions};
 use kv_redb::{RedbBackend, RedbOptions};
-use kv_sqlite::{SqliteBackend, SqliteOptions};
+use kv_sqlite::{FileEngine, SqliteBackend, SqliteOptions};
 use serde_json::{Value, json};
 
 use crate::data::{

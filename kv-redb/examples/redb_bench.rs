@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use kv_proto::{
     AtomicWrite, Backend, Checked, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
 };
-use kv_redb::{Durability, RedbBackend, RedbOptions};
+use kv_redb::{Durability, FileEngine, RedbBackend, RedbOptions};
 use redb::{Database, ReadableDatabase, TableDefinition};
 
 const VALUE_SIZE: usize = 100;

@@ -208,6 +208,8 @@ mod tests {
     use std::ops::Bound;
     use std::sync::atomic::{AtomicBool, Ordering};
 
+    use crate::FileEngine;
+
     use kv_proto::{
         AtomicWrite, Backend, Checked, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
     };

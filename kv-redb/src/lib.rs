@@ -44,7 +44,8 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), kv_proto::KvError> {
 //! use kv_proto::{encode_key, key, AtomicWrite, Backend, KvValue, Mutation, ReadRange, SnapshotRead};
-//! let kv = kv_redb::RedbBackend::open("kv.redb")?;
+//! use kv_redb::{FileEngine, RedbBackend};
+//! let kv = RedbBackend::open("kv.redb")?;
 //! let k = encode_key(&key!["hello"])?;
 //! let write = AtomicWrite {
 //!     mutations: vec![Mutation::set(k.clone(), KvValue::Bytes(b"world".to_vec()))],
@@ -87,6 +88,10 @@ pub use group::DEFERRED_SYNC_INTERVAL;
 /// The most commands (writes, queue takes and settlements) one redb transaction groups.
 pub use kv_proto::committer::MAX_GROUP;
 pub use schema::SCHEMA_VERSION;
+
+/// The trait [`RedbBackend`]'s `open`, `open_with` and `path` come from: bring it into scope
+/// (`use kv_redb::FileEngine;`) to call them.
+pub use kv_proto::FileEngine;
 
 use crate::file::{FileStorage, OpenStorage};
 use crate::reader::ReadTime;
@@ -157,7 +162,8 @@ impl Default for RedbOptions {
 #[derive(Debug)]
 pub struct RedbBackend {
     path: PathBuf,
-    options: RedbOptions,
+    /// The clock of this handle's reads, writes and queue operations.
+    clock: Arc<dyn Clock>,
     shared: Arc<Shared>,
     /// This handle's number: messages it hands out are failed when it closes.
     owner: u64,
@@ -165,11 +171,8 @@ pub struct RedbBackend {
     signal: Arc<ChangeSignal>,
 }
 
-impl RedbBackend {
-    /// Opens (creating if needed) the database at `path` with default options.
-    pub fn open(path: impl AsRef<Path>) -> Result<Checked<Self>, KvError> {
-        Self::open_with(path, RedbOptions::default())
-    }
+impl FileEngine for RedbBackend {
+    type Options = RedbOptions;
 
     /// Opens (creating if needed) the database at `path`.
     ///
@@ -179,37 +182,34 @@ impl RedbBackend {
     /// or one from a newer version of this crate ([`KvError::Storage`] with
     /// [`RedbError::SchemaTooNew`]) is refused without being modified. Blocks while the file is
     /// opened.
-    pub fn open_with(
-        path: impl AsRef<Path>,
-        options: RedbOptions,
-    ) -> Result<Checked<Self>, KvError> {
+    fn open_at(path: &Path, options: RedbOptions) -> Result<Checked<Self>, KvError> {
         Self::open_with_storage(path, options, Arc::new(FileStorage))
     }
 
-    /// [`RedbBackend::open_with`], with the file opened (and reopened) through `storage`.
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl RedbBackend {
+    /// [`FileEngine::open_with`], with the file opened (and reopened) through `storage`.
     pub(crate) fn open_with_storage(
-        path: impl AsRef<Path>,
+        path: &Path,
         options: RedbOptions,
         storage: Arc<dyn OpenStorage>,
     ) -> Result<Checked<Self>, KvError> {
-        let path = path.as_ref().to_path_buf();
+        let path = path.to_path_buf();
         let (shared, owner) = store::acquire(&path, &options, storage)?;
         let signal = Arc::new(ChangeSignal::new());
         shared.notifier.register(&signal);
-        let (limits, clock) = (options.limits.clone(), options.clock.clone());
         let engine = RedbBackend {
             path,
-            options,
+            clock: options.clock.clone(),
             shared,
             owner,
             signal,
         };
-        Ok(Checked::new(engine, limits, clock))
-    }
-
-    /// The file this handle works on.
-    pub fn path(&self) -> &Path {
-        &self.path
+        Ok(Checked::new(engine, options.limits, options.clock))
     }
 }
 
@@ -219,7 +219,7 @@ impl Engine for RedbBackend {
     }
 
     async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
-        let mut time = ReadTime::new(self.options.clock.clone());
+        let mut time = ReadTime::new(self.clock.clone());
         let shared = self.shared.clone();
         let max_entries = read.max_entries();
         let ranges = read.into_inner().ranges;
@@ -230,16 +230,16 @@ impl Engine for RedbBackend {
     }
 
     async fn atomic_write(&self, write: ValidatedWrite) -> Result<Option<CommitResult>, KvError> {
-        let now = self.options.clock.now();
+        let now = self.clock.now();
         self.shared.writer()?.write(write, now).await
     }
 
     async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
-        consumer::next_message(&self.shared, self.owner, &self.options.clock, &self.signal).await
+        consumer::next_message(&self.shared, self.owner, &self.clock, &self.signal).await
     }
 
     async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
-        let now = self.options.clock.now();
+        let now = self.clock.now();
         let shared = self.shared.clone();
         run_blocking(move || shared.with_db(|db| reader::queued_messages(db, now))).await
     }
@@ -252,18 +252,13 @@ impl Engine for RedbBackend {
     }
 
     fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {
-        let (shared, clock) = (self.shared.clone(), self.options.clock.clone());
+        let (shared, clock) = (self.shared.clone(), self.clock.clone());
         let read = move |keys: &[Vec<u8>]| {
             let mut time = ReadTime::new(clock.clone());
             shared.with_entries(|entries| reader::read_watched(entries, keys, &mut time))
         };
-        let clock = self.options.clock.clone();
-        Ok(blocking_watch_stream(
-            keys.into_inner(),
-            &self.signal,
-            clock,
-            read,
-        ))
+        let (keys, clock) = (keys.into_inner(), self.clock.clone());
+        Ok(blocking_watch_stream(keys, &self.signal, clock, read))
     }
 
     /// Closes this handle: its watch streams end, its waiting dequeues return `None`, and the
@@ -272,7 +267,7 @@ impl Engine for RedbBackend {
     async fn close(&self) -> Result<(), KvError> {
         self.signal.close();
         let released = match self.shared.writer() {
-            Ok(writer) => match writer.release(self.owner, self.options.clock.now()).await {
+            Ok(writer) => match writer.release(self.owner, self.clock.now()).await {
                 Err(KvError::Closed) => Ok(()),
                 other => other,
             },
@@ -289,7 +284,7 @@ impl Engine for RedbBackend {
     fn close_on_drop(&self) {
         self.signal.close();
         if let Ok(writer) = self.shared.writer() {
-            writer.release_in_background(self.owner, self.options.clock.now());
+            writer.release_in_background(self.owner, self.clock.now());
         }
         let _ = store::release(&self.shared);
     }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use kv_conformance::TestContext;
 use kv_proto::Backend;
-use kv_redb::{Durability, RedbBackend, RedbOptions};
+use kv_redb::{Durability, FileEngine, RedbBackend, RedbOptions};
 
 kv_conformance::conformance_main!(|ctx: &TestContext| {
     let options = RedbOptions {

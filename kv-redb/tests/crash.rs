@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use kv_proto::Backend;
-use kv_redb::{Durability, RedbBackend, RedbOptions};
+use kv_redb::{Durability, FileEngine, RedbBackend, RedbOptions};
 
 kv_conformance::crash_main!(|dir: &Path| {
     let options = RedbOptions {

@@ -7,7 +7,7 @@ use kv_proto::{
     AtomicWrite, Backend, KvError, KvValue, ManualClock, Mutation, ReadRange, SnapshotRead,
     encode_key, key,
 };
-use kv_redb::{Durability, RedbBackend, RedbOptions};
+use kv_redb::{Durability, FileEngine, RedbBackend, RedbOptions};
 use redb::{Database, TableDefinition};
 
 fn options(clock: &ManualClock, durability: Durability) -> RedbOptions {

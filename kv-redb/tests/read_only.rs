@@ -10,7 +10,7 @@ use kv_proto::{
     AtomicWrite, Backend, Checked, KvError, KvValue, Mutation, ReadRange, SnapshotRead, encode_key,
     key,
 };
-use kv_redb::{RedbBackend, RedbOptions};
+use kv_redb::{FileEngine, RedbBackend, RedbOptions};
 
 fn read_only(path: &Path) -> Result<Checked<RedbBackend>, KvError> {
     let options = RedbOptions {

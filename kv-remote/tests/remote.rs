@@ -11,6 +11,7 @@ use kv_proto::{
 };
 use kv_remote::{RemoteBackend, RemoteOptions};
 use kv_server::{Access, Databases, Server, ServerConfig};
+use kv_sqlite::FileEngine;
 
 const TOKEN: &str = "remote-test-token-0123456789";
 

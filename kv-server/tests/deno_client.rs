@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use kv_server::Databases;
+use kv_sqlite::FileEngine;
 
 const DENO_TIMEOUT: Duration = Duration::from_secs(120);
 

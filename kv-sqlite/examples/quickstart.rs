@@ -18,7 +18,7 @@ use kv_proto::{
     AtomicWrite, Backend, Check, Enqueue, KvValue, Mutation, MutationKind, ReadRange, SnapshotRead,
     decode_key, encode_key, key,
 };
-use kv_sqlite::SqliteBackend;
+use kv_sqlite::{FileEngine, SqliteBackend};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use kv_proto::{
     AtomicWrite, Backend, Checked, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
 };
-use kv_sqlite::{Durability, SqliteBackend, SqliteOptions};
+use kv_sqlite::{Durability, FileEngine, SqliteBackend, SqliteOptions};
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
 const VALUE_SIZE: usize = 100;

@@ -33,7 +33,8 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), kv_proto::KvError> {
 //! use kv_proto::{encode_key, key, AtomicWrite, Backend, KvValue, Mutation};
-//! let kv = kv_sqlite::SqliteBackend::open("kv.sqlite3")?;
+//! use kv_sqlite::{FileEngine, SqliteBackend};
+//! let kv = SqliteBackend::open("kv.sqlite3")?;
 //! let write = AtomicWrite {
 //!     mutations: vec![Mutation::set(encode_key(&key!["hello"])?, KvValue::Bytes(b"world".to_vec()))],
 //!     ..Default::default()
@@ -64,6 +65,10 @@ use thiserror::Error;
 use crate::reader::ReaderPool;
 use crate::writer::Writer;
 use kv_proto::{run_blocking, run_read};
+
+/// The trait [`SqliteBackend`]'s `open`, `open_with` and `path` come from: bring it into scope
+/// (`use kv_sqlite::FileEngine;`) to call them.
+pub use kv_proto::FileEngine;
 
 /// Why a database could not be opened or used.
 #[derive(Debug, Error)]
@@ -176,7 +181,8 @@ impl Default for SqliteOptions {
 #[derive(Debug)]
 pub struct SqliteBackend {
     path: PathBuf,
-    options: SqliteOptions,
+    clock: Arc<dyn Clock>,
+    read_only: bool,
     readers: Arc<ReaderPool>,
     writer: Option<Arc<Writer>>,
     /// Wakes this handle's watches and queue consumers after its writer's commits.
@@ -184,44 +190,35 @@ pub struct SqliteBackend {
     signal: Arc<ChangeSignal>,
 }
 
-impl SqliteBackend {
-    /// Opens (creating if needed) the database at `path` with default options.
-    pub fn open(path: impl AsRef<Path>) -> Result<Checked<Self>, KvError> {
-        Self::open_with(path, SqliteOptions::default())
-    }
+impl FileEngine for SqliteBackend {
+    type Options = SqliteOptions;
 
     /// Opens the database at `path`. A writable open creates the file and migrates it to Deno's
     /// current layout; a file with a newer layout is refused untouched.
-    pub fn open_with(
-        path: impl AsRef<Path>,
-        options: SqliteOptions,
-    ) -> Result<Checked<Self>, KvError> {
-        let path = path.as_ref().to_path_buf();
+    fn open_at(path: &Path, options: SqliteOptions) -> Result<Checked<Self>, KvError> {
+        let SqliteOptions {
+            clock,
+            limits,
+            read_only,
+            durability,
+        } = options;
+        let path = path.to_path_buf();
         let signal = Arc::new(ChangeSignal::new());
         let notifier = Arc::new(Notifier::new());
         notifier.register(&signal);
-        let writer = if options.read_only {
-            let conn = store::open_connection(&path, true, options.durability)?;
+        let writer = if read_only {
+            let conn = store::open_connection(&path, true, durability)?;
             schema::check_readable(&conn)?;
             None
         } else {
-            let (durability, clock) = (options.durability, options.clock.clone());
-            Some(Arc::new(writer::start(
-                &path,
-                durability,
-                clock,
-                notifier.clone(),
-            )?))
+            let writer = writer::start(&path, durability, clock.clone(), notifier.clone())?;
+            Some(Arc::new(writer))
         };
-        let readers = Arc::new(ReaderPool::new(
-            path.clone(),
-            options.read_only,
-            options.durability,
-        ));
-        let (limits, clock) = (options.limits.clone(), options.clock.clone());
+        let readers = Arc::new(ReaderPool::new(path.clone(), read_only, durability));
         let engine = SqliteBackend {
             path,
-            options,
+            clock: clock.clone(),
+            read_only,
             readers,
             writer,
             notifier,
@@ -230,11 +227,12 @@ impl SqliteBackend {
         Ok(Checked::new(engine, limits, clock))
     }
 
-    /// The file this handle works on.
-    pub fn path(&self) -> &Path {
+    fn path(&self) -> &Path {
         &self.path
     }
+}
 
+impl SqliteBackend {
     /// The writer; a read-only handle has none (the layer refuses its writes before this).
     fn writer(&self) -> Result<&Arc<Writer>, KvError> {
         self.writer.as_ref().ok_or(KvError::ReadOnly)
@@ -243,11 +241,11 @@ impl SqliteBackend {
 
 impl Engine for SqliteBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::durable_store(self.options.read_only)
+        Capabilities::durable_store(self.read_only)
     }
 
     async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
-        let now_ms = self.options.clock.now_ms();
+        let now_ms = self.clock.now_ms();
         let readers = self.readers.clone();
         run_read(read.max_entries(), move || {
             readers.read(&read.ranges, now_ms)
@@ -256,17 +254,17 @@ impl Engine for SqliteBackend {
     }
 
     async fn atomic_write(&self, write: ValidatedWrite) -> Result<Option<CommitResult>, KvError> {
-        self.writer()?.write(write, self.options.clock.now()).await
+        self.writer()?.write(write, self.clock.now()).await
     }
 
     async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
-        let (writer, clock) = (self.writer()?, &self.options.clock);
+        let (writer, clock) = (self.writer()?, &self.clock);
         let engine = Arc::new(SettleAtNow::new(writer.clone(), clock.clone()));
         (writer.next_delivery(0, engine, &self.notifier, &**clock, &self.signal)).await
     }
 
     async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
-        let now_ms = self.options.clock.now_ms();
+        let now_ms = self.clock.now_ms();
         let readers = self.readers.clone();
         run_blocking(move || readers.queued_messages(now_ms)).await
     }
@@ -278,15 +276,10 @@ impl Engine for SqliteBackend {
     }
 
     fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {
-        let (readers, clock) = (self.readers.clone(), self.options.clock.clone());
+        let (readers, clock) = (self.readers.clone(), self.clock.clone());
         let read = move |keys: &[Vec<u8>]| readers.read_watched(keys, clock.now_ms());
-        let clock = self.options.clock.clone();
-        Ok(blocking_watch_stream(
-            keys.into_inner(),
-            &self.signal,
-            clock,
-            read,
-        ))
+        let (keys, clock) = (keys.into_inner(), self.clock.clone());
+        Ok(blocking_watch_stream(keys, &self.signal, clock, read))
     }
 
     async fn close(&self) -> Result<(), KvError> {

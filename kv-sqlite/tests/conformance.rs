@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use kv_conformance::TestContext;
 use kv_proto::Backend;
-use kv_sqlite::{SqliteBackend, SqliteOptions};
+use kv_sqlite::{FileEngine, SqliteBackend, SqliteOptions};
 
 kv_conformance::conformance_main!(|ctx: &TestContext| {
     let options = SqliteOptions {

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use kv_proto::Backend;
-use kv_sqlite::{Durability, SqliteBackend, SqliteOptions};
+use kv_sqlite::{Durability, FileEngine, SqliteBackend, SqliteOptions};
 
 kv_conformance::crash_main!(|dir: &Path| {
     let options = SqliteOptions {

@@ -23,7 +23,7 @@ use kv_proto::{
     AtomicWrite, Backend, Checked, KvEntry, KvError, KvValue, ManualClock, Mutation,
     QueueMessageHandle, ReadRange, SnapshotRead, Versionstamp, encode_key, key, ms_to_datetime,
 };
-use kv_sqlite::{SqliteBackend, SqliteOptions};
+use kv_sqlite::{FileEngine, SqliteBackend, SqliteOptions};
 use serde_json::Value;
 
 /// Deno's `expireIn` of ten years, as the generator used it.

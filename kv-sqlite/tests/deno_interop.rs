@@ -36,7 +36,7 @@ use kv_proto::{
     AtomicWrite, Backend, Checked, Enqueue, Key, KeyPart, KvValue, Mutation, MutationKind,
     ReadRange, SnapshotRead, Versionstamp, decode_key, encode_key, key,
 };
-use kv_sqlite::SqliteBackend;
+use kv_sqlite::{FileEngine, SqliteBackend};
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use serde_json::{Value as Json, json};
 use v8_valueserializer::{

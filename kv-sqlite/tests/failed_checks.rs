@@ -2,7 +2,7 @@
 //! fsync is paid for it (issue 17: "a failed check must not cost a durable commit").
 
 use kv_proto::{AtomicWrite, Backend, Check, KvValue, Mutation, Versionstamp, encode_key, key};
-use kv_sqlite::SqliteBackend;
+use kv_sqlite::{FileEngine, SqliteBackend};
 
 fn wal_len(path: &std::path::Path) -> u64 {
     let mut wal = path.as_os_str().to_os_string();

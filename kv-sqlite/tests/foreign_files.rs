@@ -10,7 +10,7 @@ use kv_proto::{
     AtomicWrite, Backend, Checked, KvError, KvValue, Mutation, ReadRange, SnapshotRead, encode_key,
     key,
 };
-use kv_sqlite::{SqliteBackend, SqliteOptions};
+use kv_sqlite::{FileEngine, SqliteBackend, SqliteOptions};
 use rusqlite::Connection;
 
 fn side_file(path: &Path, suffix: &str) -> PathBuf {

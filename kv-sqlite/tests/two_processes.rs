@@ -24,7 +24,7 @@ use kv_proto::{
     AtomicWrite, Backend, Check, Checked, Enqueue, KvError, KvValue, Mutation, ReadRange,
     SnapshotRead, Versionstamp, WatchKeyOutput, encode_key, key,
 };
-use kv_sqlite::{SqliteBackend, SqliteOptions};
+use kv_sqlite::{FileEngine, SqliteBackend, SqliteOptions};
 
 /// Set in the child's environment to the scratch directory shared with the parent.
 const CHILD_ENV: &str = "KV_TWO_PROC_CHILD";

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kv_proto::{AtomicWrite, Backend, Key, KvValue, Mutation, encode_key, key};
-use kv_sqlite::SqliteBackend;
+use kv_sqlite::{FileEngine, SqliteBackend};
 
 const WATCHES: usize = 400;
 

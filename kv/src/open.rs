@@ -62,6 +62,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
 
+#[cfg(any(feature = "sqlite", feature = "redb"))]
+use kv_proto::FileEngine;
 use kv_proto::{Backend, Clock, KvError};
 
 use crate::error::{Error, Result};
