@@ -68,10 +68,10 @@ impl QueueTables for SqlQueue<'_> {
     }
 
     fn delete_running(&mut self, id: &String) -> Result<(), KvError> {
-        self.conn
-            .execute("delete from queue_running where id = ?1", [id])
-            .map_err(storage)?;
-        Ok(())
+        let deleted = self
+            .conn
+            .execute("delete from queue_running where id = ?1", [id]);
+        deleted.map(drop).map_err(storage)
     }
 
     /// `queue_running` does not keep a message's ready time: it comes back as its deadline,

@@ -117,11 +117,10 @@ pub(crate) fn inspect(conn: &Connection) -> Result<Layout, SqliteError> {
     if objects == 0 {
         return Ok(Layout::Empty);
     }
-    if !has_table(conn, "migration_state")? {
-        let tables: Vec<String> = conn
-            .prepare("select name from sqlite_master where type = 'table' order by name")?
-            .query_map([], |row| row.get(0))?
-            .collect::<Result<_, _>>()?;
+    const TABLES: &str = "select name from sqlite_master where type = 'table' order by name";
+    let tables = names(conn, TABLES)?;
+    let has_table = |name: &str| tables.iter().any(|table| table == name);
+    if !has_table("migration_state") {
         return Err(SqliteError::NotDenoKv {
             reason: format!(
                 "it has no migration_state table (it holds: {})",
@@ -137,17 +136,22 @@ pub(crate) fn inspect(conn: &Connection) -> Result<Layout, SqliteError> {
         )
         .optional()?
         .unwrap_or(0);
-    check_version(version)?;
-    if has_table(conn, "kv")? {
+    SchemaTooNew::check(version, SCHEMA_VERSION)?;
+    if version < 0 {
+        return Err(SqliteError::NotDenoKv {
+            reason: format!("its migration version is {version}"),
+        });
+    }
+    if has_table("kv") {
         if version == 0 {
             return Err(SqliteError::NotDenoKv {
                 reason: "it has a kv table but no migration state".into(),
             });
         }
-        let columns: Vec<String> = conn
-            .prepare("select name from pragma_table_info('kv') order by cid")?
-            .query_map([], |row| row.get(0))?
-            .collect::<Result<_, _>>()?;
+        let columns = names(
+            conn,
+            "select name from pragma_table_info('kv') order by cid",
+        )?;
         if columns != deno_kv_columns(version) {
             return Err(SqliteError::NotDenoKv {
                 reason: format!(
@@ -175,25 +179,11 @@ pub(crate) fn check_readable(conn: &Connection) -> Result<(), SqliteError> {
     }
 }
 
-fn check_version(found: i64) -> Result<(), SqliteError> {
-    SchemaTooNew::check(found, SCHEMA_VERSION)?;
-    if found < 0 {
-        return Err(SqliteError::NotDenoKv {
-            reason: format!("its migration version is {found}"),
-        });
-    }
-    Ok(())
-}
-
-fn has_table(conn: &Connection, name: &str) -> Result<bool, SqliteError> {
-    Ok(conn
-        .query_row(
-            "select 1 from sqlite_master where type = 'table' and name = ?1",
-            [name],
-            |_| Ok(()),
-        )
-        .optional()?
-        .is_some())
+/// The first column of every row `sql` returns: names of tables or columns.
+fn names(conn: &Connection, sql: &str) -> Result<Vec<String>, SqliteError> {
+    let mut stmt = conn.prepare(sql)?;
+    let names = stmt.query_map([], |row| row.get(0))?;
+    Ok(names.collect::<Result<_, _>>()?)
 }
 
 #[cfg(test)]
