@@ -145,6 +145,22 @@ pub enum Change<E: DeliveryEngine + ?Sized, X = std::convert::Infallible> {
     Engine(X),
 }
 
+impl<E: DeliveryEngine + ?Sized, X> Change<E, X> {
+    /// Whether this change holds work a crash must not lose, so that the commit of its group
+    /// must be synced: a write (its caller is told it is stored), and a failed delivery's
+    /// settlement (it may write the message's dead letters). A take, and the settlement of a
+    /// message that was handled or never seen, are queue bookkeeping: undone by a crash, the
+    /// message is delivered again, never lost ([`crate::queue`], "Queue bookkeeping"). An
+    /// engine's own command is counted as needing a sync.
+    pub fn must_sync(&self) -> bool {
+        match self {
+            Change::Write { .. } | Change::Engine(_) => true,
+            Change::Take { .. } => false,
+            Change::Settle { outcome, .. } => matches!(outcome, DeliveryOutcome::Failed),
+        }
+    }
+}
+
 impl<E: DeliveryEngine + ?Sized, X: Command> Command for Change<E, X> {
     fn reject(self, err: KvError) {
         match self {

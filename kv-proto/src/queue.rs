@@ -20,6 +20,24 @@
 //!     DeliveryFailure::DeadLetter { .. } => unreachable!(),
 //! }
 //! ```
+//!
+//! ## Queue bookkeeping
+//!
+//! What must survive a crash is what a caller was told was stored: an enqueue (it comes with an
+//! atomic write) and a dead-letter write. The rest is bookkeeping: a take moves a message from
+//! ready to running, a successful settlement deletes it, a failed one requeues it, a renewal
+//! pushes its deadline. Undone by a crash of the machine, each of these leaves the message where
+//! it was before, ready or running, and running messages are requeued when the store is opened
+//! again: the message is delivered again, never lost. At-least-once delivery allows exactly that.
+//!
+//! So a durable engine need not sync bookkeeping on its own. kv-sqlite (with
+//! `Durability::Full`) and kv-redb (with `Durability::Immediate`) commit a group that holds only
+//! bookkeeping (no [`crate::committer::Change::must_sync`]) without an fsync; it becomes
+//! durable with the next synced commit, or with the idle sync a second later. A consumer that
+//! takes a message and finishes it pays for no fsync: before, every message cost three (enqueue,
+//! take, finish). What a crash can undo differs by engine (kv-sqlite's unsynced commits are in
+//! the operating system and survive a crash of the process; kv-redb's live in memory until
+//! synced), but either way the message is delivered again, never lost.
 
 use std::time::Duration;
 

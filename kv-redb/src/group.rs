@@ -26,12 +26,17 @@
 //!
 //! Between groups (when idle for a second) the writer sweeps expired entries that are due, and in
 //! [`crate::Durability::Deferred`] mode makes unsynced commits durable ([`GroupState::idle`]).
+//! In [`crate::Durability::Immediate`] mode, a group of queue bookkeeping only (takes and
+//! settlements, no write: [`Change::must_sync`]) commits unsynced too; the next synced commit
+//! or the idle sync a second later makes it durable (a machine crash before then redelivers a
+//! message, never loses one: `kv_proto::queue`, "Queue bookkeeping").
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use kv_proto::committer::{self, Answer, Answers, Change, GroupRunner, Reply};
+use kv_proto::interval::Unsynced;
 use kv_proto::queue::{self as kit, DeliveryOutcome, Leases, Taken};
 use kv_proto::{Clock, Effects, KvError, Notifier};
 use redb::{Database, ReadableTable};
@@ -118,8 +123,7 @@ pub(crate) struct GroupState {
     /// The earliest expiry in the index (a hint: `None` means nothing to sweep).
     next_expiry: Option<DateTime<Utc>>,
     /// Commits made with redb's `Durability::None` and not yet followed by a durable one.
-    unsynced: bool,
-    last_sync: Instant,
+    unsynced: Unsynced,
     /// Set after a sweep failed: no sweeping until then.
     sweep_paused_until: Option<Instant>,
 }
@@ -146,13 +150,9 @@ impl GroupRunner for GroupState {
     type Command = Command;
 
     fn idle_timeout(&self) -> Duration {
-        if self.unsynced {
-            DEFERRED_SYNC_INTERVAL
-                .saturating_sub(self.last_sync.elapsed())
-                .min(IDLE_TICK)
-        } else {
-            IDLE_TICK
-        }
+        self.unsynced
+            .due_in()
+            .map_or(IDLE_TICK, |due| due.min(IDLE_TICK))
     }
 
     /// Idle work: a sweep if entries are due, a sync if deferred commits wait for one. Failures
@@ -161,7 +161,7 @@ impl GroupRunner for GroupState {
         if self.next_expiry.is_some_and(|at| at <= self.clock.now()) {
             self.run_group(Vec::new());
         }
-        if self.unsynced && self.last_sync.elapsed() >= DEFERRED_SYNC_INTERVAL {
+        if self.unsynced.due() {
             let _ = self.sync_if_needed();
         }
     }
@@ -181,7 +181,7 @@ impl GroupRunner for GroupState {
 
     /// Runs a group of commands in one transaction, and answers them once it has committed.
     fn run_group(&mut self, group: Vec<Command>) {
-        let sync = self.sync_this_group();
+        let sync = self.sync_this_group(&group);
         let txn = match self.begin(sync) {
             Ok(txn) => txn,
             Err(err) => {
@@ -265,12 +265,7 @@ impl GroupRunner for GroupState {
                 if dirty {
                     // Before any answer: a read that follows an acknowledged write sees it.
                     self.snapshot.invalidate();
-                    if sync {
-                        self.unsynced = false;
-                        self.last_sync = Instant::now();
-                    } else {
-                        self.unsynced = true;
-                    }
+                    self.unsynced.committed(sync);
                 }
                 answers.send(Ok(()));
                 self.notifier.notify(&effects);
@@ -337,21 +332,19 @@ impl GroupState {
             version_ceiling,
             leases: Leases::default(),
             next_expiry,
-            unsynced: false,
-            last_sync: Instant::now(),
+            unsynced: Unsynced::new(DEFERRED_SYNC_INTERVAL),
             sweep_paused_until: None,
         })
     }
 
     /// Makes every commit so far durable, with an empty `Immediate` commit.
     fn sync_if_needed(&mut self) -> Result<(), KvError> {
-        if !self.unsynced {
+        if !self.unsynced.pending() {
             return Ok(());
         }
         let txn = self.db.writable()?.begin_write().map_err(storage)?;
         txn.commit().map_err(storage)?;
-        self.unsynced = false;
-        self.last_sync = Instant::now();
+        self.unsynced.committed(true);
         Ok(())
     }
 
@@ -366,19 +359,15 @@ impl GroupState {
         }
         txn.commit().map_err(storage)?;
         self.version_ceiling = self.last_version;
-        self.unsynced = false;
-        self.last_sync = Instant::now();
+        self.unsynced.committed(true);
         Ok(())
     }
 
-    /// Whether this group's commit must be durable.
-    fn sync_this_group(&self) -> bool {
-        match self.durability {
-            Durability::Immediate => true,
-            Durability::Deferred => {
-                self.unsynced && self.last_sync.elapsed() >= DEFERRED_SYNC_INTERVAL
-            }
-        }
+    /// Whether the commit of `group` must be durable: in Immediate mode, when it holds work a
+    /// crash must not lose; in either mode, once earlier unsynced commits are due for a sync.
+    fn sync_this_group(&self, group: &[Command]) -> bool {
+        let must = self.durability == Durability::Immediate && group.iter().any(Change::must_sync);
+        must || self.unsynced.due()
     }
 
     /// The group's write transaction, durable or not as `sync` says.
@@ -427,8 +416,7 @@ impl GroupState {
         self.version_ceiling = ceiling;
         self.last_version = self.last_version.max(ceiling);
         self.next_expiry = next_expiry;
-        self.unsynced = false;
-        self.last_sync = Instant::now();
+        self.unsynced.committed(true);
         // What the file holds may be older than what was acknowledged in Deferred mode.
         self.notifier.notify_everything();
         Ok(())
@@ -754,6 +742,66 @@ mod tests {
             Taken::Message(delivery) => assert_eq!(delivery.hand_over().payload(), vec![7]),
             _ => panic!("the message is delivered again"),
         }
+    }
+
+    /// In Immediate mode a write is synced at its commit; a take and a finish are queue
+    /// bookkeeping, committed unsynced until the next synced commit or the idle sync.
+    #[test]
+    fn writes_are_synced_and_queue_bookkeeping_is_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clock = ManualClock::at_test_epoch();
+        let mut thread = thread_on(&dir.path().join("kv.redb"), &clock);
+        let now = clock.now();
+        let enqueue = || AtomicWrite {
+            enqueues: vec![Enqueue {
+                payload: vec![1],
+                ready_at: now,
+                keys_if_undelivered: vec![],
+                backoff_schedule: None,
+            }],
+            ..Default::default()
+        };
+        let (command, _answer) = write_command(enqueue(), now);
+        thread.run_group(vec![command]);
+        assert!(!thread.unsynced.pending(), "an enqueue is a write: synced");
+
+        let (reply, mut answer) = oneshot::channel();
+        thread.run_group(vec![Change::Take {
+            owner: 1,
+            now,
+            engine: Arc::new(queue::SettlesNothing),
+            reply,
+        }]);
+        let Ok(Ok(Taken::Message(delivery))) = answer.try_recv() else {
+            panic!("the message is due");
+        };
+        assert!(thread.unsynced.pending(), "a take is bookkeeping");
+        assert_eq!(rows(&thread.test_db(), QUEUE_RUNNING), 1, "yet committed");
+        let ticket = *delivery.ticket().expect("held");
+        drop(delivery.hand_over());
+        thread.run_group(vec![Change::Settle {
+            ticket,
+            outcome: DeliveryOutcome::Succeeded,
+            now,
+            reply: None,
+        }]);
+        assert!(thread.unsynced.pending(), "so is a finish");
+        assert_eq!(rows(&thread.test_db(), QUEUE_RUNNING), 0);
+
+        let (command, _answer) = write_command(enqueue(), now);
+        thread.run_group(vec![command]);
+        assert!(!thread.unsynced.pending(), "the next write syncs them all");
+
+        let (reply, _answer) = oneshot::channel();
+        thread.run_group(vec![Change::Take {
+            owner: 1,
+            now,
+            engine: Arc::new(queue::SettlesNothing),
+            reply,
+        }]);
+        assert!(thread.unsynced.pending());
+        thread.sync_if_needed().expect("sync");
+        assert!(!thread.unsynced.pending(), "the idle sync");
     }
 
     /// Expired entries are deleted through the expiry index by the next group after their time,

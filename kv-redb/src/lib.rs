@@ -105,7 +105,10 @@ use crate::store::Shared;
 pub enum Durability {
     /// Every commit group is committed with redb's `Durability::Immediate`: written and fsynced
     /// before any write in it is acknowledged. An acknowledged commit survives a crash of the
-    /// process and of the machine (to the extent the disk honours fsync).
+    /// process and of the machine (to the extent the disk honours fsync). A group of queue
+    /// bookkeeping only (takes and settlements, no write) is committed unsynced and made durable
+    /// by the next synced commit, or within [`DEFERRED_SYNC_INTERVAL`]: a crash before then
+    /// delivers the message again (`kv_proto::queue`, "Queue bookkeeping").
     #[default]
     Immediate,
     /// Commit groups use redb's `Durability::None`: committed in memory, visible to every reader

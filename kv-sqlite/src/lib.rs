@@ -142,7 +142,11 @@ impl From<SqliteError> for KvError {
 /// How hard a commit is pushed to disk before it is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
-    /// `synchronous = FULL`: every commit group is synced; survives a machine crash.
+    /// `synchronous = FULL`: every commit group with a write is synced; survives a machine
+    /// crash. Queue bookkeeping (takes and settlements without a write) is committed with
+    /// `synchronous = NORMAL` and synced by the next synced commit or within a second: a
+    /// machine crash before then delivers the message again (`kv_proto::queue`, "Queue
+    /// bookkeeping").
     #[default]
     Full,
     /// `synchronous = NORMAL` in WAL mode: survives a process crash; a machine crash may lose the
@@ -207,14 +211,14 @@ impl FileEngine for SqliteBackend {
         let notifier = Arc::new(Notifier::new());
         notifier.register(&signal);
         let writer = if read_only {
-            let conn = store::open_connection(&path, true, durability)?;
+            let conn = store::open_connection(&path, true)?;
             schema::check_readable(&conn)?;
             None
         } else {
             let writer = writer::start(&path, durability, clock.clone(), notifier.clone())?;
             Some(Arc::new(writer))
         };
-        let readers = Arc::new(ReaderPool::new(path.clone(), read_only, durability));
+        let readers = Arc::new(ReaderPool::new(path.clone(), read_only));
         let engine = SqliteBackend {
             path,
             clock: clock.clone(),

@@ -9,7 +9,6 @@ use kv_proto::{
 };
 use rusqlite::Connection;
 
-use crate::Durability;
 use crate::store::{
     entry_from_row, first_row, open_connection, queue_row, storage, stored_from_row,
 };
@@ -22,16 +21,14 @@ const MAX_IDLE: usize = 16;
 pub(crate) struct ReaderPool {
     path: PathBuf,
     read_only: bool,
-    durability: Durability,
     idle: Pool<Connection>,
 }
 
 impl ReaderPool {
-    pub(crate) fn new(path: PathBuf, read_only: bool, durability: Durability) -> Self {
+    pub(crate) fn new(path: PathBuf, read_only: bool) -> Self {
         ReaderPool {
             path,
             read_only,
-            durability,
             idle: Pool::new(MAX_IDLE),
         }
     }
@@ -41,13 +38,7 @@ impl ReaderPool {
         &self,
         work: impl FnOnce(&mut Connection) -> Result<T, KvError>,
     ) -> Result<T, KvError> {
-        let open = || {
-            Ok(open_connection(
-                &self.path,
-                self.read_only,
-                self.durability,
-            )?)
-        };
+        let open = || Ok(open_connection(&self.path, self.read_only)?);
         self.idle.with(open, work)
     }
 
@@ -153,13 +144,12 @@ fn read_range(conn: &Connection, range: &ReadRange, now_ms: i64) -> Result<Vec<K
             .into_iter()
             .collect());
     }
-    let mut stmt = conn
-        .prepare_cached(if range.reverse {
-            RANGE_DESC_SQL
-        } else {
-            RANGE_ASC_SQL
-        })
-        .map_err(storage)?;
+    let sql = if range.reverse {
+        RANGE_DESC_SQL
+    } else {
+        RANGE_ASC_SQL
+    };
+    let mut stmt = conn.prepare_cached(sql).map_err(storage)?;
     let mut rows = stmt
         .query(rusqlite::params![
             range.start,

@@ -13,22 +13,19 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use rusqlite::{Connection, OpenFlags, Row, params};
 use uuid::Uuid;
 
-use crate::{Durability, SqliteError};
+use crate::SqliteError;
 
 /// How long SQLite itself waits for another connection's lock before reporting busy; callers
 /// retry beyond that with back-off.
 pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Opens a connection with the settings every connection of this crate uses.
+/// Opens a connection with the settings every connection of this crate uses (how hard commits
+/// are synced is the writer's: see `writer::Syncing`).
 ///
 /// A read-only connection never writes: no journal mode is set, and if SQLite cannot create the
 /// WAL index beside a WAL-mode file (a read-only directory), the file is read as immutable when
 /// its WAL holds nothing, or refused with an explanation when it does.
-pub(crate) fn open_connection(
-    path: &Path,
-    read_only: bool,
-    durability: Durability,
-) -> Result<Connection, SqliteError> {
+pub(crate) fn open_connection(path: &Path, read_only: bool) -> Result<Connection, SqliteError> {
     let conn = if read_only {
         open_read_only(path)?
     } else {
@@ -39,11 +36,6 @@ pub(crate) fn open_connection(
         conn.busy_timeout(BUSY_TIMEOUT)?;
         // Deno's files are in WAL mode; readers then never block the writer.
         let _mode: String = conn.query_row("pragma journal_mode = wal", [], |row| row.get(0))?;
-        let synchronous = match durability {
-            Durability::Full => "full",
-            Durability::Process => "normal",
-        };
-        conn.execute_batch(&format!("pragma synchronous = {synchronous}"))?;
         conn
     };
     // This SQLite is built with STAT4, which re-plans a statement whenever a bound value used by

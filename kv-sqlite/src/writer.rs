@@ -15,6 +15,12 @@
 //! Between groups the committer's standby thread notices other processes' commits (`PRAGMA
 //! data_version` changes), renews the deadlines of the messages this handle's consumers hold, and
 //! sweeps expired entries and messages whose consumer died.
+//!
+//! With [`Durability::Full`], a group that holds only queue bookkeeping (takes, settlements
+//! without dead letters), and the renewals and sweeps, commit with `synchronous = NORMAL`: no
+//! fsync of their own. The next synced commit syncs the log and them with it, and an idle
+//! second later a checkpoint does (see `kv_proto::queue`, "Queue bookkeeping": a crash of the
+//! machine before then redelivers a message, never loses one).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -23,7 +29,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use kv_proto::committer::{self, Change, Committer, GroupRunner};
-use kv_proto::interval::Every;
+use kv_proto::interval::{Every, Unsynced};
 use kv_proto::isolated::{IsolatingTxn, run_isolated};
 use kv_proto::queue::{
     self as kit, DeliveryEngine, DeliveryOutcome, Due, MESSAGE_KEEPALIVE_INTERVAL,
@@ -42,6 +48,8 @@ const CHANGE_POLL_INTERVAL: Duration = Duration::from_millis(25);
 const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 /// Attempts to take the write lock from another process before giving up.
 const LOCK_ATTEMPTS: u32 = 40;
+/// The longest queue bookkeeping stays unsynced while the writer is idle.
+const BOOKKEEPING_SYNC_WITHIN: Duration = Duration::from_secs(1);
 
 /// One change to the file, run inside a group: the kit's changes (a write, a take, a
 /// settlement); this handle's deliveries are settled through its committer ([`SettleAtNow`]),
@@ -59,31 +67,47 @@ pub(crate) fn start(
     clock: Arc<dyn Clock>,
     notifier: Arc<Notifier>,
 ) -> Result<Writer, KvError> {
-    // Recognise an existing file through a read-only look first: a foreign file, or one with a
-    // newer layout, is refused before the writable open switches it to WAL.
-    if std::fs::metadata(path).is_ok_and(|meta| meta.len() > 0) {
-        schema::inspect(&open_connection(path, true, durability)?)?;
-    }
-    let mut conn = open_connection(path, false, durability)?;
-    schema::migrate(&mut conn)?;
-    let mut connection = WriteConnection {
-        last_data_version: pragma_data_version(&conn)?,
-        conn,
-        clock,
-        notifier,
-        held: HashSet::new(),
-        registry_key: std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
-        keepalive: Every::new(MESSAGE_KEEPALIVE_INTERVAL),
-        sweep: Every::new(SWEEP_INTERVAL),
-    };
-    connection.sweep()?;
+    let connection = WriteConnection::open(path, durability, clock, notifier)?;
     Ok(Committer::start(connection, "kv-sqlite-writer").map_err(SqliteError::Thread)?)
+}
+
+impl WriteConnection {
+    /// Opens the write connection: recognises the file, migrates it and requeues dead
+    /// consumers' messages.
+    fn open(
+        path: &Path,
+        durability: Durability,
+        clock: Arc<dyn Clock>,
+        notifier: Arc<Notifier>,
+    ) -> Result<Self, KvError> {
+        // Recognise an existing file through a read-only look first: a foreign file, or one with a
+        // newer layout, is refused before the writable open switches it to WAL.
+        if std::fs::metadata(path).is_ok_and(|meta| meta.len() > 0) {
+            schema::inspect(&open_connection(path, true)?)?;
+        }
+        let mut conn = open_connection(path, false)?;
+        schema::migrate(&mut conn)?;
+        let mut connection = WriteConnection {
+            last_data_version: pragma_data_version(&conn)?,
+            conn,
+            syncing: Syncing::new(durability),
+            clock,
+            notifier,
+            held: HashSet::new(),
+            registry_key: std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
+            keepalive: Every::new(MESSAGE_KEEPALIVE_INTERVAL),
+            sweep: Every::new(SWEEP_INTERVAL),
+        };
+        connection.sweep()?;
+        Ok(connection)
+    }
 }
 
 /// The write connection and what lives from one group to the next: the engine's
 /// [`GroupRunner`].
 pub(crate) struct WriteConnection {
     conn: Connection,
+    syncing: Syncing,
     clock: Arc<dyn Clock>,
     notifier: Arc<Notifier>,
     /// Message ids this handle's consumers hold.
@@ -102,7 +126,8 @@ impl GroupRunner for WriteConnection {
     /// Runs a group of commands in one transaction, each in its own savepoint (the kit's
     /// [`run_isolated`]).
     fn run_group(&mut self, group: Vec<Command>) {
-        let tx = match begin_write(&self.conn) {
+        let must_sync = group.iter().any(Change::must_sync);
+        let tx = match self.syncing.begin(&self.conn, must_sync) {
             Ok(tx) => tx,
             Err(err) => return committer::reject_all(group, &err),
         };
@@ -119,7 +144,7 @@ impl GroupRunner for WriteConnection {
         let committed = if run.kept == 0 {
             tx.rollback().map_err(storage)
         } else {
-            tx.commit().map_err(storage)
+            self.syncing.commit(tx)
         };
         let notifier = self.notifier.clone();
         run.finish(&committed, &notifier, |taken, settled| {
@@ -128,7 +153,8 @@ impl GroupRunner for WriteConnection {
     }
 
     fn idle_timeout(&self) -> Duration {
-        CHANGE_POLL_INTERVAL
+        let sync_in = self.syncing.unsynced.due_in().unwrap_or(Duration::MAX);
+        CHANGE_POLL_INTERVAL.min(sync_in)
     }
 
     /// Periodic work: other processes' commits, keep-alive, sweeps. Failures here are retried on
@@ -147,20 +173,25 @@ impl GroupRunner for WriteConnection {
         if self.sweep.due() {
             let _ = self.sweep();
         }
+        if self.syncing.unsynced.due() {
+            self.syncing.sync(&self.conn);
+        }
     }
 
-    /// The handle closes: the messages its consumers still hold are failed deliveries.
+    /// The handle closes: the messages its consumers still hold are failed deliveries, and any
+    /// unsynced bookkeeping is synced.
     fn close(&mut self) -> Result<(), KvError> {
         let own: Vec<String> = self.held.iter().cloned().collect();
         if own.is_empty() {
+            self.syncing.sync(&self.conn);
             return Ok(());
         }
         let now = self.clock.now();
         let mut effects = Effects::default();
-        let failed = begin_write(&self.conn).and_then(|tx| {
+        let failed = self.syncing.begin(&self.conn, true).and_then(|tx| {
             let mut tables = SqlQueue { conn: &tx };
             kit::fail_deliveries(&mut tables, own.iter().cloned(), now, &mut effects)?;
-            tx.commit().map_err(storage)
+            self.syncing.commit(tx)
         });
         // Whether or not the failures were stored, nobody here holds these messages any more: a
         // sweep requeues them once their deadline passes.
@@ -169,6 +200,67 @@ impl GroupRunner for WriteConnection {
             self.notifier.notify(&effects);
         }
         failed
+    }
+}
+
+/// Which of the write connection's commits are synced (see the module docs).
+struct Syncing {
+    /// [`Durability::Full`]: what must survive a machine crash is synced at its commit.
+    durable: bool,
+    /// Whether the transaction begun last is synced at its commit.
+    syncs: bool,
+    /// Bookkeeping committed without a sync, synced by a checkpoint when idle.
+    unsynced: Unsynced,
+}
+
+impl Syncing {
+    fn new(durability: Durability) -> Self {
+        let unsynced = Unsynced::new(BOOKKEEPING_SYNC_WITHIN);
+        let durable = durability == Durability::Full;
+        Syncing {
+            durable,
+            syncs: durable,
+            unsynced,
+        }
+    }
+
+    /// Begins a write transaction on `conn` whose commit is synced if it holds work a crash
+    /// must not lose (`must_sync`) and the file is opened with [`Durability::Full`]. SQLite
+    /// takes `synchronous` only outside a transaction, so it is set first (NORMAL: in WAL mode,
+    /// synced only by a later synced commit or a checkpoint).
+    fn begin<'c>(
+        &mut self,
+        conn: &'c Connection,
+        must_sync: bool,
+    ) -> Result<Transaction<'c>, KvError> {
+        self.syncs = self.durable && must_sync;
+        let level = if self.syncs { "full" } else { "normal" };
+        conn.pragma_update(None, "synchronous", level)
+            .map_err(storage)?;
+        begin_write(conn)
+    }
+
+    /// Commits `tx`, begun by [`Syncing::begin`].
+    fn commit(&mut self, tx: Transaction<'_>) -> Result<(), KvError> {
+        tx.commit().map_err(storage)?;
+        self.unsynced.committed(self.syncs || !self.durable);
+        Ok(())
+    }
+
+    /// Syncs the unsynced bookkeeping, if any, with a passive checkpoint, which syncs the log
+    /// before it copies it. One that could not copy the whole log (a reader of another process
+    /// holds an old snapshot) may not have synced it: it is tried again later.
+    fn sync(&mut self, conn: &Connection) {
+        if !self.unsynced.pending() {
+            return;
+        }
+        let checkpoint = conn.query_row("pragma wal_checkpoint(passive)", [], |row| {
+            Ok(row.get::<_, i64>(1)? == row.get::<_, i64>(2)?)
+        });
+        match checkpoint {
+            Ok(true) => self.unsynced.committed(true),
+            _ => self.unsynced.postpone(),
+        }
     }
 }
 
@@ -190,7 +282,7 @@ impl WriteConnection {
     /// Pushes the deadlines of this handle's held messages forward.
     fn renew_deadlines(&mut self) -> Result<(), KvError> {
         let deadline = delivery_deadline(self.clock.now()).timestamp_millis();
-        let tx = begin_write(&self.conn)?;
+        let tx = self.syncing.begin(&self.conn, false)?;
         for id in &self.held {
             tx.execute(
                 "update queue_running set deadline = ?1 where id = ?2",
@@ -198,7 +290,7 @@ impl WriteConnection {
             )
             .map_err(storage)?;
         }
-        tx.commit().map_err(storage)
+        self.syncing.commit(tx)
     }
 
     /// Deletes expired entries and requeues messages whose consumer died (deadline passed and not
@@ -206,14 +298,14 @@ impl WriteConnection {
     fn sweep(&mut self) -> Result<(), KvError> {
         let now = self.clock.now();
         let mut effects = Effects::default();
-        let tx = begin_write(&self.conn)?;
+        let tx = self.syncing.begin(&self.conn, false)?;
         tx.execute(
             "delete from kv where expiration_ms >= 0 and expiration_ms <= ?1",
             [now.timestamp_millis()],
         )
         .map_err(storage)?;
         messages::requeue_dead(&tx, now, &self.registry_key, &mut effects)?;
-        tx.commit().map_err(storage)?;
+        self.syncing.commit(tx)?;
         self.notifier.notify(&effects);
         Ok(())
     }
@@ -293,5 +385,138 @@ impl IsolatingTxn for SqlGroup<'_, '_> {
         effects: &mut Effects,
     ) -> Result<(), KvError> {
         kit::settle(&mut SqlQueue { conn: self.tx }, id, outcome, now, effects)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Which commits are synced: a write always, queue bookkeeping never on its own.
+
+    use kv_proto::queue::Taken;
+    use kv_proto::{AtomicWrite, Enqueue, Limits, ManualClock, async_trait};
+    use tokio::sync::oneshot;
+
+    use super::*;
+
+    /// Settles nothing: these tests settle through the group themselves.
+    struct NoEngine;
+
+    #[async_trait]
+    impl DeliveryEngine for NoEngine {
+        type Ticket = String;
+        async fn settle(&self, _: String, _: DeliveryOutcome) -> Result<(), KvError> {
+            Ok(())
+        }
+        fn settle_in_background(&self, _: String, _: DeliveryOutcome) {}
+    }
+
+    fn enqueue(clock: &ManualClock) -> Command {
+        let write = AtomicWrite {
+            enqueues: vec![Enqueue {
+                payload: vec![1],
+                ready_at: clock.now(),
+                keys_if_undelivered: vec![],
+                backoff_schedule: None,
+            }],
+            ..Default::default()
+        };
+        let write = Limits::deno()
+            .accept_atomic_write(write, clock.now())
+            .unwrap();
+        let (reply, _) = oneshot::channel();
+        Change::Write {
+            write,
+            now: clock.now(),
+            reply,
+        }
+    }
+
+    /// The connection's `synchronous` (2: FULL, 1: NORMAL), and whether a sync is owed.
+    fn state(connection: &WriteConnection) -> (i64, bool) {
+        let level = connection
+            .conn
+            .query_row("pragma synchronous", [], |row| row.get(0))
+            .unwrap();
+        (level, connection.syncing.unsynced.pending())
+    }
+
+    #[test]
+    fn writes_are_synced_and_queue_bookkeeping_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::at_test_epoch();
+        let path = dir.path().join("kv.sqlite3");
+        let notifier = Arc::new(Notifier::new());
+        let mut connection =
+            WriteConnection::open(&path, Durability::Full, Arc::new(clock.clone()), notifier)
+                .unwrap();
+        assert!(
+            state(&connection).1,
+            "the sweep at open is bookkeeping, unsynced"
+        );
+        connection.syncing.sync(&connection.conn);
+        assert!(!state(&connection).1, "a checkpoint synced it");
+
+        connection.run_group(vec![enqueue(&clock)]);
+        assert_eq!(
+            state(&connection),
+            (2, false),
+            "an enqueue is a write: synced"
+        );
+
+        let (reply, taken) = oneshot::channel();
+        let engine: Arc<dyn DeliveryEngine<Ticket = String>> = Arc::new(NoEngine);
+        let now = clock.now();
+        connection.run_group(vec![Change::Take {
+            owner: 0,
+            now,
+            engine,
+            reply,
+        }]);
+        let Ok(Ok(Taken::Message(delivery))) = taken.blocking_recv() else {
+            panic!("the message is due");
+        };
+        assert_eq!(state(&connection), (1, true), "a take is bookkeeping");
+        let id = connection.held.iter().next().cloned().unwrap();
+        drop(delivery);
+
+        connection.run_group(vec![Change::Settle {
+            ticket: id,
+            outcome: DeliveryOutcome::Succeeded,
+            now,
+            reply: None,
+        }]);
+        assert_eq!(state(&connection), (1, true), "so is a finish");
+        let rows: i64 = connection
+            .conn
+            .query_row("select count(*) from queue_running", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(rows, 0, "the finish was committed");
+
+        connection.syncing.sync(&connection.conn);
+        assert!(!state(&connection).1, "a checkpoint synced it");
+
+        connection.run_group(vec![enqueue(&clock)]);
+        assert_eq!(
+            state(&connection),
+            (2, false),
+            "the next write is synced again"
+        );
+    }
+
+    #[test]
+    fn with_process_durability_nothing_is_owed() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::at_test_epoch();
+        let path = dir.path().join("kv.sqlite3");
+        let notifier = Arc::new(Notifier::new());
+        let mut connection = WriteConnection::open(
+            &path,
+            Durability::Process,
+            Arc::new(clock.clone()),
+            notifier,
+        )
+        .unwrap();
+        connection.run_group(vec![enqueue(&clock)]);
+        assert_eq!(state(&connection), (1, false));
     }
 }
