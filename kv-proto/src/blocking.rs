@@ -25,31 +25,28 @@ pub async fn run_blocking<T: Send + 'static>(
     }
 }
 
-/// The most entries a read may ask for and still run in place on a current-thread runtime (see
-/// [`run_read`]): a scan of Deno's default page (100) and a few point gets fit.
+/// The most entries a read may ask for and still run in place (see [`run_read`]): a scan of
+/// Deno's default page (100) and a few point gets fit.
 pub const IN_PLACE_READ_ENTRIES: usize = 256;
 
 /// Runs an engine's blocking read of at most `max_entries` entries
 /// ([`crate::SnapshotRead::max_entries`]) where it costs least.
 ///
-/// As [`run_blocking`], except on a current-thread runtime (a Deno isolate, a small server, a
-/// `flavor = "current_thread"` program), where a bounded read runs in place: a point get or a
-/// page from cached pages takes microseconds, less than the hop to tokio's blocking pool and
-/// back (two thread wake-ups), which made such reads several times slower than the storage
-/// itself. The runtime's other tasks wait for that read, as they would for any short
-/// computation. Larger reads still go to the blocking pool, so a scan of thousands of entries
-/// never stalls the runtime. An engine should use this only for reads that do not wait on
+/// A bounded read runs in place, on the caller's thread, whatever drives it: a point get or a
+/// page from cached pages takes microseconds, less than any way of leaving the executor. On a
+/// current-thread runtime the hop to tokio's blocking pool and back (two thread wake-ups) made
+/// such reads several times slower than the storage itself; on a multi-thread runtime
+/// [`tokio::task::block_in_place`] hands the worker's core to another thread at every call,
+/// which under a server's load cost more in wake-ups than the reads (measured with `kv serve`,
+/// see BENCHMARKS.md). The runtime's other tasks wait for that read, as they would for any
+/// short computation. Larger reads go through [`run_blocking`], so a scan of thousands of
+/// entries never stalls a worker. An engine should use this only for reads that do not wait on
 /// locks in the common case (SQLite in WAL mode and redb readers never wait for the writer).
 pub async fn run_read<T: Send + 'static>(
     max_entries: usize,
     work: impl FnOnce() -> Result<T, KvError> + Send + 'static,
 ) -> Result<T, KvError> {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    let current_thread = matches!(
-        Handle::try_current().map(|handle| handle.runtime_flavor()),
-        Ok(RuntimeFlavor::CurrentThread)
-    );
-    if current_thread && max_entries <= IN_PLACE_READ_ENTRIES {
+    if max_entries <= IN_PLACE_READ_ENTRIES {
         work()
     } else {
         run_blocking(work).await
@@ -84,5 +81,43 @@ mod tests {
             "a page of {IN_PLACE_READ_ENTRIES} entries runs in place"
         );
         assert_ne!(large, here, "a larger read goes to the blocking pool");
+    }
+
+    /// On a multi-thread runtime a bounded read runs in place too, without handing the worker
+    /// to another thread (`block_in_place`): on a runtime of one worker, a task spawned just
+    /// before cannot run until the read is over.
+    #[test]
+    fn a_bounded_read_keeps_its_worker_on_a_multi_thread_runtime() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::time::{Duration, Instant};
+
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let sibling_ran = Arc::new(AtomicBool::new(false));
+        let seen = sibling_ran.clone();
+        let during_read = runtime.block_on(async move {
+            let reader = tokio::spawn(async move {
+                let flag = seen.clone();
+                tokio::spawn(async move { flag.store(true, Ordering::SeqCst) });
+                run_read(1, move || {
+                    // With the worker handed off, the sibling would run on another thread now.
+                    let until = Instant::now() + Duration::from_secs(1);
+                    while Instant::now() < until && !seen.load(Ordering::SeqCst) {
+                        std::thread::yield_now();
+                    }
+                    Ok(seen.load(Ordering::SeqCst))
+                })
+                .await
+            });
+            reader.await.unwrap().unwrap()
+        });
+        assert!(
+            !during_read,
+            "the sibling ran during the read: the worker was handed off"
+        );
+        assert!(sibling_ran.load(Ordering::SeqCst), "it runs after the read");
     }
 }

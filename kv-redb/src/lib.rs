@@ -22,9 +22,9 @@
 //! - **Reads** are redb read transactions (MVCC snapshots): they never block the writer, and all
 //!   ranges of one read come from one snapshot. Reads between two commits share one snapshot
 //!   (the writer drops it after each commit, before answering), which saves a point read the
-//!   cost of starting a transaction. On a multi-thread tokio runtime a read runs in
-//!   place with [`tokio::task::block_in_place`] (no thread hop for a point read); on a
-//!   current-thread runtime it goes to the blocking pool.
+//!   cost of starting a transaction. A read of up to 256 entries runs in place on the
+//!   caller's thread (kv-proto's `run_read`: no thread hop, no hand-off of the worker); a larger
+//!   one leaves the executor.
 //! - **Expiry** is never visible after its time: reads filter with the injected [`Clock`], and
 //!   the writer also deletes due entries through the expiry index.
 //! - **Queues** deliver at least once, in ready-time order, with kv-proto's back-off and

@@ -11,9 +11,9 @@
 //!   share the next SQLite transaction and fsync (group commit, no fixed wait). Each write runs in
 //!   its own savepoint, so a failed check or a bad mutation rolls back only that write. Deno's
 //!   rules come from kv-proto's write path.
-//! - **Reads** use a pool of read connections and run on the calling worker thread (tokio's
-//!   `block_in_place`, so other tasks move away) rather than hopping to another thread; a get is
-//!   an equality lookup. In WAL mode readers never block the writer and see a consistent
+//! - **Reads** use a pool of read connections and, up to 256 entries, run on the caller's thread
+//!   (kv-proto's `run_read`) rather than hopping to another thread; a get is an equality
+//!   lookup. In WAL mode readers never block the writer and see a consistent
 //!   snapshot.
 //! - **Queues** use Deno's `queue` / `queue_running` tables: a delivered message holds a deadline
 //!   renewed while its consumer lives; messages of a crashed consumer are requeued when the
