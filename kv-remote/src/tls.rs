@@ -15,7 +15,7 @@ use std::future::Future;
 use std::io;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 
 use hyper::Uri;
@@ -66,6 +66,22 @@ impl WrongTransport {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The last [`WrongTransport`] a connection of one client met. hyper reports a connection that
+/// died of it to the requests waiting on it as merely "closed", so the transport looks here too.
+#[derive(Clone, Default)]
+pub(crate) struct LastFailure(Arc<Mutex<Option<WrongTransport>>>);
+
+impl LastFailure {
+    fn record(&self, failure: &WrongTransport) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(failure.clone());
+    }
+
+    /// The failure recorded since the last call, if any.
+    pub(crate) fn take(&self) -> Option<WrongTransport> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+}
+
 /// Where TLS gets its trusted roots, and the connector once they are loaded.
 #[derive(Clone)]
 pub(crate) struct Connector {
@@ -73,6 +89,8 @@ pub(crate) struct Connector {
     /// Built on the first `https://` connection from the system's roots, or at once from a CA
     /// file (so a bad file is reported when the backend is opened).
     tls: Arc<OnceLock<Result<TlsConnector, String>>>,
+    /// Where connections record a [`WrongTransport`].
+    pub(crate) failures: LastFailure,
 }
 
 impl Connector {
@@ -83,7 +101,11 @@ impl Connector {
         if let Some(file) = ca_file {
             let _ = tls.set(Ok(tls_connector(roots_from_file(file)?)?));
         }
-        Ok(Connector { http, tls })
+        Ok(Connector {
+            http,
+            tls,
+            failures: LastFailure::default(),
+        })
     }
 
     fn tls(&self) -> Result<TlsConnector, String> {
@@ -182,19 +204,30 @@ impl tower_service::Service<Uri> for Connector {
         let tls = (uri.scheme_str() == Some("https")).then(|| self.tls());
         let host = uri.host().unwrap_or_default().to_owned();
         let connecting = self.http.call(uri);
+        let failures = self.failures.clone();
         Box::pin(async move {
             let tcp = connecting.await?.into_inner();
             let Some(tls) = tls else {
-                return Ok(Stream(TokioIo::new(Either::Plain(Http2Only::new(tcp)))));
+                return Ok(Stream(TokioIo::new(Either::Plain(Http2Only::new(
+                    tcp, failures,
+                )))));
             };
-            let tls = tls.map_err(WrongTransport)?;
-            let name = ServerName::try_from(host.trim_matches(['[', ']']).to_owned())
-                .map_err(|e| WrongTransport(format!("{host:?} is not a TLS server name: {e}")))?;
-            let stream = tls
-                .connect(name, tcp)
-                .await
-                .map_err(|e| handshake_failure(&host, &e))?;
-            Ok(Stream(TokioIo::new(Either::Tls(Box::new(stream)))))
+            let handshake = async {
+                let tls = tls.map_err(WrongTransport)?;
+                let name = ServerName::try_from(host.trim_matches(['[', ']']).to_owned()).map_err(
+                    |e| WrongTransport(format!("{host:?} is not a TLS server name: {e}")),
+                )?;
+                tls.connect(name, tcp)
+                    .await
+                    .map_err(|e| handshake_failure(&host, &e))
+            };
+            match handshake.await {
+                Ok(stream) => Ok(Stream(TokioIo::new(Either::Tls(Box::new(stream))))),
+                Err(failure) => {
+                    failures.record(&failure);
+                    Err(failure.into())
+                }
+            }
         })
     }
 }
@@ -324,13 +357,15 @@ struct Http2Only {
     tcp: TcpStream,
     /// Whether the first bytes were looked at.
     checked: bool,
+    failures: LastFailure,
 }
 
 impl Http2Only {
-    fn new(tcp: TcpStream) -> Self {
+    fn new(tcp: TcpStream, failures: LastFailure) -> Self {
         Http2Only {
             tcp,
             checked: false,
+            failures,
         }
     }
 }
@@ -366,6 +401,7 @@ impl AsyncRead for Http2Only {
              ({status}){}{body}",
             if body.is_empty() { "" } else { ": " }
         ));
+        this.failures.record(&failure);
         Poll::Ready(Err(io::Error::other(failure)))
     }
 }

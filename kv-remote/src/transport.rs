@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use crate::tls::{Connector, WrongTransport};
+use crate::tls::{Connector, LastFailure, WrongTransport};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use http_body_util::{BodyExt, Full, Limited};
@@ -159,6 +159,8 @@ pub(crate) enum Replay {
 /// Shared by a backend and its tasks.
 pub(crate) struct Inner {
     client: Client<Connector, Full<Bytes>>,
+    /// What the connector saw go wrong with TLS (see [`LastFailure`]).
+    failures: LastFailure,
     /// The metadata URL as given (path and query included).
     pub(crate) url: String,
     pub(crate) options: RemoteOptions,
@@ -207,12 +209,14 @@ impl Inner {
             })?;
         // Keep the one connection while idle: kv-server's `/ephemeral/` databases live exactly
         // as long as the connection that created them.
+        let failures = connector.failures.clone();
         let client = Client::builder(TokioExecutor::new())
             .http2_only(true)
             .pool_idle_timeout(None)
             .build(connector);
         Ok(Inner {
             client,
+            failures,
             url: url.to_owned(),
             options,
             session: Mutex::new(None),
@@ -430,7 +434,9 @@ impl Inner {
             }
             Ok(Err(err)) => {
                 let not_delivered = err.is_connect();
-                let tls = WrongTransport::find(&err).map(|w| w.0);
+                let tls = WrongTransport::find(&err)
+                    .or_else(|| self.failures.take())
+                    .map(|w| w.0);
                 let mut text = err.to_string();
                 let mut source = std::error::Error::source(&err);
                 while let Some(inner) = source {
