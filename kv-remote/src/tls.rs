@@ -173,6 +173,13 @@ fn handshake_failure(host: &str, err: &io::Error) -> WrongTransport {
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<rustls::Error>())
     {
+        Some(rustls::Error::InvalidCertificate(_))
+            if err.to_string().contains("CaUsedAsEndEntity") =>
+        {
+            "; the server presents a CA certificate as its own (`openssl req -x509` makes one \
+             unless given `-addext basicConstraints=critical,CA:FALSE`): give it a server \
+             certificate"
+        }
         Some(rustls::Error::InvalidCertificate(_)) => {
             "; the server's certificate is not trusted for this name: give the CA that signed it \
              with --ca FILE or KV_CA_FILE, and use the name the certificate was issued for"

@@ -26,31 +26,20 @@ fn files(dir: &std::path::Path, cert: &pki::ServerCert, chain: &str) -> (PathBuf
     )
 }
 
-/// A TLS connection to `addr` trusting `ca_pem` and offering `alpn`, with the request sent and
-/// the whole answer read: (negotiated protocol, server certificate, answer).
+/// One TLS connection to `addr` trusting `ca_pem` and offering `alpn`, with `GET /health` sent
+/// over HTTP/1.1 unless h2 was chosen: (negotiated protocol, server certificate, answer).
 fn https_get(
     addr: SocketAddr,
     ca_pem: &str,
     alpn: &[&[u8]],
 ) -> Result<(Option<Vec<u8>>, Vec<u8>, String), String> {
-    let config = pki::client_config(ca_pem, alpn);
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let mut conn = rustls::ClientConnection::new(config, name).map_err(|e| e.to_string())?;
-    let mut tcp = TcpStream::connect(addr).map_err(|e| e.to_string())?;
-    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    while conn.is_handshaking() {
-        conn.complete_io(&mut tcp).map_err(|e| e.to_string())?;
-    }
-    let alpn = conn.alpn_protocol().map(<[u8]>::to_vec);
-    let cert = conn.peer_certificates().unwrap()[0].to_vec();
-    let mut tls = rustls::Stream::new(&mut conn, &mut tcp);
-    let mut answer = String::new();
-    if alpn.as_deref() != Some(b"h2") {
-        tls.write_all(b"GET /health HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
-            .map_err(|e| e.to_string())?;
-        let _ = tls.read_to_string(&mut answer);
-    }
-    Ok((alpn, cert, answer))
+    let mut connection = pki::HttpsConnection::open(addr, ca_pem, alpn)?;
+    let alpn = connection.alpn();
+    let answer = match alpn.as_deref() {
+        Some(b"h2") => String::new(),
+        _ => connection.health()?,
+    };
+    Ok((alpn, connection.certificate(), answer))
 }
 
 async fn tls_server(tls: Tls) -> Running {

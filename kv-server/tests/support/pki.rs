@@ -11,7 +11,10 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use base64::Engine;
 use rcgen::{
@@ -173,4 +176,60 @@ pub fn client_config(ca_pem: &str, alpn: &[&[u8]]) -> std::sync::Arc<rustls::Cli
         .with_no_client_auth();
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     std::sync::Arc::new(config)
+}
+
+/// A blocking HTTPS connection (rustls, ring) to a test server, as `localhost`.
+pub struct HttpsConnection {
+    conn: rustls::ClientConnection,
+    tcp: TcpStream,
+}
+
+impl HttpsConnection {
+    /// Connects to `addr` trusting only `ca_pem`, offering `alpn`, and completes the handshake.
+    pub fn open(addr: SocketAddr, ca_pem: &str, alpn: &[&[u8]]) -> Result<Self, String> {
+        let config = client_config(ca_pem, alpn);
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let mut conn = rustls::ClientConnection::new(config, name).map_err(|e| e.to_string())?;
+        let mut tcp = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        while conn.is_handshaking() {
+            conn.complete_io(&mut tcp).map_err(|e| e.to_string())?;
+        }
+        Ok(HttpsConnection { conn, tcp })
+    }
+
+    /// The protocol ALPN chose.
+    pub fn alpn(&self) -> Option<Vec<u8>> {
+        self.conn.alpn_protocol().map(<[u8]>::to_vec)
+    }
+
+    /// The server's certificate (DER).
+    pub fn certificate(&self) -> Vec<u8> {
+        self.conn.peer_certificates().unwrap()[0].to_vec()
+    }
+
+    /// `GET /health` over HTTP/1.1 on this connection, kept open: the answer's head and body.
+    pub fn health(&mut self) -> Result<String, String> {
+        let mut tls = rustls::Stream::new(&mut self.conn, &mut self.tcp);
+        tls.write_all(b"GET /health HTTP/1.1\r\nhost: localhost\r\n\r\n")
+            .map_err(|e| e.to_string())?;
+        let mut answer = Vec::new();
+        let mut byte = [0u8; 1];
+        while !answer.ends_with(b"\r\n\r\n") {
+            match tls.read(&mut byte).map_err(|e| e.to_string())? {
+                0 => return Err(format!("closed: {}", String::from_utf8_lossy(&answer))),
+                _ => answer.push(byte[0]),
+            }
+        }
+        let head = String::from_utf8_lossy(&answer).to_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        let mut body = vec![0u8; length];
+        tls.read_exact(&mut body).map_err(|e| e.to_string())?;
+        answer.extend_from_slice(&body);
+        Ok(String::from_utf8_lossy(&answer).into_owned())
+    }
 }
