@@ -26,13 +26,12 @@ fn files(dir: &std::path::Path, cert: &pki::ServerCert, chain: &str) -> (PathBuf
     )
 }
 
+/// What [`https_get`] saw: the negotiated protocol, the server's certificate, the answer.
+type Exchange = (Option<Vec<u8>>, Vec<u8>, String);
+
 /// One TLS connection to `addr` trusting `ca_pem` and offering `alpn`, with `GET /health` sent
 /// over HTTP/1.1 unless h2 was chosen: (negotiated protocol, server certificate, answer).
-fn https_get(
-    addr: SocketAddr,
-    ca_pem: &str,
-    alpn: &[&[u8]],
-) -> Result<(Option<Vec<u8>>, Vec<u8>, String), String> {
+fn https_get(addr: SocketAddr, ca_pem: &str, alpn: &[&[u8]]) -> Result<Exchange, String> {
     let mut connection = pki::HttpsConnection::open(addr, ca_pem, alpn)?;
     let alpn = connection.alpn();
     let answer = match alpn.as_deref() {
