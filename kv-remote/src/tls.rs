@@ -199,9 +199,9 @@ fn handshake_failure(host: &str, err: &io::Error) -> WrongTransport {
 }
 
 impl tower_service::Service<Uri> for Connector {
-    type Response = Stream;
+    type Response = TokioIo<Either>;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Stream, BoxError>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<TokioIo<Either>, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.http.poll_ready(cx).map_err(Into::into)
@@ -215,9 +215,11 @@ impl tower_service::Service<Uri> for Connector {
         Box::pin(async move {
             let tcp = connecting.await?.into_inner();
             let Some(tls) = tls else {
-                return Ok(Stream(TokioIo::new(Either::Plain(Http2Only::new(
-                    tcp, failures,
-                )))));
+                return Ok(TokioIo::new(Either::Plain {
+                    tcp,
+                    checked: false,
+                    failures,
+                }));
             };
             let handshake = async {
                 let tls = tls.map_err(WrongTransport)?;
@@ -229,7 +231,7 @@ impl tower_service::Service<Uri> for Connector {
                     .map_err(|e| handshake_failure(&host, &e))
             };
             match handshake.await {
-                Ok(stream) => Ok(Stream(TokioIo::new(Either::Tls(Box::new(stream))))),
+                Ok(stream) => Ok(TokioIo::new(Either::Tls(Box::new(stream)))),
                 Err(failure) => {
                     failures.record(&failure);
                     Err(failure.into())
@@ -239,64 +241,30 @@ impl tower_service::Service<Uri> for Connector {
     }
 }
 
-/// A connection as hyper's client uses it.
-pub(crate) struct Stream(TokioIo<Either>);
-
-/// Plain TCP or TLS over TCP.
-enum Either {
-    Plain(Http2Only),
+/// A connection: plain TCP (checked for an HTTP/1 answer, see [`Either::Plain`]) or TLS over
+/// TCP. hyper's client takes it as `TokioIo<Either>`.
+pub(crate) enum Either {
+    /// A plaintext HTTP/2 connection that recognises an HTTP/1 answer in its first bytes (a TLS
+    /// port's plaintext refusal, or any server that does not speak h2c) and fails with its
+    /// text.
+    Plain {
+        tcp: TcpStream,
+        /// Whether the first bytes were looked at.
+        checked: bool,
+        failures: LastFailure,
+    },
     Tls(Box<TlsStream<TcpStream>>),
 }
 
-impl Connection for Stream {
+impl Connection for Either {
     fn connected(&self) -> Connected {
         let connected = Connected::new();
-        match self.0.inner() {
+        match self {
             Either::Tls(tls) if tls.get_ref().1.alpn_protocol() == Some(b"h2") => {
                 connected.negotiated_h2()
             }
             _ => connected,
         }
-    }
-}
-
-impl hyper::rt::Read for Stream {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: hyper::rt::ReadBufCursor<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl hyper::rt::Write for Stream {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.0.is_write_vectored()
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
     }
 }
 
@@ -307,10 +275,50 @@ impl AsyncRead for Either {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Either::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Either::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Either::Plain {
+                tcp,
+                checked,
+                failures,
+            } => {
+                let before = buf.filled().len();
+                let polled = Pin::new(tcp).poll_read(cx, buf);
+                if *checked || !matches!(polled, Poll::Ready(Ok(()))) {
+                    return polled;
+                }
+                let read = &buf.filled()[before..];
+                if read.is_empty() {
+                    return polled;
+                }
+                *checked = true;
+                match http1_answer(read) {
+                    None => polled,
+                    Some(failure) => {
+                        failures.record(&failure);
+                        Poll::Ready(Err(io::Error::other(failure)))
+                    }
+                }
+            }
         }
     }
+}
+
+/// If the first bytes read on an h2c connection are an HTTP/1 answer: the failure, with the
+/// answer's status line and text.
+fn http1_answer(read: &[u8]) -> Option<WrongTransport> {
+    if !read.starts_with(b"HTTP/") {
+        return None;
+    }
+    let text = String::from_utf8_lossy(read);
+    let status = text.lines().next().unwrap_or_default().trim().to_owned();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.trim().chars().take(200).collect::<String>())
+        .unwrap_or_default();
+    Some(WrongTransport(format!(
+        "the server answered this HTTP/2 (h2c) connection in plaintext HTTP/1 ({status}){}{body}",
+        if body.is_empty() { "" } else { ": " }
+    )))
 }
 
 impl AsyncWrite for Either {
@@ -320,7 +328,7 @@ impl AsyncWrite for Either {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Either::Plain(s) => Pin::new(&mut s.tcp).poll_write(cx, buf),
+            Either::Plain { tcp, .. } => Pin::new(tcp).poll_write(cx, buf),
             Either::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
@@ -331,84 +339,29 @@ impl AsyncWrite for Either {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Either::Plain(s) => Pin::new(&mut s.tcp).poll_write_vectored(cx, bufs),
+            Either::Plain { tcp, .. } => Pin::new(tcp).poll_write_vectored(cx, bufs),
             Either::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 
     fn is_write_vectored(&self) -> bool {
         match self {
-            Either::Plain(s) => s.tcp.is_write_vectored(),
+            Either::Plain { tcp, .. } => tcp.is_write_vectored(),
             Either::Tls(s) => s.is_write_vectored(),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Either::Plain(s) => Pin::new(&mut s.tcp).poll_flush(cx),
+            Either::Plain { tcp, .. } => Pin::new(tcp).poll_flush(cx),
             Either::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Either::Plain(s) => Pin::new(&mut s.tcp).poll_shutdown(cx),
+            Either::Plain { tcp, .. } => Pin::new(tcp).poll_shutdown(cx),
             Either::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
-    }
-}
-
-/// A plaintext HTTP/2 connection that recognises an HTTP/1 answer in its first bytes (a TLS
-/// port's plaintext refusal, or any server that does not speak h2c) and fails with its text.
-struct Http2Only {
-    tcp: TcpStream,
-    /// Whether the first bytes were looked at.
-    checked: bool,
-    failures: LastFailure,
-}
-
-impl Http2Only {
-    fn new(tcp: TcpStream, failures: LastFailure) -> Self {
-        Http2Only {
-            tcp,
-            checked: false,
-            failures,
-        }
-    }
-}
-
-impl AsyncRead for Http2Only {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut this.tcp).poll_read(cx, buf);
-        if this.checked || !matches!(polled, Poll::Ready(Ok(()))) {
-            return polled;
-        }
-        let read = &buf.filled()[before..];
-        if read.is_empty() {
-            return polled;
-        }
-        this.checked = true;
-        if !read.starts_with(b"HTTP/") {
-            return polled;
-        }
-        let text = String::from_utf8_lossy(read);
-        let status = text.lines().next().unwrap_or_default().trim().to_owned();
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, body)| body.trim().chars().take(200).collect::<String>())
-            .unwrap_or_default();
-        let failure = WrongTransport(format!(
-            "the server answered this HTTP/2 (h2c) connection in plaintext HTTP/1 \
-             ({status}){}{body}",
-            if body.is_empty() { "" } else { ": " }
-        ));
-        this.failures.record(&failure);
-        Poll::Ready(Err(io::Error::other(failure)))
     }
 }

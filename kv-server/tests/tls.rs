@@ -41,6 +41,15 @@ fn https_get(addr: SocketAddr, ca_pem: &str, alpn: &[&[u8]]) -> Result<Exchange,
     Ok((alpn, connection.certificate(), answer))
 }
 
+/// A CA and a server identity it signed (written in `dir`).
+fn identity(dir: &std::path::Path, name: &str, format: KeyFormat) -> (Ca, pki::ServerCert, Tls) {
+    let ca = Ca::root("kv test root");
+    let cert = ca.server(name, format);
+    let (cert_path, key_path) = files(dir, &cert, "");
+    let tls = Tls::load(&cert_path, &key_path).unwrap();
+    (ca, cert, tls)
+}
+
 async fn tls_server(tls: Tls) -> Running {
     let mut config = config();
     config.tls = Some(tls);
@@ -120,10 +129,7 @@ fn unusable_files_are_refused_with_their_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_serves_the_new_certificate_and_keeps_the_old_on_error() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::root("kv test root");
-    let first = ca.server("first", KeyFormat::EcPkcs8);
-    let (cert_path, key_path) = files(dir.path(), &first, "");
-    let tls = Tls::load(&cert_path, &key_path).unwrap();
+    let (ca, first, tls) = identity(dir.path(), "first", KeyFormat::EcPkcs8);
     let running = tls_server(tls.clone()).await;
     let (addr, ca_pem) = (running.addr, ca.pem());
     let served = move || https_get(addr, &ca_pem, &[b"http/1.1"]).unwrap().1;
@@ -152,10 +158,8 @@ async fn reload_serves_the_new_certificate_and_keeps_the_old_on_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_port_refuses_the_other_protocol_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::root("kv test root");
-    let cert = ca.server("server", KeyFormat::EcPkcs8);
-    let (cert_path, key_path) = files(dir.path(), &cert, "");
-    let tls_port = tls_server(Tls::load(&cert_path, &key_path).unwrap()).await;
+    let (ca, _, tls) = identity(dir.path(), "server", KeyFormat::EcPkcs8);
+    let tls_port = tls_server(tls).await;
     let plain_port = start().await;
     let (tls_addr, plain_addr, ca_pem) = (tls_port.addr, plain_port.addr, ca.pem());
 
