@@ -16,7 +16,8 @@ pub const DEFAULT_DB: &str = "sqlite:./kv.sqlite3";
 #[derive(Debug, Parser)]
 #[command(name = "kv", version, about, long_about)]
 pub struct Cli {
-    /// The database: sqlite:PATH (or a plain path), redb:PATH, memory:, http://HOST:PORT/PATH.
+    /// The database: sqlite:PATH (or a plain path), redb:PATH, memory:, https://HOST:PORT/PATH,
+    /// http://HOST:PORT/PATH.
     ///
     /// Every form:
     ///   sqlite:PATH, or a plain PATH    Deno's own SQLite file (the default, ./kv.sqlite3)
@@ -29,8 +30,10 @@ pub struct Cli {
     ///                                   database; http://HOST:PORT/db/NAME a named one
     ///   http://HOST:PORT/PATH?token=T   the same with the access token in the URL; otherwise
     ///                                   from KV_ACCESS_TOKEN or DENO_KV_ACCESS_TOKEN
-    /// https:// is not supported (this build has no TLS). Reading commands such as dump and
-    /// stats also take the database as their argument: kv dump FILE.
+    ///   https://HOST:PORT/PATH          the same over TLS, the server's certificate checked
+    ///                                   against the system's roots, or --ca FILE
+    /// Reading commands such as dump and stats also take the database as their argument:
+    /// kv dump FILE.
     #[arg(
         long,
         global = true,
@@ -40,6 +43,11 @@ pub struct Cli {
         verbatim_doc_comment
     )]
     pub db: String,
+
+    /// For https:// databases: trust only the CA certificates in this PEM file (a private CA or
+    /// a self-signed server certificate) instead of the system's root certificates.
+    #[arg(long, global = true, env = "KV_CA_FILE", value_name = "FILE")]
+    pub ca: Option<PathBuf>,
 
     /// What to do.
     #[command(subcommand)]
@@ -173,8 +181,10 @@ pub enum Command {
         /// The target database URL.
         target: String,
     },
-    /// Serve the database (--db) to Deno.openKv("http://HOST:PORT") and other KV Connect
-    /// clients, over HTTP/2 (h2c) and HTTP/1.1, until interrupted (Ctrl-C or SIGTERM).
+    /// Serve the database (--db) to Deno.openKv("https://HOST:PORT") and other KV Connect
+    /// clients, over HTTPS with --tls-cert and --tls-key (HTTP/2 or HTTP/1.1 by ALPN), else
+    /// plaintext HTTP/2 (h2c) and HTTP/1.1, until interrupted (Ctrl-C or SIGTERM). SIGHUP
+    /// reloads the certificate and key.
     Serve(ServeArgs),
     /// Encode or decode keys.
     Key {
@@ -197,6 +207,15 @@ pub struct ServeArgs {
     /// Run without a token (only allowed on a loopback address).
     #[arg(long, conflicts_with = "token")]
     pub open_loopback: bool,
+    /// Serve HTTPS with this PEM certificate chain (the server's certificate first, then its
+    /// intermediates). Reloaded with the key on SIGHUP: new connections get the new
+    /// certificate, open ones keep theirs, and a bad new file is refused (the old one stays).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key, PEM: PKCS#8 ("PRIVATE KEY"), PKCS#1 ("RSA PRIVATE KEY")
+    /// or SEC1 ("EC PRIVATE KEY").
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Also serve /db/NAME as the file NAME.sqlite3 (or NAME.redb, after --db's backend) in
     /// this directory, created on first use.
     #[arg(long, value_name = "DIR")]

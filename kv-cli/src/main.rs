@@ -34,6 +34,9 @@ fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let db_on_command_line = matches.value_source("db") == Some(ValueSource::CommandLine);
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
+    if let Some(ca) = cli.ca.clone() {
+        store::trust_ca_file(ca);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

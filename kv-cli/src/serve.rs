@@ -1,9 +1,14 @@
 //! `kv serve`: the database as a KV Connect server (see the kv-server crate).
 //!
 //! ```text
-//! KV_ACCESS_TOKEN=$(openssl rand -hex 16) kv --db sqlite:./data.sqlite3 serve --addr 127.0.0.1:4512
-//! # in Deno: DENO_KV_ACCESS_TOKEN=... Deno.openKv("http://127.0.0.1:4512")
+//! KV_ACCESS_TOKEN=$(openssl rand -hex 16) kv --db sqlite:./data.sqlite3 serve --addr 0.0.0.0:4512 \
+//!     --tls-cert cert.pem --tls-key key.pem
+//! # in Deno: DENO_KV_ACCESS_TOKEN=... Deno.openKv("https://kv.example.com:4512")
 //! ```
+//!
+//! With `--tls-cert` and `--tls-key` it serves HTTPS and reloads both files on SIGHUP. Without
+//! them it serves plaintext, and warns at start when the address is not loopback (the token and
+//! every value would cross the network in the clear).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,10 +16,11 @@ use std::time::Duration;
 
 use kv::BackendUrl;
 use kv_proto::{Backend, Clock, SystemClock};
-use kv_server::{Access, Databases, ResourceLimits, Server, ServerConfig};
+use kv_server::{Access, Databases, ResourceLimits, Server, ServerConfig, Tls};
 
 use crate::cli::{ServeArgs, ServeLimits};
 use crate::error::CliError;
+use crate::store::parse_url;
 
 /// Deno's variable for the access token, read when KV_ACCESS_TOKEN and --token are not given.
 const DENO_ACCESS_TOKEN_ENV: &str = "DENO_KV_ACCESS_TOKEN";
@@ -42,7 +48,11 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
     if access == Access::Open && !args.addr.ip().is_loopback() {
         return Err(kv_server::ConfigError::OpenNotLoopback(args.addr).into());
     }
-    let url: BackendUrl = db.parse().map_err(CliError::Kv)?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(Tls::load(cert, key)?),
+        _ => None,
+    };
+    let url = parse_url(db)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let default = url.open(clock.clone())?;
     let mut databases = Databases::new(default.clone());
@@ -56,6 +66,7 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
     let mut config = ServerConfig::new(access);
     config.ephemeral = args.ephemeral;
     config.resources = resource_limits(&args.limits, raise_open_file_limit())?;
+    config.tls = tls.clone();
     let open = config.access == Access::Open;
     let limits = config.resources.clone();
     let server = Server::new(config, databases)?;
@@ -67,12 +78,22 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
         .await
         .map_err(serving)?;
     let local = listener.local_addr().map_err(serving)?;
+    if let Some(tls) = &tls {
+        reload_on_sighup(tls.clone());
+    } else if !local.ip().is_loopback() {
+        eprintln!(
+            "kv serve: WARNING: serving plaintext HTTP on {local}, which is not a loopback \
+             address: the access token and every value cross the network in the clear. Give \
+             --tls-cert and --tls-key to serve HTTPS."
+        );
+    }
     eprintln!(
         "kv serve: at most {} connections, {} watches, {} --db-dir databases open",
         limits.max_connections, limits.max_watches, limits.max_open_databases
     );
     eprintln!(
-        "kv serve: serving {db} at http://{local}/ ({}){}{}",
+        "kv serve: serving {db} at {}://{local}/ ({}){}{}",
+        if tls.is_some() { "https" } else { "http" },
         if open {
             "open, no token"
         } else {
@@ -155,6 +176,41 @@ fn opener(url: &BackendUrl, dir: &Path, clock: Arc<dyn Clock>) -> kv_server::Dat
                 })
         },
     )
+}
+
+/// Reloads the certificate and key on every SIGHUP, for as long as the process runs: new
+/// connections get the new certificate; a file that does not load is refused with a message and
+/// the certificate in force stays.
+fn reload_on_sighup(tls: Tls) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::hangup()) {
+            Ok(mut hangups) => {
+                tokio::spawn(async move {
+                    while hangups.recv().await.is_some() {
+                        match tls.reload() {
+                            Ok(()) => eprintln!(
+                                "kv serve: SIGHUP: reloaded the TLS certificate {} and key {}; \
+                                 new connections use them",
+                                tls.cert_path().display(),
+                                tls.key_path().display()
+                            ),
+                            Err(err) => eprintln!(
+                                "kv serve: SIGHUP: TLS reload refused, still serving the \
+                                 previous certificate: {err}"
+                            ),
+                        }
+                    }
+                });
+            }
+            Err(err) => eprintln!("kv serve: cannot listen for SIGHUP (no TLS reload): {err}"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tls;
+    }
 }
 
 /// Completes on Ctrl-C, or SIGTERM on Unix.

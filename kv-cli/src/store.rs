@@ -3,6 +3,7 @@
 //! it into place only when everything is written.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use futures::TryStreamExt;
 use kv::{BackendUrl, Kv, ListOptions, Selector, key};
@@ -39,9 +40,27 @@ pub fn chosen_database(
     }
 }
 
+/// The `--ca` file (or `KV_CA_FILE`), set once at start.
+static CA_FILE: OnceLock<PathBuf> = OnceLock::new();
+
+/// Makes every `https://` database this process opens trust only the CA certificates in
+/// `file` (`--ca`); the first call wins.
+pub fn trust_ca_file(file: PathBuf) {
+    let _ = CA_FILE.set(file);
+}
+
+/// Parses a database URL, with the `--ca` file for `https://`.
+pub fn parse_url(url: &str) -> Result<BackendUrl, CliError> {
+    let parsed: BackendUrl = url.parse().map_err(CliError::Kv)?;
+    Ok(match CA_FILE.get() {
+        Some(file) => parsed.with_ca_file(file.clone()),
+        None => parsed,
+    })
+}
+
 /// Opens `url` for `access`.
 pub fn open(url: &str, access: Access) -> Result<Kv, CliError> {
-    let mut parsed: BackendUrl = url.parse().map_err(CliError::Kv)?;
+    let mut parsed = parse_url(url)?;
     if access != Access::Write
         && let Some(path) = parsed.path()
         && !path.exists()
@@ -86,7 +105,7 @@ pub struct Target {
 impl Target {
     /// Prepares to write into `url`, which must be new or empty.
     pub async fn create(url: &str) -> Result<Target, CliError> {
-        let parsed: BackendUrl = url.parse().map_err(CliError::Kv)?;
+        let parsed = parse_url(url)?;
         let Some(path) = parsed.path().map(Path::to_path_buf) else {
             // Not a file (memory:): written in place.
             let kv = open(url, Access::Write)?;

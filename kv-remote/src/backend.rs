@@ -33,7 +33,7 @@ impl std::fmt::Debug for RemoteBackend {
 }
 
 impl RemoteBackend {
-    /// Opens the database at `url` (`http://host:port/path`): runs the metadata exchange now,
+    /// Opens the database at `url` (`https://host:port/path` or `http://...`): runs the metadata exchange now,
     /// so a wrong token, a wrong path or an unreachable server is reported here (as
     /// [`KvError::Storage`] holding a [`crate::RemoteError`]). Needs a tokio runtime.
     pub async fn connect(url: &str, options: RemoteOptions) -> Result<Checked<Self>, KvError> {

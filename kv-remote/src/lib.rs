@@ -18,9 +18,14 @@
 //!
 //! ## How it talks
 //!
-//! - **Transport:** HTTP/2 with prior knowledge over plain TCP (h2c), as Deno does for
-//!   `http://` URLs; one connection per backend, shared by every call (HTTP/2 streams), and
-//!   opened again transparently when it breaks. `https://` is refused (no TLS in this build).
+//! - **Transport:** HTTP/2 over TLS for `https://` URLs (rustls with its `ring` provider, ALPN
+//!   `h2`), the server's certificate verified against the system's root certificates, or only
+//!   against the CA certificates of [`RemoteOptions::ca_file`] (`KV_CA_FILE`); there is no
+//!   option to skip verification. HTTP/2 with prior knowledge over plain TCP (h2c) for
+//!   `http://` URLs, as Deno does. One connection per backend, shared by every call (HTTP/2
+//!   streams), and opened again transparently when it breaks. A TLS failure (untrusted
+//!   certificate, `https://` to a plaintext server, `http://` to a TLS one) fails the call at
+//!   once with [`RemoteError::Tls`], never retried.
 //! - **Metadata:** `POST <url>` with `authorization: Bearer <access token>` and
 //!   `{"supportedVersions":[1,2,3]}`, done once by [`RemoteBackend::connect`] (so a wrong token
 //!   or URL fails at open with the server's text). The answer's first `strong` endpoint and its
@@ -76,9 +81,11 @@
 mod backend;
 pub mod ext;
 mod queue;
+mod tls;
 mod transport;
 mod watch;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,6 +99,8 @@ pub const ACCESS_TOKEN_ENV: &str = "KV_ACCESS_TOKEN";
 /// Deno's variable for the same token (`Deno.openKv("http://...")` reads it), read by
 /// [`RemoteOptions::from_env`] when [`ACCESS_TOKEN_ENV`] is not set.
 pub const DENO_ACCESS_TOKEN_ENV: &str = "DENO_KV_ACCESS_TOKEN";
+/// The environment variable [`RemoteOptions::from_env`] reads [`RemoteOptions::ca_file`] from.
+pub const CA_FILE_ENV: &str = "KV_CA_FILE";
 
 /// How a [`RemoteBackend`] connects and retries.
 #[derive(Clone)]
@@ -113,6 +122,9 @@ pub struct RemoteOptions {
     /// The time used to check enqueue delays before sending (the server's clock decides
     /// delivery).
     pub clock: Arc<dyn Clock>,
+    /// For `https://`: trust only the CA certificates in this PEM file (a private CA, or a
+    /// self-signed server certificate), instead of the system's root certificates (`None`).
+    pub ca_file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for RemoteOptions {
@@ -123,6 +135,7 @@ impl std::fmt::Debug for RemoteOptions {
             .field("request_timeout", &self.request_timeout)
             .field("watch_idle_timeout", &self.watch_idle_timeout)
             .field("dequeue_wait", &self.dequeue_wait)
+            .field("ca_file", &self.ca_file)
             .finish_non_exhaustive()
     }
 }
@@ -138,17 +151,28 @@ impl RemoteOptions {
             dequeue_wait: Duration::from_secs(20),
             limits: Limits::deno(),
             clock: Arc::new(SystemClock),
+            ca_file: None,
         }
     }
 
     /// The defaults with the token from the `KV_ACCESS_TOKEN` environment variable, else from
     /// Deno's `DENO_KV_ACCESS_TOKEN` (empty if neither is set: servers running open accept any
-    /// token, others answer with [`RemoteError::MissingToken`]).
+    /// token, others answer with [`RemoteError::MissingToken`]), and the CA file from
+    /// `KV_CA_FILE` if it is set.
     pub fn from_env() -> Self {
         let token = [ACCESS_TOKEN_ENV, DENO_ACCESS_TOKEN_ENV]
             .into_iter()
             .find_map(|name| std::env::var(name).ok())
             .unwrap_or_default();
-        Self::new(token)
+        let mut options = Self::new(token);
+        options.ca_file = ca_file_from_env();
+        options
     }
+}
+
+/// The CA file named by `KV_CA_FILE`, if set and not empty.
+pub fn ca_file_from_env() -> Option<PathBuf> {
+    std::env::var_os(CA_FILE_ENV)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
 }

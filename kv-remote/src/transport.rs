@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use crate::tls::{Connector, LastFailure, WrongTransport};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use http_body_util::{BodyExt, Full, Limited};
@@ -90,6 +91,16 @@ pub enum RemoteError {
     /// The server's answer does not follow the protocol.
     #[error("invalid KV Connect response: {0}")]
     Protocol(String),
+    /// TLS cannot work with this server: the handshake failed (its certificate is not trusted
+    /// for the URL's host name, or it speaks plaintext), a TLS server was addressed with
+    /// `http://`, or the CA file is unusable. Never retried.
+    #[error("TLS: cannot talk to the KV Connect server at {url:?}: {reason}")]
+    Tls {
+        /// The URL.
+        url: String,
+        /// What failed, and what to do about it.
+        reason: String,
+    },
     /// The client needs a tokio runtime with I/O and time enabled.
     #[error("kv-remote needs a tokio runtime (with I/O and time enabled)")]
     NoRuntime,
@@ -147,7 +158,9 @@ pub(crate) enum Replay {
 
 /// Shared by a backend and its tasks.
 pub(crate) struct Inner {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<Connector, Full<Bytes>>,
+    /// What the connector saw go wrong with TLS (see [`LastFailure`]).
+    failures: LastFailure,
     /// The metadata URL as given (path and query included).
     pub(crate) url: String,
     pub(crate) options: RemoteOptions,
@@ -174,14 +187,8 @@ impl Inner {
             reason: reason.to_owned(),
         };
         let uri: Uri = url.parse().map_err(|_| bad("not a URL"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(bad(
-                    "https is not supported by this client (no TLS); use http:// (h2c)",
-                ));
-            }
-            _ => return Err(bad("expected an http:// URL")),
+        if !matches!(uri.scheme_str(), Some("http" | "https")) {
+            return Err(bad("expected an http:// or https:// URL"));
         }
         if uri.authority().is_none() {
             return Err(bad("no host"));
@@ -192,14 +199,24 @@ impl Inner {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(options.request_timeout));
+        connector.enforce_http(false);
+        let connector =
+            Connector::new(connector, options.ca_file.as_deref()).map_err(|reason| {
+                RemoteError::Tls {
+                    url: url.to_owned(),
+                    reason,
+                }
+            })?;
         // Keep the one connection while idle: kv-server's `/ephemeral/` databases live exactly
         // as long as the connection that created them.
+        let failures = connector.failures.clone();
         let client = Client::builder(TokioExecutor::new())
             .http2_only(true)
             .pool_idle_timeout(None)
             .build(connector);
         Ok(Inner {
             client,
+            failures,
             url: url.to_owned(),
             options,
             session: Mutex::new(None),
@@ -307,6 +324,15 @@ impl Inner {
                     let body = read_body(response).await?;
                     break (status, body);
                 }
+                Err(SendError {
+                    tls: Some(reason), ..
+                }) => {
+                    return Err(RemoteError::Tls {
+                        url: self.url.clone(),
+                        reason,
+                    }
+                    .into());
+                }
                 Err(err) if err.not_delivered && !self.has_answered() => {
                     return Err(RemoteError::Unreachable {
                         url: self.url.clone(),
@@ -408,6 +434,9 @@ impl Inner {
             }
             Ok(Err(err)) => {
                 let not_delivered = err.is_connect();
+                let tls = WrongTransport::find(&err)
+                    .or_else(|| self.failures.take())
+                    .map(|w| w.0);
                 let mut text = err.to_string();
                 let mut source = std::error::Error::source(&err);
                 while let Some(inner) = source {
@@ -418,11 +447,13 @@ impl Inner {
                 Err(SendError {
                     text,
                     not_delivered,
+                    tls,
                 })
             }
             Err(_) => Err(SendError {
                 text: format!("no answer within {limit:?}"),
                 not_delivered: false,
+                tls: None,
             }),
         }
     }
@@ -491,6 +522,11 @@ impl Inner {
                     }
                     format!("status {status}: {text}")
                 }
+                Err(SendError {
+                    tls: Some(reason), ..
+                }) => {
+                    return Err(RemoteError::Tls { url, reason }.into());
+                }
                 Err(err) => {
                     if replay == Replay::OnlyIfNotDelivered && !err.not_delivered {
                         return Err(RemoteError::OutcomeUnknown(err.text).into());
@@ -541,6 +577,8 @@ struct SendError {
     text: String,
     /// The connection could not be made: the request surely never reached the server.
     not_delivered: bool,
+    /// TLS cannot work with this server ([`WrongTransport`]): fail at once, never retry.
+    tls: Option<String>,
 }
 
 /// An error status as the error callers see: the server's texts for bad input are kept, so they

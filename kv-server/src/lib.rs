@@ -3,8 +3,13 @@
 //! Serves Deno KV to `Deno.openKv("http://host:port/...")` (Deno 2.9.6) and to any other KV
 //! Connect client, from any `Arc<dyn Backend>` of this workspace:
 //!
-//! - HTTP/2 without TLS (h2c with prior knowledge, which is all Deno speaks to `http://` URLs)
-//!   and HTTP/1.1 on the same port;
+//! - HTTPS when given a certificate ([`ServerConfig::tls`], [`Tls`]): HTTP/2 or HTTP/1.1
+//!   negotiated by ALPN, with rustls, for `Deno.openKv("https://...")`; the certificate is
+//!   reloaded by [`Tls::reload`] without dropping connections;
+//! - without one, HTTP/2 without TLS (h2c with prior knowledge, which is all Deno speaks to
+//!   `http://` URLs) and HTTP/1.1 on the same port. Each kind of port answers a client of the
+//!   other kind at once and clearly: a plaintext request to the TLS port gets a plaintext
+//!   `400 this port speaks HTTPS`, a TLS handshake to a plaintext port a TLS alert;
 //! - `POST <database path>`: the metadata exchange (protocol 3 for Deno's `[1,2,3]`, 2 for
 //!   `[1,2]`; see [`databases`] for the paths);
 //! - `POST /v2/snapshot_read`, `/v2/atomic_write`, `/v2/watch`: the data path, the database chosen
@@ -50,6 +55,7 @@ pub mod queue;
 mod quick_ack;
 pub mod resources;
 mod response;
+mod tls;
 mod watch;
 
 use std::future::Future;
@@ -64,6 +70,7 @@ use tokio::task::JoinSet;
 pub use connection::HTTP2_PING_INTERVAL;
 pub use databases::{DatabaseOpener, Databases, Opened};
 pub use resources::ResourceLimits;
+pub use tls::Tls;
 
 /// The largest request body accepted (413 above it): 1 MiB plus 64 KiB. The largest valid
 /// request is an atomic write within Deno's limits: 819 200 bytes of keys and values (check keys
@@ -122,6 +129,9 @@ pub struct ServerConfig {
     pub queue_max_wait: Duration,
     /// Caps and timeouts protecting the server from its clients ([`resources`]).
     pub resources: ResourceLimits,
+    /// Serve HTTPS with this certificate (`None`: plaintext HTTP, the default). A TLS handshake
+    /// must complete within [`ResourceLimits::header_timeout`].
+    pub tls: Option<Tls>,
 }
 
 impl ServerConfig {
@@ -139,6 +149,7 @@ impl ServerConfig {
             queue_lease: kv_proto::queue::MESSAGE_DEADLINE,
             queue_max_wait: Duration::from_secs(25),
             resources: ResourceLimits::default(),
+            tls: None,
         }
     }
 }
@@ -158,6 +169,18 @@ pub enum ConfigError {
          address (127.0.0.1 or ::1) to run open"
     )]
     OpenNotLoopback(std::net::SocketAddr),
+    /// A TLS certificate or key file that cannot be read or holds nothing usable.
+    #[error("TLS file {}: {reason}", path.display())]
+    TlsFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// rustls refused the certificate and key (e.g. the key does not belong to the
+    /// certificate, or its algorithm is not supported).
+    #[error("TLS configuration refused: {0}")]
+    TlsRefused(String),
 }
 
 /// Shared by every connection.
@@ -234,7 +257,7 @@ impl Server {
                             connections.spawn(connection::serve(shared.clone(), stream, slot));
                         }
                         None => {
-                            connection::refuse(stream, shared.config.resources.max_connections);
+                            connection::refuse(stream, &shared.config);
                         }
                     },
                     Err(err) => {

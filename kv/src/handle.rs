@@ -48,7 +48,7 @@ impl std::fmt::Debug for Kv {
 
 impl Kv {
     /// Opens the backend a URL names (see [`BackendUrl`]): `sqlite:PATH` (or a plain path),
-    /// `redb:PATH`, `memory:`, `http://HOST:PORT/PATH`; Deno's `Deno.openKv(url)`. Each engine
+    /// `redb:PATH`, `memory:`, `https://HOST:PORT/PATH` or `http://…`; Deno's `Deno.openKv(url)`. Each engine
     /// is a cargo feature of this crate (see the [crate documentation](crate)); a URL whose
     /// engine is not compiled in fails with [`Error::BadUrl`].
     ///

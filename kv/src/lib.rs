@@ -40,7 +40,7 @@
 //! | `sqlite` (default) | `sqlite:PATH`, a plain path | kv-sqlite: Deno's own SQLite file |
 //! | `memory` (default) | `memory:` | kv-memory: in memory, gone at close |
 //! | `redb` | `redb:PATH` | kv-redb: a pure-Rust redb file |
-//! | `remote` | `http://HOST:PORT/PATH` | kv-remote: a KV Connect server (kv-server, denokv) |
+//! | `remote` | `https://HOST:PORT/PATH`, `http://HOST:PORT/PATH` | kv-remote: a KV Connect server (kv-server, denokv), over TLS or h2c |
 //! | `postgres` | `postgres://USER@HOST:PORT/DB`, `postgresql://…` | kv-postgres: a store in PostgreSQL that several processes share |
 //!
 //! A URL whose engine is left out is refused with

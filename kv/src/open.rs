@@ -12,6 +12,7 @@
 //! | `memory:` | kv-memory's `MemoryBackend`, gone when the last handle closes | `memory` (default) |
 //! | `http://host:port/path` | kv-remote's `RemoteBackend`: a database on a KV Connect server (kv-server, denokv) over HTTP/2 (h2c) | `remote` |
 //! | `http://host:port/path?token=SECRET` | the same, with the access token in the URL (it is removed from the URL before anything is sent) | `remote` |
+//! | `https://host:port/path` (`?token=` too) | the same over TLS (HTTP/2, rustls), the server's certificate verified against the system's roots or the CA file of `KV_CA_FILE` / [`BackendUrl::with_ca_file`] | `remote` |
 //! | `postgres://user[:password]@host[:port]/database` (or `postgresql://`) | kv-postgres's `PostgresBackend`: a store in a PostgreSQL database that several processes share | `postgres` |
 //!
 //! Every form is recognised whatever the build, but only the engines compiled in can be
@@ -23,8 +24,10 @@
 //! kv-server, `http://host:port/` is the default database and `http://host:port/db/NAME` a named
 //! one. The access token comes from `?token=` if given, else from the `KV_ACCESS_TOKEN`
 //! environment variable, else from Deno's `DENO_KV_ACCESS_TOKEN` (read when the backend is
-//! opened; unset means no token, which only a server running open accepts). `https://` is
-//! refused: this build has no TLS. [`Kv::open`] and [`BackendUrl::connect`] run the metadata
+//! opened; unset means no token, which only a server running open accepts). An `https://`
+//! server's certificate must be signed by one of the system's root certificates, or by a CA in
+//! the PEM file named by [`BackendUrl::with_ca_file`], else by the `KV_CA_FILE` environment
+//! variable; verification cannot be turned off. [`Kv::open`] and [`BackendUrl::connect`] run the metadata
 //! exchange at once and report a wrong token or an unreachable server there;
 //! [`Kv::open_blocking`] and [`BackendUrl::open`] connect lazily, so the first operation reports
 //! it.
@@ -74,17 +77,18 @@ mod postgres;
 use postgres::{open_postgres, open_postgres_blocking, redact_password};
 
 /// The schemes [`BackendUrl`] understands, for error messages.
-const KNOWN: &str = "sqlite:PATH, redb:PATH, memory:, http://HOST:PORT/PATH, \
+const KNOWN: &str = "sqlite:PATH, redb:PATH, memory:, http://HOST:PORT/PATH, https://HOST:PORT/PATH, \
      postgres://USER@HOST:PORT/DB (or a plain path, which means sqlite)";
 
 /// Each scheme, the cargo feature of this crate that compiles its engine in, and whether this
 /// build has it. A new engine is one more row here, one more variant of [`BackendUrl`] and one
 /// more arm in its parser.
-const ENGINES: [(&str, &str, bool); 6] = [
+const ENGINES: [(&str, &str, bool); 7] = [
     ("sqlite", "sqlite", cfg!(feature = "sqlite")),
     ("redb", "redb", cfg!(feature = "redb")),
     ("memory", "memory", cfg!(feature = "memory")),
     ("http", "remote", cfg!(feature = "remote")),
+    ("https", "remote", cfg!(feature = "remote")),
     ("postgres", "postgres", cfg!(feature = "postgres")),
     ("postgresql", "postgres", cfg!(feature = "postgres")),
 ];
@@ -135,11 +139,15 @@ pub enum BackendUrl {
     /// A database on a KV Connect server.
     #[cfg(feature = "remote")]
     Remote {
-        /// The metadata URL (`http://host:port/path`), without the `token` parameter.
+        /// The metadata URL (`http://host:port/path` or `https://...`), without the `token`
+        /// parameter.
         url: String,
         /// The access token from `?token=`; `None`: read `KV_ACCESS_TOKEN` (or
         /// `DENO_KV_ACCESS_TOKEN`) at open.
         token: Option<String>,
+        /// For `https://`: the PEM file of the CA certificates to trust instead of the system's
+        /// roots ([`BackendUrl::with_ca_file`]); `None`: `KV_CA_FILE` if set, at open.
+        ca_file: Option<PathBuf>,
     },
     /// A store in a PostgreSQL database.
     #[cfg(feature = "postgres")]
@@ -181,10 +189,15 @@ impl std::fmt::Debug for BackendUrl {
             #[cfg(feature = "memory")]
             BackendUrl::Memory => f.write_str("Memory"),
             #[cfg(feature = "remote")]
-            BackendUrl::Remote { ref url, ref token } => f
+            BackendUrl::Remote {
+                ref url,
+                ref token,
+                ref ca_file,
+            } => f
                 .debug_struct("Remote")
                 .field("url", url)
                 .field("token", &token.as_ref().map(|_| "<redacted>"))
+                .field("ca_file", ca_file)
                 .finish(),
             #[cfg(feature = "postgres")]
             BackendUrl::Postgres { ref url } => f
@@ -196,7 +209,7 @@ impl std::fmt::Debug for BackendUrl {
 }
 
 impl BackendUrl {
-    /// The backend's name: `sqlite`, `redb`, `memory`, `http` or `postgres`.
+    /// The backend's name: `sqlite`, `redb`, `memory`, `http`, `https` or `postgres`.
     pub fn scheme(&self) -> &'static str {
         match *self {
             #[cfg(feature = "sqlite")]
@@ -205,6 +218,8 @@ impl BackendUrl {
             BackendUrl::Redb { .. } => "redb",
             #[cfg(feature = "memory")]
             BackendUrl::Memory => "memory",
+            #[cfg(feature = "remote")]
+            BackendUrl::Remote { ref url, .. } if url.starts_with("https:") => "https",
             #[cfg(feature = "remote")]
             BackendUrl::Remote { .. } => "http",
             #[cfg(feature = "postgres")]
@@ -260,6 +275,24 @@ impl BackendUrl {
         #[cfg(any(feature = "sqlite", feature = "redb"))]
         if let Some((path, _)) = url.file_mut() {
             *path = new_path;
+        }
+        url
+    }
+
+    /// The same URL, trusting for `https://` only the CA certificates in the PEM file `ca_file`
+    /// (instead of the system's roots); other backends are returned as they are.
+    #[cfg_attr(not(feature = "remote"), allow(unused_variables))]
+    pub fn with_ca_file(&self, ca_file: PathBuf) -> BackendUrl {
+        #[allow(unused_mut)] // mutated only when the remote backend is compiled in
+        let mut url = self.clone();
+        #[cfg(feature = "remote")]
+        #[allow(irrefutable_let_patterns)] // when remote is the only engine compiled in
+        if let BackendUrl::Remote {
+            ca_file: ref mut file,
+            ..
+        } = url
+        {
+            *file = Some(ca_file);
         }
         url
     }
@@ -359,15 +392,23 @@ impl BackendUrl {
             _ => kv_remote::RemoteOptions::from_env(),
         };
         options.clock = clock;
+        options.ca_file = match self {
+            BackendUrl::Remote {
+                ca_file: Some(file),
+                ..
+            } => Some(file.clone()),
+            _ => kv_remote::ca_file_from_env(),
+        };
         options
     }
 }
 
-/// Parses `http://...` (the part after `http:` is `rest`): takes out a `token` parameter.
+/// Parses `http://...` or `https://...` (the part after `scheme:` is `rest`): takes out a
+/// `token` parameter.
 #[cfg(feature = "remote")]
-fn parse_remote(url: &str, rest: &str) -> std::result::Result<BackendUrl, String> {
+fn parse_remote(url: &str, scheme: &str, rest: &str) -> std::result::Result<BackendUrl, String> {
     if !rest.starts_with("//") || rest.len() <= 2 {
-        return Err("expected http://HOST:PORT/PATH".into());
+        return Err(format!("expected {scheme}://HOST:PORT/PATH"));
     }
     let (location, query) = match rest.split_once('?') {
         Some((location, query)) => (location, Some(query)),
@@ -382,7 +423,7 @@ fn parse_remote(url: &str, rest: &str) -> std::result::Result<BackendUrl, String
             None => kept.push(part),
         }
     }
-    let mut clean = format!("http:{location}");
+    let mut clean = format!("{scheme}:{location}");
     if !kept.is_empty() {
         clean.push('?');
         clean.push_str(&kept.join("&"));
@@ -390,7 +431,11 @@ fn parse_remote(url: &str, rest: &str) -> std::result::Result<BackendUrl, String
     // Checks the URL the way the client will use it.
     kv_remote::RemoteBackend::connect_lazy(&clean, kv_remote::RemoteOptions::new(""))
         .map_err(|e| format!("{e} ({url:?})"))?;
-    Ok(BackendUrl::Remote { url: clean, token })
+    Ok(BackendUrl::Remote {
+        url: clean,
+        token,
+        ca_file: None,
+    })
 }
 
 /// The options of a file URL (`sqlite:` or `redb:`): `read_only` (alone or `=true`/`=false`)
@@ -486,7 +531,7 @@ impl FromStr for BackendUrl {
                 })
             }
             #[cfg(feature = "remote")]
-            "http" => parse_remote(url, rest).map_err(bad),
+            "http" | "https" => parse_remote(url, scheme, rest).map_err(bad),
             #[cfg(feature = "postgres")]
             "postgres" | "postgresql" => {
                 if !rest.starts_with("//") {
@@ -496,9 +541,6 @@ impl FromStr for BackendUrl {
                     url: url.to_owned(),
                 })
             }
-            "https" => Err(bad(
-                "https is not supported: this build has no TLS; use http:// (h2c)".into(),
-            )),
             #[cfg(feature = "memory")]
             "memory" => {
                 if !location.is_empty() || query.is_some() {
@@ -575,6 +617,7 @@ mod tests {
             BackendUrl::Remote {
                 url: "http://127.0.0.1:4512/db/app?x=1".into(),
                 token: Some("s3cret-token".into()),
+                ca_file: None,
             }
         );
         assert_eq!(
@@ -582,11 +625,21 @@ mod tests {
             BackendUrl::Remote {
                 url: "http://localhost:4512/".into(),
                 token: None,
+                ca_file: None,
             }
         );
         assert!(!format!("{:?}", parse("http://h:1/?token=abc")).contains("abc"));
         assert_eq!(parse("http://h:1/").scheme(), "http");
-        assert!("https://h:1/".parse::<BackendUrl>().is_err());
+        assert_eq!(
+            parse("https://kv.example:4512/db/app?token=abc").with_ca_file("ca.pem".into()),
+            BackendUrl::Remote {
+                url: "https://kv.example:4512/db/app".into(),
+                token: Some("abc".into()),
+                ca_file: Some("ca.pem".into()),
+            }
+        );
+        assert_eq!(parse("https://h:1/").scheme(), "https");
+        assert!("https:nothing".parse::<BackendUrl>().is_err());
         assert!("http:nothing".parse::<BackendUrl>().is_err());
     }
 

@@ -189,6 +189,11 @@ pub fn assert_check_output(who: &str, ok: bool, stdout: &str, stderr: &str, at_l
 /// limits, ephemeral and named databases) against `url`; every check must pass. The server
 /// needs `--ephemeral` and `--db-dir`.
 pub fn assert_deno_client_passes(url: &str) {
+    assert_client_checks("Deno", deno_client(url), 30);
+}
+
+/// The command [`assert_deno_client_passes`] runs, to add to (e.g. `DENO_CERT` for https://).
+pub fn deno_client(url: &str) -> Command {
     let deno = kv_conformance::deno::deno_binary().unwrap_or_else(|reason| panic!("{reason}"));
     let script: PathBuf = [
         env!("CARGO_MANIFEST_DIR"),
@@ -204,7 +209,7 @@ pub fn assert_deno_client_passes(url: &str) {
         .env("DENO_KV_ACCESS_TOKEN", TOKEN)
         .env("NO_COLOR", "1")
         .env("DENO_NO_UPDATE_CHECK", "1");
-    assert_client_checks("Deno", deno_run, 30);
+    deno_run
 }
 
 /// Runs the `kv` binary in `dir` with `args` (and no `KV_DB` from the environment); a panic in
