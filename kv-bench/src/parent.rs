@@ -28,17 +28,11 @@ const TABLE_ORDER: [Target; 8] = [
     Target::PostgresReplica,
 ];
 
-/// The targets of the dataset scaling phase: kv-bench's engines and their floors (not the
-/// anchor, which the main table compares at one size).
-const SCALING_ORDER: [Target; 7] = [
-    Target::Memory,
-    Target::Sqlite,
-    Target::RawSqlite,
-    Target::Redb,
-    Target::RawRedb,
-    Target::Postgres,
-    Target::PostgresReplica,
-];
+/// The targets of the dataset scaling phase, in table order: kv-bench's engines and their
+/// floors (not the anchor, which the main table compares at one size).
+fn scaling_order() -> impl Iterator<Item = Target> {
+    TABLE_ORDER.into_iter().filter(|t| !t.in_anchor())
+}
 
 /// One workload's figures from one child.
 #[derive(Debug, Clone)]
@@ -297,7 +291,7 @@ pub fn run(options: &Options) -> Result<i32> {
         // The scaling phase is kv-bench's engines against their floors.
         for target in targets_for(options, &scaling_workloads)
             .into_iter()
-            .filter(|t| SCALING_ORDER.contains(t))
+            .filter(|t| !t.in_anchor())
         {
             // The main phase's data set already measured this size.
             let done = scaling_workloads
@@ -901,7 +895,7 @@ impl Report<'_> {
             );
             let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|---:|");
             for &keys in self.scaling_sizes {
-                for target in SCALING_ORDER {
+                for target in scaling_order() {
                     let w3 = self.store.agg(keys, target, Workload::W3);
                     let w4 = self.store.agg(keys, target, Workload::W4);
                     if w3.is_none() && w4.is_none() {
@@ -1021,7 +1015,7 @@ impl Report<'_> {
         }
         let mut scaling = Vec::new();
         for &keys in self.scaling_sizes {
-            for target in SCALING_ORDER {
+            for target in scaling_order() {
                 for &w in self.scaling_workloads {
                     if let Some(mut cell) = cell_json(keys, target, w) {
                         cell["peak_rss_kib"] = json!(self.peak_for_size(target, keys));

@@ -44,9 +44,7 @@ pub struct Denokv {
 
 impl std::fmt::Debug for Denokv {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Denokv")
-            .field("path", &self.path)
-            .finish_non_exhaustive()
+        write!(f, "Denokv({})", self.path.display())
     }
 }
 
@@ -264,7 +262,7 @@ impl Engine for Denokv {
             return Ok(None);
         };
         let payload = handle.take_payload().await.map_err(from_denokv)?;
-        Ok(Some(Box::new(Message { handle, payload })))
+        Ok(Some(Box::new(Message(handle, payload))))
     }
 
     async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
@@ -281,20 +279,17 @@ impl Engine for Denokv {
     }
 }
 
-/// A message denokv handed out: its payload, and denokv's handle to finish it with.
-struct Message {
-    handle: SqliteMessageHandle,
-    payload: Vec<u8>,
-}
+/// A message denokv handed out: denokv's handle to finish it with, and the payload.
+struct Message(SqliteMessageHandle, Vec<u8>);
 
 #[async_trait]
 impl QueueMessageHandle for Message {
-    fn payload(&self) -> &[u8] {
-        &self.payload
+    async fn finish(self: Box<Self>, success: bool) -> Result<(), KvError> {
+        self.0.finish(success).await.map_err(from_denokv)
     }
 
-    async fn finish(self: Box<Self>, success: bool) -> Result<(), KvError> {
-        self.handle.finish(success).await.map_err(from_denokv)
+    fn payload(&self) -> &[u8] {
+        &self.1
     }
 }
 

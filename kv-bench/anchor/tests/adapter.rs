@@ -8,7 +8,7 @@ use kv_bench_anchor::{Denokv, FILE_NAME};
 use kv_proto::chrono::{TimeDelta, Utc};
 use kv_proto::{
     AtomicWrite, Backend, Check, Enqueue, KvValue, Mutation, MutationKind, ReadRange, SnapshotRead,
-    encode_key, key,
+    Versionstamp, encode_key, key,
 };
 
 /// A fresh directory for one test (removed when dropped).
@@ -46,6 +46,18 @@ fn write(mutations: Vec<Mutation>) -> AtomicWrite {
     AtomicWrite {
         mutations,
         ..Default::default()
+    }
+}
+
+/// `mutation`, only if `key`'s versionstamp is `versionstamp` (`None`: only if absent).
+fn checked(key: &[u8], versionstamp: Option<Versionstamp>, mutation: Mutation) -> AtomicWrite {
+    AtomicWrite {
+        checks: vec![Check {
+            key: key.to_vec(),
+            versionstamp,
+        }],
+        mutations: vec![mutation],
+        enqueues: vec![],
     }
 }
 
@@ -121,27 +133,13 @@ async fn checks_decide_and_mutations_apply() {
     let kv = open(&scratch);
     let n = k("n");
     let first = kv
-        .atomic_write(AtomicWrite {
-            checks: vec![Check {
-                key: n.clone(),
-                versionstamp: None,
-            }],
-            mutations: vec![Mutation::sum(n.clone(), KvValue::U64(5))],
-            enqueues: vec![],
-        })
+        .atomic_write(checked(&n, None, Mutation::sum(n.clone(), KvValue::U64(5))))
         .await
         .expect("write")
         .expect("absent, as checked");
     // The same check again fails: the key exists now.
     let again = kv
-        .atomic_write(AtomicWrite {
-            checks: vec![Check {
-                key: n.clone(),
-                versionstamp: None,
-            }],
-            mutations: vec![Mutation::set(n.clone(), KvValue::U64(0))],
-            enqueues: vec![],
-        })
+        .atomic_write(checked(&n, None, Mutation::set(n.clone(), KvValue::U64(0))))
         .await
         .expect("write");
     assert_eq!(again, None, "a failed check commits nothing");
