@@ -2,12 +2,12 @@
 
 use std::path::PathBuf;
 
-use crate::spec::{Durability, Mode, Target, Workload};
+use crate::spec::{Durability, Mode, Target, Workload, parse_scale};
 
 /// The usage text.
 pub const USAGE: &str = "\
 kv-bench: Deno KV backends (memory, sqlite, redb, postgres) side by side, with raw rusqlite and
-raw redb floors, on fresh databases.
+raw redb floors and the denokv_sqlite anchor, on fresh databases.
 
 usage: kv-bench [options]
   --scale F             multiply every operation count and the data set by F (default 1;
@@ -17,10 +17,15 @@ usage: kv-bench [options]
                           W3 random point gets      W4 scans of 100 entries
                           W5 check-and-set counter  W6 u64 sums on 16 hot keys
                           W7 enqueue then consume messages
-  --backends memory,..  which of memory, sqlite, redb, postgres, postgres-replica to run
-                        (default memory, sqlite, redb); the raw floor of sqlite and redb runs
-                        with it for W1, W3 and W4. postgres-replica runs W3 and W4 as eventual
-                        reads, served by a streaming replica
+  --backends memory,..  which of memory, sqlite, redb, denokv, postgres, postgres-replica to
+                        run (default memory, sqlite, redb, denokv); the raw floor of sqlite and
+                        redb runs with it for W1, W3 and W4. postgres-replica runs W3 and W4 as
+                        eventual reads, served by a streaming replica. denokv is the anchor,
+                        denokv_sqlite 0.14 (Deno's own SQLite engine) in the kv-bench-anchor
+                        binary; if that is not found the report says so and the rest runs
+  --anchor PATH         the kv-bench-anchor binary (default: next to this binary, else
+                        kv-bench/anchor/target/release; build it with
+                        cargo build --release --manifest-path kv-bench/anchor/Cargo.toml)
   --postgres-url URL    the PostgreSQL server of postgres (default: a throwaway cluster of
                         the PostgreSQL installed here, started for the run, with a replica
                         for postgres-replica). Each store is a schema store_<hash>, left behind
@@ -74,6 +79,8 @@ pub struct Options {
     pub json_file: Option<PathBuf>,
     pub postgres_url: Option<String>,
     pub postgres_replica_url: Option<String>,
+    /// The anchor's binary, if given (else looked for).
+    pub anchor: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -92,6 +99,7 @@ impl Default for Options {
             json_file: None,
             postgres_url: None,
             postgres_replica_url: None,
+            anchor: None,
         }
     }
 }
@@ -103,15 +111,6 @@ pub enum Command {
     Run(Options),
     /// Print the usage.
     Help,
-}
-
-/// Parses a `--scale` value: a positive, finite number.
-pub fn parse_scale(text: &str) -> Result<f64, String> {
-    text.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .ok_or_else(|| format!("--scale: not a positive number: {text}"))
 }
 
 fn parse_list<T>(
@@ -191,6 +190,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             "--json-file" => options.json_file = Some(PathBuf::from(value()?)),
             "--postgres-url" => options.postgres_url = Some(value()?),
             "--postgres-replica-url" => options.postgres_replica_url = Some(value()?),
+            "--anchor" => options.anchor = Some(PathBuf::from(value()?)),
             "-h" | "--help" => return Ok(Command::Help),
             other => return Err(format!("unknown argument {other} (try --help)")),
         }
@@ -215,7 +215,8 @@ mod tests {
     fn options_parse() {
         let Ok(Command::Run(o)) = parse(&args(
             "--scale=0.1 --workloads w3,W1,W3 --backends redb,memory --durability process \
-             --rounds 3 --scaling --json --no-floors --dir /tmp/b --json-file=r.json",
+             --rounds 3 --scaling --json --no-floors --dir /tmp/b --json-file=r.json \
+             --anchor /x/kv-bench-anchor",
         )) else {
             panic!("did not parse");
         };
@@ -227,6 +228,7 @@ mod tests {
         assert!(o.scaling && o.json && !o.floors);
         assert_eq!(o.dir, Some(PathBuf::from("/tmp/b")));
         assert_eq!(o.json_file, Some(PathBuf::from("r.json")));
+        assert_eq!(o.anchor, Some(PathBuf::from("/x/kv-bench-anchor")));
 
         let Ok(Command::Run(o)) = parse(&args(
             "--backends postgres-replica,postgres --postgres-url postgres://a@h/db \

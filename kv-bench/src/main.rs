@@ -27,22 +27,22 @@
 //! | W7 | 5,000 messages enqueued, then consumed with dequeue + finish(true) (each exactly once) |
 //!
 //! Every workload verifies its result and the run fails loudly (exit 1) if a check does not hold.
-//! Each target's workloads run in child processes of this binary (`kv-bench child ...`); see
-//! [`sysinfo`] for how peak memory is measured.
+//! Each target's workloads run in child processes of this binary (`kv-bench child ...`), and
+//! denokv's in the anchor's binary (`kv-bench-anchor child ...`, built from `kv-bench/anchor`);
+//! see [`sysinfo`] for how peak memory is measured.
 
+mod anchor;
 mod args;
 mod child;
-mod data;
 mod diag;
 mod parent;
 mod raw;
-mod spec;
-mod stats;
-mod sysinfo;
-mod workloads;
+
+// The engine-free half — workloads, data, statistics, the child's protocol — is shared with the
+// denokv anchor's binary (kv-bench/anchor).
+use kv_bench_harness::{data, spec, stats, sysinfo, workloads};
 
 use args::Command;
-use child::ChildSpec;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -102,26 +102,5 @@ fn diagnose_main(args: &[String]) -> i32 {
 
 /// The hidden `child` subcommand: run one target's workloads, print one JSON line.
 fn child_main(args: &[String]) -> i32 {
-    let spec = match ChildSpec::parse(args) {
-        Ok(spec) => spec,
-        Err(message) => {
-            eprintln!("kv-bench child: {message}");
-            return 2;
-        }
-    };
-    match child::run(&spec) {
-        Ok(report) => {
-            println!("{report}");
-            0
-        }
-        Err(err) => {
-            let names: Vec<&str> = spec.workloads.iter().map(|w| w.name()).collect();
-            eprintln!(
-                "kv-bench: {} on {}: FAILED: {err}",
-                names.join(","),
-                spec.target
-            );
-            1
-        }
-    }
+    kv_bench_harness::child::main(args, child::run)
 }

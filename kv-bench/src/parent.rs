@@ -2,29 +2,37 @@
 //! ratios to the raw floors, the targets, peak memory and dataset scaling.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use kv_postgres::testing::{ClusterOptions, TestCluster};
 use serde_json::{Map, Value, json};
 
+use crate::anchor::Anchor;
 use crate::args::Options;
-use crate::child::ChildSpec;
 use crate::data::Result;
 use crate::spec::{Counts, Durability, Target, Workload};
 use crate::stats::median;
 use crate::sysinfo;
+use kv_bench_harness::child::ChildSpec;
 
-/// Every target in table order: each backend followed by its floor.
-const TABLE_ORDER: [Target; 7] = [
+/// Every target in table order: each backend followed by its floor, then the anchor.
+const TABLE_ORDER: [Target; 8] = [
     Target::Memory,
     Target::Sqlite,
     Target::RawSqlite,
     Target::Redb,
     Target::RawRedb,
+    Target::Denokv,
     Target::Postgres,
     Target::PostgresReplica,
 ];
+
+/// The targets of the dataset scaling phase, in table order: kv-bench's engines and their
+/// floors (not the anchor, which the main table compares at one size).
+fn scaling_order() -> impl Iterator<Item = Target> {
+    TABLE_ORDER.into_iter().filter(|t| !t.in_anchor())
+}
 
 /// One workload's figures from one child.
 #[derive(Debug, Clone)]
@@ -86,16 +94,23 @@ impl Store {
         })
     }
 
-    /// The median over rounds of `a`'s throughput divided by `b`'s, round by round.
-    fn ratio(&self, keys: usize, a: (Target, Workload), b: (Target, Workload)) -> Option<f64> {
-        let a = self.cells.get(&(keys, a.0, a.1))?;
-        let b = self.cells.get(&(keys, b.0, b.1))?;
-        let ratios: Vec<f64> = a
-            .iter()
+    /// `a`'s throughput divided by `b`'s, round by round.
+    fn ratios(&self, keys: usize, a: (Target, Workload), b: (Target, Workload)) -> Vec<f64> {
+        let (Some(a), Some(b)) = (
+            self.cells.get(&(keys, a.0, a.1)),
+            self.cells.get(&(keys, b.0, b.1)),
+        ) else {
+            return Vec::new();
+        };
+        a.iter()
             .zip(b)
             .map(|(a, b)| a.ops_per_sec / b.ops_per_sec.max(1e-12))
-            .collect();
-        let m = median(&ratios);
+            .collect()
+    }
+
+    /// The median over rounds of `a`'s throughput divided by `b`'s, round by round.
+    fn ratio(&self, keys: usize, a: (Target, Workload), b: (Target, Workload)) -> Option<f64> {
+        let m = median(&self.ratios(keys, a, b));
         (!m.is_nan()).then_some(m)
     }
 
@@ -195,6 +210,14 @@ pub fn run(options: &Options) -> Result<i32> {
         .map_err(|e| format!("cannot create {}: {e}", run_dir.0.display()))?;
     let counts = Counts::new(options.scale, None);
     let postgres = PostgresServer::for_run(options)?;
+    let anchor = options
+        .backends
+        .contains(&Target::Denokv)
+        .then(|| Anchor::find(options.anchor.as_deref()));
+    if let Some(anchor) = &anchor {
+        eprintln!("kv-bench: {}", anchor.line());
+    }
+    let own_exe = std::env::current_exe()?;
     let load_at_start = sysinfo::load_average();
     let mut store = Store::default();
     let groups = main_groups(options);
@@ -229,9 +252,18 @@ pub fn run(options: &Options) -> Result<i32> {
                 targets.reverse();
             }
             for target in targets {
+                // The anchor runs in its own binary; without it, the report's line says so.
+                let exe = if target.in_anchor() {
+                    match anchor.as_ref().and_then(Anchor::exe) {
+                        Some(exe) => exe,
+                        None => continue,
+                    }
+                } else {
+                    own_exe.as_path()
+                };
                 let spec = spec_for(target, group.clone(), None);
                 let label = format!("[round {}/{}]", round + 1, options.rounds);
-                run_child(&spec, &label, false, &mut store)?;
+                run_child(exe, &spec, &label, false, &mut store)?;
             }
         }
     }
@@ -256,7 +288,11 @@ pub fn run(options: &Options) -> Result<i32> {
         }
     };
     for &keys in &scaling_sizes {
-        for target in targets_for(options, &scaling_workloads) {
+        // The scaling phase is kv-bench's engines against their floors.
+        for target in targets_for(options, &scaling_workloads)
+            .into_iter()
+            .filter(|t| !t.in_anchor())
+        {
             // The main phase's data set already measured this size.
             let done = scaling_workloads
                 .iter()
@@ -265,7 +301,8 @@ pub fn run(options: &Options) -> Result<i32> {
                 continue;
             }
             let spec = spec_for(target, scaling_workloads.clone(), Some(keys));
-            run_child(&spec, &format!("[scaling {keys} keys]"), true, &mut store)?;
+            let label = format!("[scaling {keys} keys]");
+            run_child(&own_exe, &spec, &label, true, &mut store)?;
         }
     }
 
@@ -277,6 +314,7 @@ pub fn run(options: &Options) -> Result<i32> {
         scaling_sizes: &scaling_sizes,
         scaling_workloads: &scaling_workloads,
         load: (load_at_start, sysinfo::load_average()),
+        anchor: anchor.as_ref(),
     };
     let json = serde_json::to_string_pretty(&report.json())?;
     if let Some(path) = &options.json_file {
@@ -342,15 +380,21 @@ impl PostgresServer {
     }
 }
 
-/// Runs one child, records its rows, and prints a progress line on stderr.
-fn run_child(spec: &ChildSpec, label: &str, scaling: bool, store: &mut Store) -> Result<()> {
+/// Runs one child (`exe child ...`: this binary, or the anchor's), records its rows, and prints
+/// a progress line on stderr.
+fn run_child(
+    exe: &Path,
+    spec: &ChildSpec,
+    label: &str,
+    scaling: bool,
+    store: &mut Store,
+) -> Result<()> {
     let names = spec
         .workloads
         .iter()
         .map(|w| w.name())
         .collect::<Vec<_>>()
         .join(",");
-    let exe = std::env::current_exe()?;
     let output = Command::new(exe)
         .arg("child")
         .args(spec.to_args())
@@ -448,6 +492,27 @@ fn extra_f64(extra: &Map<String, Value>, name: &str) -> Option<f64> {
     extra.get(name).and_then(Value::as_f64)
 }
 
+/// One workload's row of the table against the anchor.
+struct AgainstAnchor {
+    workload: Workload,
+    denokv_ops_per_sec: f64,
+    /// kv-sqlite's throughput / denokv's, one per round.
+    sqlite: Vec<f64>,
+    /// kv-redb's, likewise.
+    redb: Vec<f64>,
+}
+
+/// Per-round ratios as `median (lowest-highest)`, or `-` when there are none.
+fn fmt_spread(ratios: &[f64]) -> String {
+    let lowest = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let highest = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    match ratios.len() {
+        0 => "-".to_owned(),
+        1 => format!("{:.2}", median(ratios)),
+        _ => format!("{:.2} ({lowest:.2}-{highest:.2})", median(ratios)),
+    }
+}
+
 /// A target the issue sets, evaluated.
 struct Goal {
     name: &'static str,
@@ -466,6 +531,8 @@ struct Report<'a> {
     scaling_workloads: &'a [Workload],
     /// Load averages when the run started and ended.
     load: (Option<String>, Option<String>),
+    /// The anchor, when denokv was asked for.
+    anchor: Option<&'a Anchor>,
 }
 
 impl Report<'_> {
@@ -544,6 +611,27 @@ impl Report<'_> {
                 fmt_int(extra_f64(extra, "consume_per_sec").unwrap_or(f64::NAN)),
             ),
         }
+    }
+
+    /// Per workload, kv-sqlite's and kv-redb's throughput over the anchor's, round by round.
+    fn against_anchor(&self) -> Vec<AgainstAnchor> {
+        let k = self.keys();
+        Workload::SELECTABLE
+            .into_iter()
+            .filter_map(|workload| {
+                let denokv = self.store.agg(k, Target::Denokv, workload)?;
+                let vs = |t| {
+                    self.store
+                        .ratios(k, (t, workload), (Target::Denokv, workload))
+                };
+                Some(AgainstAnchor {
+                    workload,
+                    denokv_ops_per_sec: denokv.ops_per_sec,
+                    sqlite: vs(Target::Sqlite),
+                    redb: vs(Target::Redb),
+                })
+            })
+            .collect()
     }
 
     fn goals(&self) -> Vec<Goal> {
@@ -682,6 +770,9 @@ impl Report<'_> {
             self.load.0.as_deref().unwrap_or("?"),
             self.load.1.as_deref().unwrap_or("?"),
         );
+        if let Some(anchor) = self.anchor {
+            let _ = writeln!(out, "{}\n", anchor.line());
+        }
         let _ = writeln!(
             out,
             "| workload | backend | ops | ops/s | p50 us | p99 us | x floor | notes |"
@@ -731,6 +822,30 @@ impl Report<'_> {
             out,
             "\n\"x floor\" = the backend's throughput / its raw floor's (median of per-round ratios).\n"
         );
+        let against = self.against_anchor();
+        if !against.is_empty() {
+            let _ = writeln!(
+                out,
+                "Against the anchor, denokv_sqlite (throughput / denokv's; median of per-round ratios, lowest-highest round in brackets):\n"
+            );
+            let _ = writeln!(
+                out,
+                "| workload | denokv ops/s | kv-sqlite / denokv | kv-redb / denokv |"
+            );
+            let _ = writeln!(out, "|---|---:|---:|---:|");
+            for row in &against {
+                let _ = writeln!(
+                    out,
+                    "| {} {} | {} | {} | {} |",
+                    row.workload.name(),
+                    row.workload.describe(self.counts),
+                    fmt_int(row.denokv_ops_per_sec),
+                    fmt_spread(&row.sqlite),
+                    fmt_spread(&row.redb),
+                );
+            }
+            let _ = writeln!(out);
+        }
 
         let _ = writeln!(out, "| target | measured | needed | verdict |");
         let _ = writeln!(out, "|---|---:|---|---|");
@@ -780,7 +895,7 @@ impl Report<'_> {
             );
             let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|---:|");
             for &keys in self.scaling_sizes {
-                for target in TABLE_ORDER {
+                for target in scaling_order() {
                     let w3 = self.store.agg(keys, target, Workload::W3);
                     let w4 = self.store.agg(keys, target, Workload::W4);
                     if w3.is_none() && w4.is_none() {
@@ -900,7 +1015,7 @@ impl Report<'_> {
         }
         let mut scaling = Vec::new();
         for &keys in self.scaling_sizes {
-            for target in TABLE_ORDER {
+            for target in scaling_order() {
                 for &w in self.scaling_workloads {
                     if let Some(mut cell) = cell_json(keys, target, w) {
                         cell["peak_rss_kib"] = json!(self.peak_for_size(target, keys));
@@ -928,6 +1043,13 @@ impl Report<'_> {
             "peak_rss_kib": peak,
             "peak_rss_kib_by_child": by_child,
             "scaling": scaling,
+            "anchor": self.anchor.map(Anchor::json),
+            "against_anchor": self.against_anchor().iter().map(|row| json!({
+                "workload": row.workload.name(),
+                "denokv_ops_per_sec": row.denokv_ops_per_sec,
+                "sqlite_over_denokv": { "median": median(&row.sqlite), "by_round": row.sqlite },
+                "redb_over_denokv": { "median": median(&row.redb), "by_round": row.redb },
+            })).collect::<Vec<_>>(),
         })
     }
 }
@@ -948,6 +1070,13 @@ mod tests {
     }
 
     #[test]
+    fn spreads() {
+        assert_eq!(fmt_spread(&[]), "-");
+        assert_eq!(fmt_spread(&[1.5]), "1.50");
+        assert_eq!(fmt_spread(&[2.0, 1.0, 4.0]), "2.00 (1.00-4.00)");
+    }
+
+    #[test]
     fn groups_and_targets() {
         let options = Options::default();
         let groups = main_groups(&options);
@@ -965,12 +1094,12 @@ mod tests {
         );
         assert_eq!(
             targets_for(&options, &[Workload::W1]),
-            TABLE_ORDER[..5].to_vec(),
+            TABLE_ORDER[..6].to_vec(),
             "the postgres targets need a server: only when asked for"
         );
         assert_eq!(
             targets_for(&options, &[Workload::W2]),
-            vec![Target::Memory, Target::Sqlite, Target::Redb]
+            vec![Target::Memory, Target::Sqlite, Target::Redb, Target::Denokv]
         );
         assert_eq!(
             targets_for(&options, &[Workload::W3Core]),

@@ -77,6 +77,51 @@ fn every_workload_on_every_backend_at_a_tiny_scale() {
     assert!(scaling.iter().any(|r| r["keys"] == 10_000));
 }
 
+/// Without the anchor's binary (it is built in its own workspace, kv-bench/anchor) the run goes
+/// on and says so, in the report and in one line on stderr.
+#[test]
+fn a_missing_anchor_is_reported_and_the_rest_runs() {
+    let missing = std::env::temp_dir().join("no-such-dir/kv-bench-anchor");
+    let missing = missing.to_str().unwrap();
+    let args = [
+        "--scale=0.01",
+        "--json",
+        "--no-floors",
+        "--workloads",
+        "W1",
+        "--backends",
+        "memory,denokv",
+        "--anchor",
+        missing,
+    ];
+    let output = kv_bench(&args);
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("NOT MEASURED"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains(missing) && lines[0].contains("--manifest-path kv-bench/anchor"));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["anchor"]["measured"], false);
+    assert!(
+        report["anchor"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("NOT MEASURED")
+    );
+    result(&report, "memory", "W1");
+    assert!(
+        report["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["backend"] != "denokv")
+    );
+    assert!(report["against_anchor"].as_array().unwrap().is_empty());
+}
+
 #[test]
 fn process_durability_runs_the_floors_too() {
     let report = json_run(&[

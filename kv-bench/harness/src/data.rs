@@ -132,6 +132,11 @@ impl Probes {
         self.indices.len()
     }
 
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.indices.is_empty()
+    }
+
     /// The gets in order: entry number and key.
     pub fn iter(&self) -> impl Iterator<Item = (usize, &[u8])> {
         self.indices.iter().copied().zip(self.keys.iter())

@@ -130,19 +130,26 @@ pub enum Target {
     /// kv-postgres with a streaming replica, reads asking for eventual consistency (served by
     /// the replica): W3 and W4 only.
     PostgresReplica,
+    /// The anchor: denokv_sqlite 0.14, the SQLite engine inside Deno and the denokv server, at
+    /// its default durability. It runs in its own binary, `kv-bench-anchor` (see
+    /// `kv-bench/anchor`).
+    Denokv,
 }
 
 impl Target {
-    /// The backends that run when `--backends` is not given (those that need no server).
-    pub const BACKENDS: [Target; 3] = [Target::Memory, Target::Sqlite, Target::Redb];
+    /// The backends that run when `--backends` is not given (those that need no server; the
+    /// anchor when its binary is found).
+    pub const BACKENDS: [Target; 4] =
+        [Target::Memory, Target::Sqlite, Target::Redb, Target::Denokv];
 
     /// Every backend a user can select with `--backends`.
-    pub const SELECTABLE: [Target; 5] = [
+    pub const SELECTABLE: [Target; 6] = [
         Target::Memory,
         Target::Sqlite,
         Target::Redb,
         Target::Postgres,
         Target::PostgresReplica,
+        Target::Denokv,
     ];
 
     /// The name used on the command line, in tables and in JSON.
@@ -155,6 +162,7 @@ impl Target {
             Target::RawRedb => "raw-redb",
             Target::Postgres => "postgres",
             Target::PostgresReplica => "postgres-replica",
+            Target::Denokv => "denokv",
         }
     }
 
@@ -168,6 +176,7 @@ impl Target {
             "raw-redb" => Target::RawRedb,
             "postgres" | "kv-postgres" => Target::Postgres,
             "postgres-replica" => Target::PostgresReplica,
+            "denokv" | "denokv_sqlite" | "anchor" => Target::Denokv,
             _ => return None,
         })
     }
@@ -191,7 +200,9 @@ impl Target {
         match self {
             Target::RawSqlite | Target::RawRedb => workload.has_floor(),
             Target::Memory => true,
-            Target::Sqlite | Target::Redb | Target::Postgres => workload != Workload::W3Core,
+            Target::Sqlite | Target::Redb | Target::Postgres | Target::Denokv => {
+                workload != Workload::W3Core
+            }
             Target::PostgresReplica => matches!(workload, Workload::W3 | Workload::W4),
         }
     }
@@ -213,7 +224,12 @@ impl Target {
     /// Whether the read data set is preloaded at process durability and then reopened at the
     /// durability under test (the file engines); the others keep the handle that preloaded it.
     pub fn reopens_after_preload(self) -> bool {
-        matches!(self, Target::Sqlite | Target::Redb)
+        matches!(self, Target::Sqlite | Target::Redb | Target::Denokv)
+    }
+
+    /// Whether this target runs in the anchor's binary (`kv-bench-anchor`), not in kv-bench's.
+    pub fn in_anchor(self) -> bool {
+        self == Target::Denokv
     }
 }
 
@@ -301,10 +317,10 @@ impl Durability {
     pub fn mapping(self) -> &'static str {
         match self {
             Durability::Full => {
-                "kv-sqlite Full / raw SQLite WAL + synchronous=FULL; kv-redb Immediate / raw redb Immediate; kv-postgres's own cluster fsync=on"
+                "kv-sqlite Full / raw SQLite WAL + synchronous=FULL; kv-redb Immediate / raw redb Immediate; kv-postgres's own cluster fsync=on; denokv_sqlite its defaults (WAL, synchronous=FULL)"
             }
             Durability::Process => {
-                "kv-sqlite Process / raw SQLite WAL + synchronous=NORMAL; kv-redb Deferred / raw redb Durability::None; kv-postgres's own cluster fsync=off"
+                "kv-sqlite Process / raw SQLite WAL + synchronous=NORMAL; kv-redb Deferred / raw redb Durability::None; kv-postgres's own cluster fsync=off; denokv_sqlite still its defaults (WAL, synchronous=FULL: it has no other setting)"
             }
         }
     }
@@ -312,6 +328,15 @@ impl Durability {
 
 /// Size of every value written: a 100-byte `Bytes` value.
 pub const VALUE_SIZE: usize = 100;
+
+/// Parses a `--scale` value: a positive, finite number.
+pub fn parse_scale(text: &str) -> Result<f64, String> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .ok_or_else(|| format!("--scale: not a positive number: {text}"))
+}
 
 /// How many operations each workload does, at a scale.
 #[derive(Debug, Clone, PartialEq)]
@@ -400,6 +425,7 @@ mod tests {
             Target::RawRedb,
             Target::Postgres,
             Target::PostgresReplica,
+            Target::Denokv,
         ] {
             assert_eq!(Target::parse(t.name()), Some(t));
         }
