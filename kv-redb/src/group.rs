@@ -580,6 +580,23 @@ mod tests {
         (Change::Write { write, now, reply }, answer)
     }
 
+    /// A take by handle 1 at `now`, and where its answer arrives.
+    fn take_command(
+        now: DateTime<Utc>,
+    ) -> (
+        Command,
+        oneshot::Receiver<Result<Taken<queue::Engine>, KvError>>,
+    ) {
+        let (reply, answer) = oneshot::channel();
+        let take: Command = Change::Take {
+            owner: 1,
+            now,
+            engine: Arc::new(queue::SettlesNothing),
+            reply,
+        };
+        (take, answer)
+    }
+
     fn stored(db: &Database, name: &str) -> Option<(u64, Versionstamp)> {
         let txn = db.begin_read().expect("read");
         let table = txn.open_table(ENTRIES).expect("table");
@@ -722,13 +739,8 @@ mod tests {
         assert_eq!(rows(&thread.test_db(), QUEUE_RUNNING), 0);
         assert_eq!(rows(&thread.test_db(), QUEUE_READY), 1);
         let take = |thread: &mut GroupState, now| {
-            let (reply, mut answer) = oneshot::channel();
-            thread.run_group(vec![Change::Take {
-                owner: 1,
-                now,
-                engine: Arc::new(queue::SettlesNothing),
-                reply,
-            }]);
+            let (command, mut answer) = take_command(now);
+            thread.run_group(vec![command]);
             answer.try_recv().expect("answered").expect("take")
         };
         match take(&mut thread, clock.now()) {
@@ -748,10 +760,11 @@ mod tests {
     /// bookkeeping, committed unsynced until the next synced commit or the idle sync.
     #[test]
     fn writes_are_synced_and_queue_bookkeeping_is_not() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let clock = ManualClock::at_test_epoch();
-        let mut thread = thread_on(&dir.path().join("kv.redb"), &clock);
-        let now = clock.now();
+        let (clock, dir) = (
+            ManualClock::at_test_epoch(),
+            tempfile::tempdir().expect("tempdir"),
+        );
+        let (mut thread, now) = (thread_on(&dir.path().join("kv.redb"), &clock), clock.now());
         let enqueue = || AtomicWrite {
             enqueues: vec![Enqueue {
                 payload: vec![1],
@@ -765,13 +778,8 @@ mod tests {
         thread.run_group(vec![command]);
         assert!(!thread.unsynced.pending(), "an enqueue is a write: synced");
 
-        let (reply, mut answer) = oneshot::channel();
-        thread.run_group(vec![Change::Take {
-            owner: 1,
-            now,
-            engine: Arc::new(queue::SettlesNothing),
-            reply,
-        }]);
+        let (command, mut answer) = take_command(now);
+        thread.run_group(vec![command]);
         let Ok(Ok(Taken::Message(delivery))) = answer.try_recv() else {
             panic!("the message is due");
         };
@@ -792,13 +800,7 @@ mod tests {
         thread.run_group(vec![command]);
         assert!(!thread.unsynced.pending(), "the next write syncs them all");
 
-        let (reply, _answer) = oneshot::channel();
-        thread.run_group(vec![Change::Take {
-            owner: 1,
-            now,
-            engine: Arc::new(queue::SettlesNothing),
-            reply,
-        }]);
+        thread.run_group(vec![take_command(now).0]);
         assert!(thread.unsynced.pending());
         thread.sync_if_needed().expect("sync");
         assert!(!thread.unsynced.pending(), "the idle sync");

@@ -440,27 +440,29 @@ mod tests {
         (level, connection.syncing.unsynced.pending())
     }
 
-    #[test]
-    fn writes_are_synced_and_queue_bookkeeping_is_not() {
+    /// A write connection on a new file in a temporary directory.
+    fn open(durability: Durability) -> (tempfile::TempDir, ManualClock, WriteConnection) {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::at_test_epoch();
         let path = dir.path().join("kv.sqlite3");
         let notifier = Arc::new(Notifier::new());
-        let mut connection =
-            WriteConnection::open(&path, Durability::Full, Arc::new(clock.clone()), notifier)
-                .unwrap();
+        let time = Arc::new(clock.clone());
+        let connection = WriteConnection::open(&path, durability, time, notifier).unwrap();
+        (dir, clock, connection)
+    }
+
+    #[test]
+    fn writes_are_synced_and_queue_bookkeeping_is_not() {
+        let (_dir, clock, mut connection) = open(Durability::Full);
         assert!(
             state(&connection).1,
             "the sweep at open is bookkeeping, unsynced"
         );
-        connection.syncing.sync(&connection.conn);
-        assert!(!state(&connection).1, "a checkpoint synced it");
-
         connection.run_group(vec![enqueue(&clock)]);
         assert_eq!(
             state(&connection),
             (2, false),
-            "an enqueue is a write: synced"
+            "an enqueue is a write: synced, and the sweep with it"
         );
 
         let (reply, taken) = oneshot::channel();
@@ -494,28 +496,11 @@ mod tests {
 
         connection.syncing.sync(&connection.conn);
         assert!(!state(&connection).1, "a checkpoint synced it");
-
-        connection.run_group(vec![enqueue(&clock)]);
-        assert_eq!(
-            state(&connection),
-            (2, false),
-            "the next write is synced again"
-        );
     }
 
     #[test]
     fn with_process_durability_nothing_is_owed() {
-        let dir = tempfile::tempdir().unwrap();
-        let clock = ManualClock::at_test_epoch();
-        let path = dir.path().join("kv.sqlite3");
-        let notifier = Arc::new(Notifier::new());
-        let mut connection = WriteConnection::open(
-            &path,
-            Durability::Process,
-            Arc::new(clock.clone()),
-            notifier,
-        )
-        .unwrap();
+        let (_dir, clock, mut connection) = open(Durability::Process);
         connection.run_group(vec![enqueue(&clock)]);
         assert_eq!(state(&connection), (1, false));
     }
