@@ -312,13 +312,10 @@ pub(crate) fn insert_queue_row(
 
 /// Bumps the file's version and returns the new one.
 fn next_version(conn: &Connection) -> Result<Versionstamp, KvError> {
-    let version: i64 = conn
-        .query_row(
-            "update data_version set version = version + 1 where k = 0 returning version",
-            [],
-            |row| row.get(0),
-        )
-        .map_err(storage)?;
+    const NEXT: &str =
+        "update data_version set version = version + 1 where k = 0 returning version";
+    let mut next = conn.prepare_cached(NEXT).map_err(storage)?;
+    let version: i64 = next.query_row([], |row| row.get(0)).map_err(storage)?;
     let version = u64::try_from(version).map_err(|_| bad(format!("data_version {version}")))?;
     Ok(Versionstamp::from_version(version, 0))
 }
