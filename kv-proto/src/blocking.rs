@@ -101,8 +101,8 @@ mod tests {
         let during_read = runtime.block_on(async move {
             let reader = tokio::spawn(async move {
                 let flag = seen.clone();
-                tokio::spawn(async move { flag.store(true, Ordering::SeqCst) });
-                run_read(1, move || {
+                let sibling = tokio::spawn(async move { flag.store(true, Ordering::SeqCst) });
+                let during_read = run_read(1, move || {
                     // With the worker handed off, the sibling would run on another thread now.
                     let until = Instant::now() + Duration::from_secs(1);
                     while Instant::now() < until && !seen.load(Ordering::SeqCst) {
@@ -110,7 +110,9 @@ mod tests {
                     }
                     Ok(seen.load(Ordering::SeqCst))
                 })
-                .await
+                .await;
+                sibling.await.unwrap();
+                during_read
             });
             reader.await.unwrap().unwrap()
         });
