@@ -19,7 +19,7 @@ use kv_proto::queue::{Due, Hold, QueueTables, QueuedMessage, fail_deliveries};
 use kv_proto::{Effects, KvError, ValidatedWrite, ms_to_datetime};
 use rusqlite::{Connection, params};
 
-use crate::store::{commit_write, first_row, insert_queue_row, queue_row, storage};
+use crate::store::{commit_write, execute, first_row, insert_queue_row, queue_row, storage};
 
 /// Message ids held by live consumers in this process, per database file: sweeps never requeue
 /// them, whichever handle runs the sweep.
@@ -56,22 +56,19 @@ impl QueueTables for SqlQueue<'_> {
                 .map_err(storage)?;
             return Ok(Due::NextAt(next.and_then(ms_to_datetime)));
         };
-        self.conn
-            .execute(
-                "delete from queue where ts = ?1 and id = ?2",
-                params![message.ready_at.timestamp_millis(), id],
-            )
-            .map_err(storage)?;
+        let ready = (message.ready_at.timestamp_millis(), &id);
+        execute(
+            self.conn,
+            "delete from queue where ts = ?1 and id = ?2",
+            ready,
+        )?;
         let deadline_ms = hold.deadline().timestamp_millis();
         insert_queue_row(self.conn, "queue_running", deadline_ms, &id, &message)?;
         Ok(Due::Message(id, message))
     }
 
     fn delete_running(&mut self, id: &String) -> Result<(), KvError> {
-        let deleted = self
-            .conn
-            .execute("delete from queue_running where id = ?1", [id]);
-        deleted.map(drop).map_err(storage)
+        execute(self.conn, "delete from queue_running where id = ?1", [id])
     }
 
     /// `queue_running` does not keep a message's ready time: it comes back as its deadline,

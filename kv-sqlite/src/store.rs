@@ -10,7 +10,7 @@ use kv_proto::{
     WriteOutcome, WriteTransaction, apply_atomic_write, ms_to_datetime,
 };
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
-use rusqlite::{Connection, OpenFlags, Row, params};
+use rusqlite::{Connection, OpenFlags, Params, Row, params};
 use uuid::Uuid;
 
 use crate::SqliteError;
@@ -198,6 +198,18 @@ pub(crate) struct SqlTransaction<'a> {
     pub(crate) conn: &'a Connection,
 }
 
+const PUT: &str = "insert into kv (k, v, v_encoding, version, seq, expiration_ms)
+    values (?1, ?2, ?3, ?4, ?5, ?6)
+    on conflict(k) do update set v = excluded.v, v_encoding = excluded.v_encoding,
+    version = excluded.version, seq = excluded.seq, expiration_ms = excluded.expiration_ms";
+
+/// Runs `sql` through the connection's statement cache: every statement of the write path runs
+/// once per write or per queue step, and parsing it each time would be a measurable part of it.
+pub(crate) fn execute(conn: &Connection, sql: &str, params: impl Params) -> Result<(), KvError> {
+    let mut stmt = conn.prepare_cached(sql).map_err(storage)?;
+    stmt.execute(params).map(drop).map_err(storage)
+}
+
 impl WriteTransaction for SqlTransaction<'_> {
     fn get(&mut self, key: &[u8]) -> Result<Option<StoredEntry>, KvError> {
         const GET: &str = "select v, v_encoding, version, seq, expiration_ms from kv where k = ?1";
@@ -208,33 +220,14 @@ impl WriteTransaction for SqlTransaction<'_> {
         let (bytes, encoding) = entry.value.encode();
         let version = i64::try_from(entry.versionstamp.version())
             .map_err(|_| bad("version beyond i64".into()))?;
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "insert into kv (k, v, v_encoding, version, seq, expiration_ms) values (?1, ?2, ?3, ?4, ?5, ?6)
-                 on conflict(k) do update set v = excluded.v, v_encoding = excluded.v_encoding,
-                   version = excluded.version, seq = excluded.seq, expiration_ms = excluded.expiration_ms",
-            )
-            .map_err(storage)?;
-        stmt.execute(params![
-            key,
-            bytes,
-            encoding.id(),
-            version,
-            i64::from(entry.versionstamp.seq()),
-            expiry_to_ms(entry.expires_at)
-        ])
-        .map_err(storage)?;
-        Ok(())
+        let seq = i64::from(entry.versionstamp.seq());
+        let expiry = expiry_to_ms(entry.expires_at);
+        let row = params![key, bytes, encoding.id(), version, seq, expiry];
+        execute(self.conn, PUT, row)
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<(), KvError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("delete from kv where k = ?1")
-            .map_err(storage)?;
-        stmt.execute([key]).map_err(storage)?;
-        Ok(())
+        execute(self.conn, "delete from kv where k = ?1", [key])
     }
 
     fn enqueue(&mut self, message: QueuedMessage) -> Result<(), KvError> {
@@ -298,16 +291,15 @@ pub(crate) fn insert_queue_row(
     message: &QueuedMessage,
 ) -> Result<(), KvError> {
     let sql = format!("insert into {table} values (?1, ?2, ?3, ?4, ?5)");
-    let mut stmt = conn.prepare_cached(&sql).map_err(storage)?;
-    stmt.execute(params![
-        time_ms,
-        id,
-        message.payload,
+    let (backoff, keys) = (
         json(&message.backoff_schedule),
-        json(&message.keys_if_undelivered)
-    ])
-    .map_err(storage)?;
-    Ok(())
+        json(&message.keys_if_undelivered),
+    );
+    execute(
+        conn,
+        &sql,
+        params![time_ms, id, message.payload, backoff, keys],
+    )
 }
 
 /// Bumps the file's version and returns the new one.

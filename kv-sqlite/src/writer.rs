@@ -39,7 +39,7 @@ use kv_proto::{Clock, CommitResult, Effects, KvError, Notifier, ValidatedWrite};
 use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior, params};
 
 use crate::messages::{self, SqlQueue, held_registry};
-use crate::store::{commit_write, open_connection, storage};
+use crate::store::{commit_write, execute, open_connection, storage};
 use crate::{Durability, SqliteError, schema};
 
 /// How often the standby thread looks for other processes' commits.
@@ -211,8 +211,9 @@ impl GroupRunner for WriteConnection {
 struct Syncing {
     /// [`Durability::Full`]: what must survive a machine crash is synced at its commit.
     durable: bool,
-    /// Whether the transaction begun last is synced at its commit.
-    syncs: bool,
+    /// The connection's `synchronous` as last set: FULL (`Some(true)`) or NORMAL; unknown
+    /// before the first transaction.
+    full: Option<bool>,
     /// Bookkeeping committed without a sync, synced by a checkpoint when idle.
     unsynced: Unsynced,
 }
@@ -223,7 +224,7 @@ impl Syncing {
         let durable = durability == Durability::Full;
         Syncing {
             durable,
-            syncs: durable,
+            full: None,
             unsynced,
         }
     }
@@ -237,17 +238,22 @@ impl Syncing {
         conn: &'c Connection,
         must_sync: bool,
     ) -> Result<Transaction<'c>, KvError> {
-        self.syncs = self.durable && must_sync;
-        let level = if self.syncs { "full" } else { "normal" };
-        conn.pragma_update(None, "synchronous", level)
-            .map_err(storage)?;
+        // Set only when it changes: a pragma is parsed anew every time it runs.
+        let full = self.durable && must_sync;
+        if self.full != Some(full) {
+            let level = if full { "full" } else { "normal" };
+            conn.pragma_update(None, "synchronous", level)
+                .map_err(storage)?;
+            self.full = Some(full);
+        }
         begin_write(conn)
     }
 
     /// Commits `tx`, begun by [`Syncing::begin`].
     fn commit(&mut self, tx: Transaction<'_>) -> Result<(), KvError> {
         tx.commit().map_err(storage)?;
-        self.unsynced.committed(self.syncs || !self.durable);
+        self.unsynced
+            .committed(self.full == Some(true) || !self.durable);
         Ok(())
     }
 
@@ -288,11 +294,8 @@ impl WriteConnection {
         let deadline = delivery_deadline(self.clock.now()).timestamp_millis();
         let tx = self.syncing.begin(&self.conn, false)?;
         for id in &self.held {
-            tx.execute(
-                "update queue_running set deadline = ?1 where id = ?2",
-                params![deadline, id],
-            )
-            .map_err(storage)?;
+            let renew = "update queue_running set deadline = ?1 where id = ?2";
+            execute(&tx, renew, params![deadline, id])?;
         }
         self.syncing.commit(tx)
     }
@@ -303,11 +306,8 @@ impl WriteConnection {
         let now = self.clock.now();
         let mut effects = Effects::default();
         let tx = self.syncing.begin(&self.conn, false)?;
-        tx.execute(
-            "delete from kv where expiration_ms >= 0 and expiration_ms <= ?1",
-            [now.timestamp_millis()],
-        )
-        .map_err(storage)?;
+        let expired = "delete from kv where expiration_ms >= 0 and expiration_ms <= ?1";
+        execute(&tx, expired, [now.timestamp_millis()])?;
         messages::requeue_dead(&tx, now, &self.registry_key, &mut effects)?;
         self.syncing.commit(tx)?;
         self.notifier.notify(&effects);
@@ -350,27 +350,18 @@ struct SqlGroup<'t, 'c> {
     registry_key: &'t Path,
 }
 
-impl SqlGroup<'_, '_> {
-    /// Runs one of the savepoint statements, prepared once per connection: they run twice per
-    /// command, and parsing them each time was a measurable part of a write in a group.
-    fn run(&self, sql: &str) -> Result<(), KvError> {
-        let mut statement = self.tx.prepare_cached(sql).map_err(storage)?;
-        statement.execute([]).map(drop).map_err(storage)
-    }
-}
-
 impl IsolatingTxn for SqlGroup<'_, '_> {
     type Id = String;
 
     fn begin_command(&mut self) -> Result<(), KvError> {
-        self.run("savepoint command")
+        execute(self.tx, "savepoint command", [])
     }
 
     fn end_command(&mut self, keep: bool) -> Result<(), KvError> {
         if !keep {
-            self.run("rollback to command")?;
+            execute(self.tx, "rollback to command", [])?;
         }
-        self.run("release command")
+        execute(self.tx, "release command", [])
     }
 
     fn write(
