@@ -1,4 +1,5 @@
-//! Periodic work on a blocking engine's idle thread (sweeps, keep-alives, syncs): "is it time again?"
+//! Periodic work on a blocking engine's idle thread (sweeps, keep-alives, syncs): "is it time
+//! again?"
 
 use std::time::{Duration, Instant};
 

@@ -33,9 +33,9 @@
 //! So a durable engine need not sync bookkeeping on its own. kv-sqlite (with
 //! `Durability::Full`) and kv-redb (with `Durability::Immediate`) commit a group that holds only
 //! bookkeeping (no command for which `committer::Change::must_sync` holds) without an fsync; it
-//! becomes durable with the next synced commit, or with the idle sync a second later. A consumer that
-//! takes a message and finishes it pays for no fsync: before, every message cost three (enqueue,
-//! take, finish). What a crash can undo differs by engine (kv-sqlite's unsynced commits are in
+//! becomes durable with the next synced commit, or with the idle sync a second later. A consumer
+//! that takes a message and finishes it pays for no fsync: before, every message cost three
+//! (enqueue, take, finish). What a crash can undo differs by engine (kv-sqlite's unsynced commits are in
 //! the operating system and survive a crash of the process; kv-redb's live in memory until
 //! synced), but either way the message is delivered again, never lost.
 

@@ -208,8 +208,6 @@ mod tests {
     use std::ops::Bound;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    use crate::FileEngine;
-
     use kv_proto::{
         AtomicWrite, Backend, Checked, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
     };
@@ -217,7 +215,7 @@ mod tests {
     use redb::{BackendError, StorageBackend};
 
     use super::*;
-    use crate::{RedbBackend, RedbOptions};
+    use crate::{FileEngine, RedbBackend, RedbOptions};
 
     /// redb's file backend, with writes that fail while `full` is set.
     #[derive(Debug)]

@@ -28,8 +28,9 @@
 //! [`crate::Durability::Deferred`] mode makes unsynced commits durable ([`GroupState::idle`]).
 //! In [`crate::Durability::Immediate`] mode, a group of queue bookkeeping only (takes and
 //! settlements, no write: [`Change::must_sync`]) commits unsynced too; the next synced commit
-//! or the idle sync a second later makes it durable (a machine crash before then redelivers a
-//! message, never loses one: `kv_proto::queue`, "Queue bookkeeping").
+//! or the idle sync a second later makes it durable. A crash before then, of the process too
+//! (redb keeps unsynced commits in memory), delivers a message again, never loses one
+//! (`kv_proto::queue`, "Queue bookkeeping").
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -5,8 +5,8 @@
 //! access to those two tables inside its transaction — and the kit decides what happens:
 //!
 //! - [`take_due`]: the first message due moves from ready to running, held until the delivery
-//!   deadline of [`delivery_deadline`] (a [`Hold`]); [`Due::into_taken`] guards it as a [`Delivery`] before the answer
-//!   leaves the group;
+//!   deadline of [`delivery_deadline`] (a [`Hold`]); [`Due::into_taken`] guards it as a
+//!   [`Delivery`] before the answer leaves the group;
 //! - [`settle`]: a delivery ends as its [`DeliveryOutcome`] says — a success deletes the running
 //!   row; otherwise kv-proto's rule ([`Settlement`]) puts the message back in ready (a retry after
 //!   the next back-off interval, or at once for a message nobody saw) or writes its dead letters;
