@@ -96,6 +96,14 @@ pub trait Command: Send + 'static {
     /// Answers the command with `err` without running it (the committer is closed, or the group
     /// could not start).
     fn reject(self, err: KvError);
+
+    /// Whether this command may run on its caller's thread even where that thread must not
+    /// block (a current-thread runtime, a `block_on` thread): a command that needs no sync, whose
+    /// commit costs microseconds when nothing else is queued. The runner still decides
+    /// ([`GroupRunner::try_run_in_place`]). No command by default.
+    fn may_run_in_place(&self) -> bool {
+        false
+    }
 }
 
 /// No engine-specific commands (for [`Change`]).
@@ -162,6 +170,11 @@ impl<E: DeliveryEngine + ?Sized, X> Change<E, X> {
 }
 
 impl<E: DeliveryEngine + ?Sized, X: Command> Command for Change<E, X> {
+    /// Queue bookkeeping ([`Change::must_sync`] false) may run in place.
+    fn may_run_in_place(&self) -> bool {
+        !self.must_sync()
+    }
+
     fn reject(self, err: KvError) {
         match self {
             Change::Write { reply, .. } => answer(Some(reply), Err(err)),
@@ -183,6 +196,18 @@ pub trait GroupRunner: Send + 'static {
     /// that fails on its own (a failed check, a refused mutation) must leave no trace and must
     /// not fail the others.
     fn run_group(&mut self, group: Vec<Self::Command>);
+
+    /// Runs `command` alone, as a group of one, on the caller's thread, if that costs no wait
+    /// now: no lock of another process to wait for, no sync, no housekeeping due (a checkpoint,
+    /// a sweep). Otherwise gives it back untouched, and the committer hands it to its standby
+    /// thread. Called only for a command whose [`Command::may_run_in_place`] says so, while
+    /// nothing else is queued and nobody leads. The default gives every command back.
+    ///
+    /// This spares queue consumers on a current-thread runtime two thread hops per message
+    /// (BENCHMARKS.md, "Queue bookkeeping in place").
+    fn try_run_in_place(&mut self, command: Self::Command) -> Result<(), Self::Command> {
+        Err(command)
+    }
 
     /// How long the standby thread may sleep before [`GroupRunner::idle`] is due.
     fn idle_timeout(&self) -> Duration {
@@ -421,6 +446,47 @@ impl<R: GroupRunner> Core<R> {
         }
     }
 
+    /// Runs `command` in place if nothing is queued, nobody leads, the runner is free and it
+    /// agrees ([`GroupRunner::try_run_in_place`]); gives it back otherwise. Commands that
+    /// arrive meanwhile queue behind it and are handed to the standby thread; a panic in the
+    /// runner hands the lead there too (the dropped [`Lead`]).
+    fn try_run_in_place(self: &Arc<Self>, command: R::Command) -> Result<(), R::Command> {
+        let mut runner = match self.runner.try_lock() {
+            Ok(runner) => runner,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return Err(command),
+        };
+        let Some(runner) = runner.as_mut() else {
+            return Err(command);
+        };
+        let mut lead = {
+            let mut inbox = self.inbox();
+            if inbox.leading || inbox.stopping || inbox.closed || !inbox.commands.is_empty() {
+                return Err(command);
+            }
+            inbox.leading = true;
+            Lead {
+                core: self.clone(),
+                until: 0,
+                done: false,
+            }
+        };
+        let declined = runner.try_run_in_place(command).err();
+        let mut inbox = self.inbox();
+        lead.done = true;
+        if let Some(command) = declined {
+            // First in line: whatever arrived meanwhile arrived after it.
+            inbox.commands.push_front(command);
+        }
+        if inbox.commands.is_empty() && !inbox.stopping {
+            inbox.leading = false;
+        } else {
+            inbox.standby_leads = true;
+            self.standby_wake.notify_one();
+        }
+        Ok(())
+    }
+
     /// Asks the committer to stop; returns the lead if the caller must run what is queued.
     fn begin_stop(self: &Arc<Self>, may_lead: bool) -> Option<Lead<R>> {
         let mut inbox = self.inbox();
@@ -581,12 +647,23 @@ impl<R: GroupRunner> Committer<R> {
     /// write would commit alone. Handed to the standby thread, the writes they queue meanwhile
     /// form the next group.
     ///
+    /// A command that may run in place ([`Command::may_run_in_place`]: queue bookkeeping) runs
+    /// on the caller's thread, whatever drives it, when the committer is idle and the runner
+    /// agrees ([`GroupRunner::try_run_in_place`]).
+    ///
     /// Dropping the future does not withdraw the command: it still runs, and its answer is
     /// dropped (a queue delivery in it gives its message back).
     pub async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> R::Command) -> Result<T, KvError> {
-        let may_lead = caller_may_lead();
         let (reply, answer) = oneshot::channel();
-        if let Some(lead) = self.core.submit(make(reply), may_lead) {
+        let mut command = make(reply);
+        if command.may_run_in_place() {
+            match self.core.try_run_in_place(command) {
+                Ok(()) => return answer.await.map_err(|_| KvError::Closed)?,
+                Err(declined) => command = declined,
+            }
+        }
+        let may_lead = caller_may_lead();
+        if let Some(lead) = self.core.submit(command, may_lead) {
             let core = self.core.clone();
             // Should the closure never run, dropping it drops `lead`, which hands the lead on.
             // Either way the command is answered (or its reply dropped, if its group panicked),

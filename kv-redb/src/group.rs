@@ -30,7 +30,9 @@
 //! settlements, no write: [`Change::must_sync`]) commits unsynced too; the next synced commit
 //! or the idle sync a second later makes it durable. A crash before then, of the process too
 //! (redb keeps unsynced commits in memory), delivers a message again, never loses one
-//! (`kv_proto::queue`, "Queue bookkeeping").
+//! (`kv_proto::queue`, "Queue bookkeeping"). Such a command, alone with nothing queued, runs in
+//! place on its caller's thread ([`GroupState::try_run_in_place`]) unless a sync, a sweep or a
+//! reopen is due.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -178,6 +180,19 @@ impl GroupRunner for GroupState {
             Ok(()) => Ok(()),
             Err(err) => self.sync_if_needed().and(Err(err)),
         }
+    }
+
+    /// Queue bookkeeping in place: an unsynced commit of one command, which waits for nothing
+    /// (this process's committer is redb's only writer). Given back when its commit would sync,
+    /// sweep expired entries or reopen the file.
+    fn try_run_in_place(&mut self, command: Command) -> Result<(), Command> {
+        let sweep_due = self.next_expiry.is_some_and(|at| at <= self.clock.now());
+        if sweep_due || self.db.has_failed() || self.sync_this_group(std::slice::from_ref(&command))
+        {
+            return Err(command);
+        }
+        self.run_group(vec![command]);
+        Ok(())
     }
 
     /// Runs a group of commands in one transaction, and answers them once it has committed.

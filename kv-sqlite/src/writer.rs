@@ -21,10 +21,16 @@
 //! fsync of their own. The next synced commit syncs the log and them with it, and an idle
 //! second later a checkpoint does (see `kv_proto::queue`, "Queue bookkeeping": a crash of the
 //! machine before then redelivers a message, never loses one).
+//!
+//! Such bookkeeping, alone and with nothing queued, runs in place on its caller's thread whatever
+//! drives it ([`GroupRunner::try_run_in_place`]) unless it would wait: another process holds the
+//! write lock, the log is due for a checkpoint (kept out of these commits: [`AutoCheckpoint`]), or
+//! the unsynced bookkeeping is due for its sync. Then the standby thread runs it.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -39,7 +45,7 @@ use kv_proto::{Clock, CommitResult, Effects, KvError, Notifier, ValidatedWrite};
 use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior, params};
 
 use crate::messages::{self, SqlQueue, held_registry};
-use crate::store::{commit_write, execute, open_connection, storage};
+use crate::store::{BUSY_TIMEOUT, commit_write, execute, open_connection, storage};
 use crate::{Durability, SqliteError, schema};
 
 /// How often the standby thread looks for other processes' commits.
@@ -50,6 +56,9 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 const LOCK_ATTEMPTS: u32 = 40;
 /// The longest queue bookkeeping stays unsynced while the writer is idle.
 const BOOKKEEPING_SYNC_WITHIN: Duration = Duration::from_secs(1);
+/// The log size, in pages, at which a commit checkpoints it (SQLite's default
+/// `wal_autocheckpoint`, which [`AutoCheckpoint`] takes over).
+const CHECKPOINT_PAGES: i32 = 1000;
 
 /// One change to the file, run inside a group: the kit's changes (a write, a take, a
 /// settlement); this handle's deliveries are settled through its committer ([`SettleAtNow`]),
@@ -91,9 +100,11 @@ impl WriteConnection {
         conn.pragma_update(None, "temp_store", "memory")
             .map_err(storage)?;
         schema::migrate(&mut conn)?;
+        let checkpoint = AutoCheckpoint::install(&mut conn)?;
         let mut connection = WriteConnection {
             last_data_version: pragma_data_version(&conn)?,
             conn,
+            checkpoint,
             syncing: Syncing::new(durability),
             clock,
             notifier,
@@ -111,6 +122,7 @@ impl WriteConnection {
 /// [`GroupRunner`].
 pub(crate) struct WriteConnection {
     conn: Connection,
+    checkpoint: AutoCheckpoint,
     syncing: Syncing,
     clock: Arc<dyn Clock>,
     notifier: Arc<Notifier>,
@@ -130,30 +142,22 @@ impl GroupRunner for WriteConnection {
     /// Runs a group of commands in one transaction, each in its own savepoint (the kit's
     /// [`run_isolated`]).
     fn run_group(&mut self, group: Vec<Command>) {
-        let must_sync = group.iter().any(Change::must_sync);
-        let tx = match self.syncing.begin(&self.conn, must_sync) {
-            Ok(tx) => tx,
-            Err(err) => return committer::reject_all(group, &err),
-        };
-        let registry_key = &self.registry_key;
-        let run = run_isolated(
-            &mut SqlGroup {
-                tx: &tx,
-                registry_key,
-            },
-            group,
-        );
-        // A group in which every write failed its check changed nothing: rolled back, it costs
-        // no write to the log and no fsync.
-        let committed = if run.kept == 0 {
-            tx.rollback().map_err(storage)
-        } else {
-            self.syncing.commit(tx)
-        };
-        let notifier = self.notifier.clone();
-        run.finish(&committed, &notifier, |taken, settled| {
-            self.record_held(taken, settled);
-        });
+        // A group that may wait for the write lock is never given back.
+        let _ = self.run(group, true);
+    }
+
+    /// Bookkeeping in place (see the module docs): given back rather than wait.
+    fn try_run_in_place(&mut self, command: Command) -> Result<(), Command> {
+        if self.checkpoint.due() || self.syncing.unsynced.due() {
+            return Err(command);
+        }
+        self.checkpoint.in_place.store(true, Ordering::Relaxed);
+        let ran = self.run(vec![command], false);
+        self.checkpoint.in_place.store(false, Ordering::Relaxed);
+        match ran {
+            Err(mut given_back) => given_back.pop().map_or(Ok(()), Err),
+            Ok(()) => Ok(()),
+        }
     }
 
     fn idle_timeout(&self) -> Duration {
@@ -192,7 +196,7 @@ impl GroupRunner for WriteConnection {
         }
         let now = self.clock.now();
         let mut effects = Effects::default();
-        let failed = self.syncing.begin(&self.conn, true).and_then(|tx| {
+        let failed = self.syncing.begin(&self.conn, true, true).and_then(|tx| {
             let mut tables = SqlQueue { conn: &tx };
             kit::fail_deliveries(&mut tables, own.iter().cloned(), now, &mut effects)?;
             self.syncing.commit(tx)
@@ -237,6 +241,7 @@ impl Syncing {
         &mut self,
         conn: &'c Connection,
         must_sync: bool,
+        wait: bool,
     ) -> Result<Transaction<'c>, KvError> {
         // Set only when it changes: a pragma is parsed anew every time it runs.
         let full = self.durable && must_sync;
@@ -246,7 +251,7 @@ impl Syncing {
                 .map_err(storage)?;
             self.full = Some(full);
         }
-        begin_write(conn)
+        begin_write(conn, wait)
     }
 
     /// Commits `tx`, begun by [`Syncing::begin`].
@@ -275,6 +280,41 @@ impl Syncing {
 }
 
 impl WriteConnection {
+    /// Runs `group` in one transaction, each command in its own savepoint (the kit's
+    /// [`run_isolated`]). If the write lock is taken by another process, waits for it with
+    /// back-off (`wait`), or gives the group back untouched.
+    fn run(&mut self, group: Vec<Command>, wait: bool) -> Result<(), Vec<Command>> {
+        let must_sync = group.iter().any(Change::must_sync);
+        let tx = match self.syncing.begin(&self.conn, must_sync, wait) {
+            Ok(tx) => tx,
+            Err(_) if !wait => return Err(group),
+            Err(err) => {
+                committer::reject_all(group, &err);
+                return Ok(());
+            }
+        };
+        let registry_key = &self.registry_key;
+        let run = run_isolated(
+            &mut SqlGroup {
+                tx: &tx,
+                registry_key,
+            },
+            group,
+        );
+        // A group in which every write failed its check changed nothing: rolled back, it costs
+        // no write to the log and no fsync.
+        let committed = if run.kept == 0 {
+            tx.rollback().map_err(storage)
+        } else {
+            self.syncing.commit(tx)
+        };
+        let notifier = self.notifier.clone();
+        run.finish(&committed, &notifier, |taken, settled| {
+            self.record_held(taken, settled);
+        });
+        Ok(())
+    }
+
     /// Records, once committed, which messages this handle's consumers now hold.
     fn record_held(&mut self, taken: Vec<String>, released: Vec<String>) {
         let mut registry = held_registry();
@@ -292,7 +332,7 @@ impl WriteConnection {
     /// Pushes the deadlines of this handle's held messages forward.
     fn renew_deadlines(&mut self) -> Result<(), KvError> {
         let deadline = delivery_deadline(self.clock.now()).timestamp_millis();
-        let tx = self.syncing.begin(&self.conn, false)?;
+        let tx = self.syncing.begin(&self.conn, false, true)?;
         for id in &self.held {
             let renew = "update queue_running set deadline = ?1 where id = ?2";
             execute(&tx, renew, params![deadline, id])?;
@@ -305,13 +345,56 @@ impl WriteConnection {
     fn sweep(&mut self) -> Result<(), KvError> {
         let now = self.clock.now();
         let mut effects = Effects::default();
-        let tx = self.syncing.begin(&self.conn, false)?;
+        let tx = self.syncing.begin(&self.conn, false, true)?;
         let expired = "delete from kv where expiration_ms >= 0 and expiration_ms <= ?1";
         execute(&tx, expired, [now.timestamp_millis()])?;
         messages::requeue_dead(&tx, now, &self.registry_key, &mut effects)?;
         self.syncing.commit(tx)?;
         self.notifier.notify(&effects);
         Ok(())
+    }
+}
+
+/// SQLite's automatic checkpoint, made by the write connection itself: once a commit leaves the
+/// log at [`CHECKPOINT_PAGES`] or more, a passive checkpoint (as SQLite's own would), except
+/// after a commit run in place, which must not wait for one. The next commit off the caller's
+/// thread makes it then (in place is refused meanwhile: [`AutoCheckpoint::due`]), or the idle
+/// sync.
+struct AutoCheckpoint {
+    /// Pages in the log after the last commit, 0 once a checkpoint has copied them all.
+    pages: Arc<AtomicI32>,
+    /// A commit runs in place: leave the checkpoint for later.
+    in_place: Arc<AtomicBool>,
+}
+
+impl AutoCheckpoint {
+    /// Takes over `conn`'s automatic checkpoint (a WAL hook replaces SQLite's own).
+    fn install(conn: &mut Connection) -> Result<Self, KvError> {
+        let pages = Arc::new(AtomicI32::new(0));
+        let in_place = Arc::new(AtomicBool::new(false));
+        let (log_pages, leave) = (pages.clone(), in_place.clone());
+        conn.wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, now: i32| {
+            let mut left = now;
+            if now >= CHECKPOINT_PAGES && !leave.load(Ordering::Relaxed) {
+                // As SQLite's own, not an error if it cannot copy everything (another process
+                // reads an old snapshot): then it stays due.
+                let passive = rusqlite::wal::CheckpointMode::PASSIVE;
+                if let Ok((log, copied)) = wal.checkpoint_v2(passive)
+                    && log == copied
+                {
+                    left = 0;
+                }
+            }
+            log_pages.store(left, Ordering::Relaxed);
+            Ok(())
+        }))
+        .map_err(storage)?;
+        Ok(AutoCheckpoint { pages, in_place })
+    }
+
+    /// The log holds enough for a checkpoint that no commit has made yet.
+    fn due(&self) -> bool {
+        self.pages.load(Ordering::Relaxed) >= CHECKPOINT_PAGES
     }
 }
 
@@ -327,8 +410,15 @@ fn is_busy(err: &rusqlite::Error) -> bool {
 /// Opens the group's write transaction (`BEGIN IMMEDIATE`: the write lock is taken at once),
 /// retrying with back-off while another process holds the lock (on top of SQLite's own busy
 /// wait), so "database is locked" does not reach the caller. Dropped without a commit, the
-/// transaction rolls back; a commit that fails rolls back too.
-fn begin_write(conn: &Connection) -> Result<Transaction<'_>, KvError> {
+/// transaction rolls back; a commit that fails rolls back too. Without `wait`, one attempt that
+/// does not wait at all: busy is an error.
+fn begin_write(conn: &Connection, wait: bool) -> Result<Transaction<'_>, KvError> {
+    if !wait {
+        conn.busy_timeout(Duration::ZERO).map_err(storage)?;
+        let begun = Transaction::new_unchecked(conn, TransactionBehavior::Immediate);
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(storage)?;
+        return begun.map_err(storage);
+    }
     let mut delay = Duration::from_millis(2);
     let mut attempt = 1;
     loop {
@@ -498,6 +588,85 @@ mod tests {
 
         connection.syncing.sync(&connection.conn);
         assert!(!state(&connection).1, "a checkpoint synced it");
+    }
+
+    /// The answer to a take.
+    type TakeAnswer =
+        oneshot::Receiver<Result<Taken<dyn DeliveryEngine<Ticket = String>>, KvError>>;
+
+    fn take(clock: &ManualClock) -> (Command, TakeAnswer) {
+        let (reply, taken) = oneshot::channel();
+        let engine: Arc<dyn DeliveryEngine<Ticket = String>> = Arc::new(NoEngine);
+        let now = clock.now();
+        let take = Change::Take {
+            owner: 0,
+            now,
+            engine,
+            reply,
+        };
+        (take, taken)
+    }
+
+    /// Bookkeeping in place never waits for another process's write lock: it is given back
+    /// (untouched: it runs later, off the caller's thread); with the lock free it runs.
+    #[test]
+    fn in_place_gives_back_rather_than_wait_for_the_lock() {
+        let (dir, clock, mut connection) = open(Durability::Full);
+        connection.run_group(vec![enqueue(&clock)]);
+        let other = Connection::open(dir.path().join("kv.sqlite3")).unwrap();
+        other.execute_batch("begin immediate").unwrap();
+
+        let (command, mut taken) = take(&clock);
+        let started = std::time::Instant::now();
+        let Err(command) = connection.try_run_in_place(command) else {
+            panic!("ran while another process held the write lock");
+        };
+        assert!(
+            started.elapsed() < BUSY_TIMEOUT,
+            "it waited for the lock ({:?})",
+            started.elapsed()
+        );
+        assert!(taken.try_recv().is_err(), "given back unanswered");
+
+        other.execute_batch("commit").unwrap();
+        assert!(connection.try_run_in_place(command).is_ok());
+        assert!(matches!(taken.try_recv(), Ok(Ok(Taken::Message(_)))));
+    }
+
+    /// The log is still checkpointed at SQLite's usual size, but never by a commit run in place:
+    /// once one leaves it due, in place is refused until a commit off the caller's thread has
+    /// made the checkpoint.
+    #[test]
+    fn the_checkpoint_is_left_to_commits_off_the_callers_thread() {
+        let (_dir, clock, mut connection) = open(Durability::Full);
+        // Enough messages that their bookkeeping alone fills the log.
+        for _ in 0..50 {
+            connection.run_group((0..100).map(|_| enqueue(&clock)).collect());
+        }
+        assert!(
+            !connection.checkpoint.due(),
+            "the writes' commits checkpointed"
+        );
+        let mut in_place = 0;
+        while !connection.checkpoint.due() {
+            let (command, _taken) = take(&clock);
+            assert!(
+                connection.try_run_in_place(command).is_ok(),
+                "nothing else was due"
+            );
+            connection.syncing.unsynced.committed(true);
+            in_place += 1;
+            assert!(in_place < 100_000, "the log never grew to a checkpoint");
+        }
+        let (command, _taken) = take(&clock);
+        let Err(command) = connection.try_run_in_place(command) else {
+            panic!("ran in place with a checkpoint due");
+        };
+        connection.run_group(vec![command]);
+        assert!(
+            !connection.checkpoint.due(),
+            "the commit off the caller's thread checkpointed"
+        );
     }
 
     #[test]

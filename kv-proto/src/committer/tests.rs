@@ -386,3 +386,146 @@ async fn answers_discard_what_a_failed_group_took() {
         ]
     );
 }
+
+/// A command for the in-place tests: answers with the name of the thread that ran it.
+enum Placed {
+    /// May run in place ([`Command::may_run_in_place`]); the runner takes it in place only if
+    /// `accept`.
+    Light { accept: bool, reply: Reply<String> },
+    /// Must not run in place.
+    Heavy(Reply<String>),
+    /// May run in place, and panics there.
+    Panics,
+}
+
+impl Command for Placed {
+    fn reject(self, err: KvError) {
+        match self {
+            Placed::Light { reply, .. } | Placed::Heavy(reply) => {
+                let _ = reply.send(Err(err));
+            }
+            Placed::Panics => {}
+        }
+    }
+
+    fn may_run_in_place(&self) -> bool {
+        !matches!(self, Placed::Heavy(_))
+    }
+}
+
+/// Answers each command with the name of the thread that ran it.
+struct NamesThreads;
+
+impl GroupRunner for NamesThreads {
+    type Command = Placed;
+
+    fn run_group(&mut self, group: Vec<Placed>) {
+        let name = std::thread::current().name().unwrap_or("").to_owned();
+        let mut answers = Answers::default();
+        for command in group {
+            if let Placed::Light { reply, .. } | Placed::Heavy(reply) = command {
+                answers.hold(Some(reply), Ok(name.clone()));
+            }
+        }
+        answers.send(Ok(()));
+    }
+
+    fn try_run_in_place(&mut self, command: Placed) -> Result<(), Placed> {
+        match command {
+            Placed::Light { accept: true, .. } => {
+                self.run_group(vec![command]);
+                Ok(())
+            }
+            Placed::Panics => panic!("a command run in place failed in a way nobody planned for"),
+            declined => Err(declined),
+        }
+    }
+}
+
+fn light(accept: bool) -> impl FnOnce(Reply<String>) -> Placed {
+    move |reply| Placed::Light { accept, reply }
+}
+
+/// On a current-thread runtime, where the standby thread leads, a command that may run in place
+/// and that the runner takes runs on the caller's own thread; one the runner gives back, and one
+/// that may not run in place, run on the standby thread.
+#[test]
+fn on_a_current_thread_runtime_bookkeeping_runs_in_place_if_the_runner_agrees() {
+    let committer = Committer::start(NamesThreads, "standby").unwrap();
+    let (in_place, given_back, heavy) = std::thread::Builder::new()
+        .name("caller".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            let ran = runtime.block_on(async {
+                (
+                    committer.ask(light(true)).await.unwrap(),
+                    committer.ask(light(false)).await.unwrap(),
+                    committer.ask(Placed::Heavy).await.unwrap(),
+                )
+            });
+            committer.stop().unwrap();
+            ran
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    assert_eq!(in_place, "caller");
+    assert_eq!(given_back, "standby");
+    assert_eq!(heavy, "standby");
+}
+
+/// A command that may run in place does not jump the queue: while a leader runs (here a
+/// pretend one), it queues behind it and the standby thread runs it once handed the lead.
+#[test]
+fn nothing_runs_in_place_while_a_leader_runs() {
+    let committer = Arc::new(Committer::start(NamesThreads, "standby").unwrap());
+    committer.core.inbox().leading = true;
+    let asking = committer.clone();
+    let caller = std::thread::Builder::new()
+        .name("caller".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap();
+            runtime.block_on(asking.ask(light(true))).unwrap()
+        })
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while committer.core.inbox().commands.is_empty() {
+        assert!(Instant::now() < deadline, "the command was never queued");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The pretend leader finishes and hands over.
+    let lead = Lead {
+        core: committer.core.clone(),
+        until: 0,
+        done: false,
+    };
+    committer.core.lead(lead);
+    assert_eq!(caller.join().unwrap(), "standby");
+    committer.stop().unwrap();
+}
+
+/// A command that panics while running in place does not strand the committer: the lead passes
+/// to the standby thread, and later commands are answered.
+#[test]
+fn a_panic_in_place_passes_the_lead_on() {
+    let committer = Arc::new(Committer::start(NamesThreads, "standby").unwrap());
+    let asking = committer.clone();
+    let panicked = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(asking.ask(|_: Reply<String>| Placed::Panics))
+    })
+    .join();
+    assert!(panicked.is_err());
+    let next = futures::executor::block_on(committer.ask(Placed::Heavy)).unwrap();
+    assert!(!next.is_empty());
+    let again = futures::executor::block_on(committer.ask(light(true))).unwrap();
+    assert!(!again.is_empty());
+    committer.stop().unwrap();
+}
