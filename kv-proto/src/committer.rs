@@ -67,6 +67,7 @@
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -87,6 +88,8 @@ pub const DEFAULT_IDLE_TICK: Duration = Duration::from_secs(1);
 /// How soon the standby thread looks again when a leader held the runner, to keep the idle work
 /// on time.
 const BUSY_RECHECK: Duration = Duration::from_millis(20);
+/// How long the standby thread, having just led, watches for the next lead before it sleeps.
+const STANDBY_SPIN: Duration = Duration::from_micros(50);
 
 /// Where a command's answer goes.
 pub type Reply<T> = oneshot::Sender<Result<T, KvError>>;
@@ -338,6 +341,9 @@ struct Core<R: GroupRunner> {
     closed_wake: Condvar,
     /// Locked by the leader for each group, and by the idle work; taken out at close.
     runner: Mutex<Option<R>>,
+    /// Set with `standby_leads` (under the inbox lock), cleared when the standby thread takes
+    /// the lead: what the standby thread watches while it spins ([`STANDBY_SPIN`]).
+    handed: AtomicBool,
 }
 
 struct Inbox<C> {
@@ -370,8 +376,7 @@ impl<R: GroupRunner> Drop for Lead<R> {
         if !self.done {
             let mut inbox = self.core.inbox();
             if !inbox.closed {
-                inbox.standby_leads = true;
-                self.core.standby_wake.notify_one();
+                self.core.hand_to_standby(&mut inbox);
             }
         }
     }
@@ -440,8 +445,7 @@ impl<R: GroupRunner> Core<R> {
                 done: false,
             })
         } else {
-            inbox.standby_leads = true;
-            self.standby_wake.notify_one();
+            self.hand_to_standby(inbox);
             None
         }
     }
@@ -481,10 +485,16 @@ impl<R: GroupRunner> Core<R> {
         if inbox.commands.is_empty() && !inbox.stopping {
             inbox.leading = false;
         } else {
-            inbox.standby_leads = true;
-            self.standby_wake.notify_one();
+            self.hand_to_standby(&mut inbox);
         }
         Ok(())
+    }
+
+    /// Gives the lead to the standby thread and wakes it.
+    fn hand_to_standby(&self, inbox: &mut Inbox<R::Command>) {
+        inbox.standby_leads = true;
+        self.handed.store(true, Ordering::Release);
+        self.standby_wake.notify_one();
     }
 
     /// Asks the committer to stop; returns the lead if the caller must run what is queued.
@@ -518,8 +528,7 @@ impl<R: GroupRunner> Core<R> {
                     return;
                 }
                 if lead.until == 0 {
-                    inbox.standby_leads = true;
-                    self.standby_wake.notify_one();
+                    self.hand_to_standby(&mut inbox);
                     lead.done = true;
                     return;
                 }
@@ -561,7 +570,17 @@ impl<R: GroupRunner> Core<R> {
     /// The standby thread: leads when handed the lead, does the idle work in between, and ends
     /// when the committer closes.
     fn standby(self: &Arc<Self>) {
+        let mut just_led = false;
         loop {
+            if just_led {
+                // A caller that waits for a lone write on a thread that must not lead sends the
+                // next one a few microseconds after its answer: watching for it here spares it
+                // the sleep and wake-up of this thread.
+                let until = Instant::now() + STANDBY_SPIN;
+                while !self.handed.load(Ordering::Acquire) && Instant::now() < until {
+                    std::thread::yield_now();
+                }
+            }
             // The idle work's next due time, unless a leader holds the runner right now.
             let timeout = match self.runner.try_lock() {
                 Ok(runner) => runner.as_ref().map(GroupRunner::idle_timeout),
@@ -580,6 +599,7 @@ impl<R: GroupRunner> Core<R> {
                         return;
                     }
                     if inbox.standby_leads {
+                        self.handed.store(false, Ordering::Release);
                         break true;
                     }
                     let now = Instant::now();
@@ -593,6 +613,7 @@ impl<R: GroupRunner> Core<R> {
                         .0;
                 }
             };
+            just_led = leads;
             // A panic in a group must not end the thread that everything else falls back on;
             // the commands of that group lose their replies (their callers see `Closed`).
             let _ = catch_unwind(AssertUnwindSafe(|| {
@@ -625,6 +646,7 @@ impl<R: GroupRunner> Committer<R> {
             standby_wake: Condvar::new(),
             closed_wake: Condvar::new(),
             runner: Mutex::new(Some(runner)),
+            handed: AtomicBool::new(false),
         });
         let standby_core = core.clone();
         let handle = std::thread::Builder::new()
