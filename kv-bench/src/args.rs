@@ -50,7 +50,10 @@ Each target's workloads run in child processes of this binary (`kv-bench child .
 peak resident memory (VmHWM) is reported per backend.
 
 kv-bench diagnose-memory [--keys N] [--gets N]
-                        time point lookups in kv-memory's map layout and in alternatives";
+                        time point lookups in kv-memory's map layout and in alternatives
+kv-bench diagnose-commits [--sets N] [--rounds N]
+                        time durable sets by kv-sqlite against raw SQLite (Deno's layout and
+                        the kv table alone), and count the pages each commit writes";
 
 /// Options of a run.
 #[derive(Debug, Clone, PartialEq)]

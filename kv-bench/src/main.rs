@@ -34,6 +34,7 @@
 mod anchor;
 mod args;
 mod child;
+mod commits;
 mod diag;
 mod parent;
 mod raw;
@@ -49,6 +50,7 @@ fn main() {
     match args.split_first().map(|(a, rest)| (a.as_str(), rest)) {
         Some(("child", rest)) => std::process::exit(child_main(rest)),
         Some(("diagnose-memory", rest)) => std::process::exit(diagnose_main(rest)),
+        Some(("diagnose-commits", rest)) => std::process::exit(diagnose_commits_main(rest)),
         _ => {}
     }
     let code = match args::parse(&args) {
@@ -95,6 +97,35 @@ fn diagnose_main(args: &[String]) -> i32 {
         Ok(()) => 0,
         Err(err) => {
             eprintln!("kv-bench diagnose-memory: {err}");
+            1
+        }
+    }
+}
+
+/// `diagnose-commits [--sets N] [--rounds N]`: what one durable set costs kv-sqlite against the
+/// raw floors, and the pages each commit writes (see [`commits`]).
+fn diagnose_commits_main(args: &[String]) -> i32 {
+    let mut sets = 5_000;
+    let mut rounds = 3;
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it
+            .next()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0);
+        match (flag.as_str(), value) {
+            ("--sets", Some(n)) => sets = n,
+            ("--rounds", Some(n)) => rounds = n,
+            _ => {
+                eprintln!("usage: kv-bench diagnose-commits [--sets N] [--rounds N]");
+                return 2;
+            }
+        }
+    }
+    match commits::run(sets, rounds) {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("kv-bench diagnose-commits: {err}");
             1
         }
     }

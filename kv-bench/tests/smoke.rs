@@ -234,3 +234,32 @@ fn postgres_targets_at_a_tiny_scale() {
         "{targets:?}"
     );
 }
+
+/// `diagnose-commits` runs every way of setting, and its page account finds that kv-sqlite's
+/// commit writes exactly the pages Deno's layout needs: the same frames per commit as the raw
+/// Deno-layout writer, one of them `data_version`'s and one the expiry index's.
+#[test]
+fn diagnose_commits_accounts_for_every_page() {
+    let output = kv_bench(&["diagnose-commits", "--sets", "50", "--rounds", "1"]);
+    assert!(
+        output.status.success(),
+        "diagnose-commits failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = String::from_utf8_lossy(&output.stdout);
+    let account = |way: &str| -> Vec<String> {
+        let row = report
+            .lines()
+            // The page rows have four cells (five bars); the timing rows five.
+            .find(|line| line.starts_with(&format!("| {way} |")) && line.matches('|').count() == 5)
+            .unwrap_or_else(|| panic!("no page account for {way}:\n{report}"));
+        row.split('|').map(|cell| cell.trim().to_owned()).collect()
+    };
+    let layout = account("raw Deno layout");
+    let ours = account("kv-sqlite (any caller)");
+    assert_eq!(layout[2..], ours[2..], "{report}");
+    assert!(ours[3].contains("data_version 1.00"), "{report}");
+    assert!(ours[3].contains("kv_expiration_ms_idx 1.00"), "{report}");
+    let table = account("raw kv table");
+    assert!(!table[3].contains("data_version"), "{report}");
+}
