@@ -17,7 +17,13 @@
 //!   keeping its caller busy with other callers' commits.
 //! - The standby thread also leads for commands sent without waiting for an answer
 //!   ([`Committer::send`], used from `Drop`), and runs the runner's idle work
-//!   ([`GroupRunner::idle`]).
+//!   ([`GroupRunner::idle`]). Having just led, it watches for the next lead for
+//!   [`STANDBY_SPIN`] before it sleeps, so a caller's next lone write does not wait for it to
+//!   wake up.
+//! - **In place.** A command that needs no sync ([`Command::may_run_in_place`]: queue
+//!   bookkeeping) and finds nothing queued and nobody leading runs on its caller's thread, on any
+//!   runtime, if the runner agrees ([`GroupRunner::try_run_in_place`]); the runner refuses what
+//!   would make the caller wait, and the command then goes the usual way.
 //!
 //! One thread at a time leads, and the runner is touched only by the leader or by the idle work,
 //! under its own mutex. Commands run in the order they entered the inbox, so an engine that
@@ -89,7 +95,7 @@ pub const DEFAULT_IDLE_TICK: Duration = Duration::from_secs(1);
 /// on time.
 const BUSY_RECHECK: Duration = Duration::from_millis(20);
 /// How long the standby thread, having just led, watches for the next lead before it sleeps.
-const STANDBY_SPIN: Duration = Duration::from_micros(50);
+pub const STANDBY_SPIN: Duration = Duration::from_micros(50);
 
 /// Where a command's answer goes.
 pub type Reply<T> = oneshot::Sender<Result<T, KvError>>;
