@@ -97,3 +97,9 @@ pub use write::{
 pub use async_trait::async_trait;
 pub use chrono;
 pub use num_bigint;
+
+/// The README.md of this crate (the page crates.io shows): its Rust example is compiled as a doc
+/// test, so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
