@@ -35,7 +35,16 @@ pub fn deno_binary() -> Result<PathBuf, String> {
 
 /// Runs `.ci/install-deno` and returns the path it prints last.
 fn install() -> Result<PathBuf, String> {
+    // The installer is the repository's, beside this crate's directory: a packaged kv-conformance
+    // has none, and then DENO_BIN is the way.
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/install-deno");
+    if !script.is_file() {
+        return Err(format!(
+            "set DENO_BIN to a Deno {DENO_VERSION} binary (there is no {} to install one: it is \
+             part of the repository, not of the kv-conformance package)",
+            script.display()
+        ));
+    }
     let output = Command::new("bash")
         .arg(&script)
         .stdin(Stdio::null())

@@ -52,3 +52,9 @@ impl ProtocolError {
         }
     }
 }
+
+/// The README.md of this crate (the page crates.io shows): its Rust example is compiled as a doc
+/// test, so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

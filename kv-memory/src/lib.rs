@@ -141,3 +141,9 @@ impl Engine for MemoryBackend {
         self.store.abandon_deliveries(self.id, self.clock.now())
     }
 }
+
+/// The README.md of this crate (the page crates.io shows): its Rust example is compiled as a doc
+/// test, so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -65,3 +65,9 @@ pub mod testing;
 pub use backend::PostgresBackend;
 pub use error::PostgresError;
 pub use options::PostgresOptions;
+
+/// The README.md of this crate (the page crates.io shows): its Rust example is compiled as a doc
+/// test, so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -31,6 +31,26 @@
 //! assert_eq!(hex::encode(&bytes), "02757365727300152a");
 //! assert_eq!(decode_key(&bytes).unwrap(), key!["users", 42]);
 //! ```
+//!
+//! ## Semver policy for engine authors
+//!
+//! [`Engine`], [`Backend`] and the traits an engine implements ([`WriteTransaction`],
+//! [`queue::DeliveryEngine`], …) are the contract with every engine, here and outside this
+//! project. Until 1.0 a breaking change bumps the minor version (0.1 → 0.2); from 1.0 on, the
+//! major one.
+//!
+//! **Breaking:** a new required trait method, or a changed signature (arguments, return type,
+//! `async`-ness, bounds); a new variant of an enum that is not `#[non_exhaustive]`, or a new
+//! public field of a struct that is not; a changed rule (an encoding, a limit, an error text, key
+//! order, what a mutation does); a changed expectation of the conformance suite
+//! (`kv-conformance`), i.e. a case that a correct engine of the previous version fails.
+//!
+//! **Not breaking:** a new provided method whose default keeps every existing engine correct; a
+//! new variant or field of a `#[non_exhaustive]` enum or struct ([`KvError`],
+//! [`Capabilities`], …); new functions, types and helpers; a new conformance case that a correct
+//! engine already passes (it pins down a rule already stated).
+//!
+//! Once a release exists, CI compares the public API with it (`cargo semver-checks`).
 
 mod backend;
 mod blocking;
@@ -97,3 +117,9 @@ pub use write::{
 pub use async_trait::async_trait;
 pub use chrono;
 pub use num_bigint;
+
+/// The README.md of this crate (the page crates.io shows): its Rust example is compiled as a doc
+/// test, so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -292,3 +292,9 @@ impl Engine for RedbBackend {
         let _ = store::release(&self.shared);
     }
 }
+
+/// The README.md of this crate (the page crates.io shows): its Rust example is compiled as a doc
+/// test, so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

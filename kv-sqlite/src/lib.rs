@@ -353,3 +353,9 @@ mod tests {
         futures::executor::block_on(write_then_read(&dir.path().join("kv.sqlite3")))
     }
 }
+
+/// The README.md of this crate (the page crates.io shows): its Rust example is compiled as a doc
+/// test, so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -88,8 +88,9 @@ pub use kv_proto::{
     Versionstamp, key,
 };
 
-/// The README's Rust snippets are compiled (and run, where they can) as doc tests, so they stay
-/// true. They live here because this crate sees every other one.
+/// The README.md of this crate (the page crates.io shows) is compiled as a doc test, so that it
+/// stays true. The repository's README.md shows the same example; `.ci/run` checks that every
+/// Rust block there is a copy of one in a crate's README.md, which is tested here or in its crate.
 #[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
+#[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -299,10 +299,15 @@ fn values_the_writer_never_makes_still_read() {
 
 #[test]
 fn both_readers_agree_on_denos_bytes() {
-    let dir = std::env::var_os("KV_FIXTURES_DIR").map_or_else(
-        || std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/deno-2.9.6"),
-        std::path::PathBuf::from,
-    );
+    // The fixtures are the repository's (fixtures/deno-2.9.6), not this package's: the workspace's
+    // .cargo/config.toml points KV_FIXTURES_DIR at them, so that nothing here reaches outside the
+    // crate directory. Without it (a packaged kv-proto), the test fails saying so.
+    let dir = std::path::PathBuf::from(std::env::var_os("KV_FIXTURES_DIR").unwrap_or_else(|| {
+        panic!(
+            "KV_FIXTURES_DIR is not set: point it at fixtures/deno-2.9.6 of the repository \
+             (the workspace's .cargo/config.toml does)"
+        )
+    }));
     let mut compared = 0;
     for name in ["values", "keys", "special"] {
         let path = dir.join(format!("{name}.manifest.json"));
