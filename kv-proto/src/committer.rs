@@ -17,9 +17,7 @@
 //!   keeping its caller busy with other callers' commits.
 //! - The standby thread also leads for commands sent without waiting for an answer
 //!   ([`Committer::send`], used from `Drop`), and runs the runner's idle work
-//!   ([`GroupRunner::idle`]). Having just led, it watches for the next lead for
-//!   [`STANDBY_SPIN`] before it sleeps, so a caller's next lone write does not wait for it to
-//!   wake up.
+//!   ([`GroupRunner::idle`]).
 //! - **In place.** A command that needs no sync ([`Command::may_run_in_place`]: queue
 //!   bookkeeping) and finds nothing queued and nobody leading runs on its caller's thread, on any
 //!   runtime, if the runner agrees ([`GroupRunner::try_run_in_place`]); the runner refuses what
@@ -73,7 +71,6 @@
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -94,8 +91,6 @@ pub const DEFAULT_IDLE_TICK: Duration = Duration::from_secs(1);
 /// How soon the standby thread looks again when a leader held the runner, to keep the idle work
 /// on time.
 const BUSY_RECHECK: Duration = Duration::from_millis(20);
-/// How long the standby thread, having just led, watches for the next lead before it sleeps.
-pub const STANDBY_SPIN: Duration = Duration::from_micros(50);
 
 /// Where a command's answer goes.
 pub type Reply<T> = oneshot::Sender<Result<T, KvError>>;
@@ -347,9 +342,6 @@ struct Core<R: GroupRunner> {
     closed_wake: Condvar,
     /// Locked by the leader for each group, and by the idle work; taken out at close.
     runner: Mutex<Option<R>>,
-    /// Set with `standby_leads` (under the inbox lock), cleared when the standby thread takes
-    /// the lead: what the standby thread watches while it spins ([`STANDBY_SPIN`]).
-    handed: AtomicBool,
 }
 
 struct Inbox<C> {
@@ -382,7 +374,8 @@ impl<R: GroupRunner> Drop for Lead<R> {
         if !self.done {
             let mut inbox = self.core.inbox();
             if !inbox.closed {
-                self.core.hand_to_standby(&mut inbox);
+                inbox.standby_leads = true;
+                self.core.standby_wake.notify_one();
             }
         }
     }
@@ -451,7 +444,8 @@ impl<R: GroupRunner> Core<R> {
                 done: false,
             })
         } else {
-            self.hand_to_standby(inbox);
+            inbox.standby_leads = true;
+            self.standby_wake.notify_one();
             None
         }
     }
@@ -491,16 +485,10 @@ impl<R: GroupRunner> Core<R> {
         if inbox.commands.is_empty() && !inbox.stopping {
             inbox.leading = false;
         } else {
-            self.hand_to_standby(&mut inbox);
+            inbox.standby_leads = true;
+            self.standby_wake.notify_one();
         }
         Ok(())
-    }
-
-    /// Gives the lead to the standby thread and wakes it.
-    fn hand_to_standby(&self, inbox: &mut Inbox<R::Command>) {
-        inbox.standby_leads = true;
-        self.handed.store(true, Ordering::Release);
-        self.standby_wake.notify_one();
     }
 
     /// Asks the committer to stop; returns the lead if the caller must run what is queued.
@@ -534,7 +522,8 @@ impl<R: GroupRunner> Core<R> {
                     return;
                 }
                 if lead.until == 0 {
-                    self.hand_to_standby(&mut inbox);
+                    inbox.standby_leads = true;
+                    self.standby_wake.notify_one();
                     lead.done = true;
                     return;
                 }
@@ -576,17 +565,7 @@ impl<R: GroupRunner> Core<R> {
     /// The standby thread: leads when handed the lead, does the idle work in between, and ends
     /// when the committer closes.
     fn standby(self: &Arc<Self>) {
-        let mut just_led = false;
         loop {
-            if just_led {
-                // A caller that waits for a lone write on a thread that must not lead sends the
-                // next one a few microseconds after its answer: watching for it here spares it
-                // the sleep and wake-up of this thread.
-                let until = Instant::now() + STANDBY_SPIN;
-                while !self.handed.load(Ordering::Acquire) && Instant::now() < until {
-                    std::thread::yield_now();
-                }
-            }
             // The idle work's next due time, unless a leader holds the runner right now.
             let timeout = match self.runner.try_lock() {
                 Ok(runner) => runner.as_ref().map(GroupRunner::idle_timeout),
@@ -605,7 +584,6 @@ impl<R: GroupRunner> Core<R> {
                         return;
                     }
                     if inbox.standby_leads {
-                        self.handed.store(false, Ordering::Release);
                         break true;
                     }
                     let now = Instant::now();
@@ -619,7 +597,6 @@ impl<R: GroupRunner> Core<R> {
                         .0;
                 }
             };
-            just_led = leads;
             // A panic in a group must not end the thread that everything else falls back on;
             // the commands of that group lose their replies (their callers see `Closed`).
             let _ = catch_unwind(AssertUnwindSafe(|| {
@@ -652,7 +629,6 @@ impl<R: GroupRunner> Committer<R> {
             standby_wake: Condvar::new(),
             closed_wake: Condvar::new(),
             runner: Mutex::new(Some(runner)),
-            handed: AtomicBool::new(false),
         });
         let standby_core = core.clone();
         let handle = std::thread::Builder::new()
