@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use kv_conformance::{FnFactory, TestContext};
-use kv_proto::{Backend, Clock};
+use open_deno_kv_conformance::{FnFactory, TestContext};
+use open_deno_kv_proto::{Backend, Clock};
 use outside_engine::{BTreeEngine, BTreeStore};
 
-kv_conformance::conformance_main!(
+open_deno_kv_conformance::conformance_main!(
     factory = FnFactory::new(|ctx: &TestContext| {
         let clock: Arc<dyn Clock> = Arc::new(ctx.clock().clone());
         let store = ctx.slot(BTreeStore::default);

@@ -1,0 +1,137 @@
+//! # open-deno-kv-bench — benchmarks to pick a Deno KV backend by
+//!
+//! Runs the same workloads on open-deno-kv-memory, open-deno-kv-sqlite and open-deno-kv-redb through the `Backend` trait, on
+//! fresh databases on disk, next to raw rusqlite and raw redb doing the same sets, gets and scans
+//! (the floors), and reports operations per second, p50/p99 latency, each figure's ratio to its
+//! floor, the project's performance targets (MET / MISSED) and each backend's peak memory.
+//! open-deno-kv-postgres runs when asked for (`--backends postgres,postgres-replica`), on a throwaway
+//! PostgreSQL cluster the run starts (with a streaming replica for `postgres-replica`, whose W3
+//! and W4 are eventual reads) or on the server of `--postgres-url`.
+//!
+//! ```text
+//! cargo run --release -p open-deno-kv-bench -- [--scale F] [--workloads W1,..] [--backends memory,..]
+//!     [--durability full|process] [--rounds N] [--scaling] [--no-floors] [--dir PATH] [--json]
+//!     [--postgres-url URL [--postgres-replica-url URL]]
+//! ```
+//!
+//! Workloads (at `--scale 1`):
+//!
+//! | id | what |
+//! |---|---|
+//! | W1 | 20,000 sequential single-key sets (`["bench", i]`, 100-byte `Bytes` values) |
+//! | W2 | the same sets spread over 64 concurrent tasks |
+//! | W3 | 100,000 random point gets over 100,000 preloaded keys (and, for memory, W3-1core: the same on a current-thread runtime) |
+//! | W4 | 2,000 scans of 100 consecutive entries |
+//! | W5 | 8 tasks x 500 check-and-set increments of one counter (final value must be exactly 4,000) |
+//! | W6 | 20,000 u64 sums over 16 hot keys from 16 tasks (every total checked) |
+//! | W7 | 5,000 messages enqueued, then consumed with dequeue + finish(true) (each exactly once) |
+//!
+//! Every workload verifies its result and the run fails loudly (exit 1) if a check does not hold.
+//! Each target's workloads run in child processes of this binary (`open-deno-kv-bench child ...`), and
+//! denokv's in the anchor's binary (`open-deno-kv-bench-anchor child ...`, built from `open-deno-kv-bench/anchor`);
+//! see [`sysinfo`] for how peak memory is measured.
+
+mod anchor;
+mod args;
+mod child;
+mod commits;
+mod diag;
+mod parent;
+mod raw;
+
+// The engine-free half — workloads, data, statistics, the child's protocol — is shared with the
+// denokv anchor's binary (open-deno-kv-bench/anchor).
+use open_deno_kv_bench_harness::{data, spec, stats, sysinfo, workloads};
+
+use args::Command;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.split_first().map(|(a, rest)| (a.as_str(), rest)) {
+        Some(("child", rest)) => std::process::exit(child_main(rest)),
+        Some(("diagnose-memory", rest)) => std::process::exit(diagnose_main(rest)),
+        Some(("diagnose-commits", rest)) => std::process::exit(diagnose_commits_main(rest)),
+        _ => {}
+    }
+    let code = match args::parse(&args) {
+        Ok(Command::Help) => {
+            println!("{}", args::USAGE);
+            0
+        }
+        Ok(Command::Run(options)) => match parent::run(&options) {
+            Ok(code) => code,
+            Err(err) => {
+                eprintln!("open-deno-kv-bench: {err}");
+                1
+            }
+        },
+        Err(message) => {
+            eprintln!("open-deno-kv-bench: {message}");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+/// `diagnose-memory [--keys N] [--gets N]`: the cost of a point get in open-deno-kv-memory's data
+/// structure and in alternatives (see [`diag`]).
+fn diagnose_main(args: &[String]) -> i32 {
+    let mut keys = 100_000;
+    let mut gets = 1_000_000;
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it
+            .next()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0);
+        match (flag.as_str(), value) {
+            ("--keys", Some(n)) => keys = n,
+            ("--gets", Some(n)) => gets = n,
+            _ => {
+                eprintln!("usage: open-deno-kv-bench diagnose-memory [--keys N] [--gets N]");
+                return 2;
+            }
+        }
+    }
+    match diag::memory(keys, gets) {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("open-deno-kv-bench diagnose-memory: {err}");
+            1
+        }
+    }
+}
+
+/// `diagnose-commits [--sets N] [--rounds N]`: what one durable set costs open-deno-kv-sqlite against the
+/// raw floors, and the pages each commit writes (see [`commits`]).
+fn diagnose_commits_main(args: &[String]) -> i32 {
+    let mut sets = 5_000;
+    let mut rounds = 3;
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it
+            .next()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0);
+        match (flag.as_str(), value) {
+            ("--sets", Some(n)) => sets = n,
+            ("--rounds", Some(n)) => rounds = n,
+            _ => {
+                eprintln!("usage: open-deno-kv-bench diagnose-commits [--sets N] [--rounds N]");
+                return 2;
+            }
+        }
+    }
+    match commits::run(sets, rounds) {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("open-deno-kv-bench diagnose-commits: {err}");
+            1
+        }
+    }
+}
+
+/// The hidden `child` subcommand: run one target's workloads, print one JSON line.
+fn child_main(args: &[String]) -> i32 {
+    open_deno_kv_bench_harness::child::main(args, child::run)
+}

@@ -1,0 +1,329 @@
+//! The command line's shape: subcommands, arguments and their help.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// The embedded default database, when no `--db` is given.
+pub const DEFAULT_DB: &str = "sqlite:./kv.sqlite3";
+
+/// Inspect and move Deno KV data, in any backend: Deno's own SQLite files, redb, memory.
+///
+/// Keys are JavaScript-like literals: '["users", 42n, true]' (a plain number is a float as in
+/// JavaScript, 42n a bigint, b"00ff" or new Uint8Array([0, 255]) bytes), or the typed JSON
+/// form '[{"string":"users"},{"int":"42"}]'.
+#[derive(Debug, Parser)]
+#[command(name = "kv", version, about, long_about)]
+pub struct Cli {
+    /// The database: sqlite:PATH (or a plain path), redb:PATH, memory:, https://HOST:PORT/PATH,
+    /// http://HOST:PORT/PATH.
+    ///
+    /// Every form:
+    ///   sqlite:PATH, or a plain PATH    Deno's own SQLite file (the default, ./kv.sqlite3)
+    ///   sqlite:PATH?read_only           the same, opened read-only
+    ///   sqlite:PATH?durability=process  synced less often: survives a process crash only
+    ///   redb:PATH                       a redb file (pure Rust; one process at a time)
+    ///   redb:PATH?durability=deferred   synced at least every second
+    ///   memory:                         a fresh in-memory store, gone on exit
+    ///   http://HOST:PORT/               a KV Connect server (kv serve, denokv): its default
+    ///                                   database; http://HOST:PORT/db/NAME a named one
+    ///   http://HOST:PORT/PATH?token=T   the same with the access token in the URL; otherwise
+    ///                                   from KV_ACCESS_TOKEN or DENO_KV_ACCESS_TOKEN
+    ///   https://HOST:PORT/PATH          the same over TLS, the server's certificate checked
+    ///                                   against the system's roots, or --ca FILE
+    /// Reading commands such as dump and stats also take the database as their argument:
+    /// kv dump FILE.
+    #[arg(
+        long,
+        global = true,
+        env = "KV_DB",
+        default_value = DEFAULT_DB,
+        value_name = "URL",
+        verbatim_doc_comment
+    )]
+    pub db: String,
+
+    /// For https:// databases: trust only the CA certificates in this PEM file (a private CA or
+    /// a self-signed server certificate) instead of the system's root certificates.
+    #[arg(long, global = true, env = "KV_CA_FILE", value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the entry at a key (exit code 1 if there is none).
+    Get {
+        /// The key.
+        key: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Set a key to a value.
+    Set {
+        /// The key.
+        key: String,
+        /// The value, read as --type says (JSON by default).
+        value: String,
+        /// How to read the value.
+        #[arg(long = "type", value_enum, default_value_t = ValueType::Json)]
+        value_type: ValueType,
+        /// Expire the entry this many milliseconds from now.
+        #[arg(long, value_name = "MS")]
+        expire_in: Option<u64>,
+    },
+    /// Delete a key.
+    Delete {
+        /// The key.
+        key: String,
+    },
+    /// List entries under a prefix, or between --start and --end.
+    List {
+        /// The prefix (default: every key).
+        prefix: Option<String>,
+        /// The first key (inclusive).
+        #[arg(long)]
+        start: Option<String>,
+        /// The key to stop before.
+        #[arg(long)]
+        end: Option<String>,
+        /// At most this many entries.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Newest key first.
+        #[arg(long)]
+        reverse: bool,
+        /// Resume after this cursor (printed on stderr after a limited listing).
+        #[arg(long)]
+        cursor: Option<String>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Print the entries of keys now and after every change, until interrupted.
+    ///
+    /// Each emission is the state of every key: with --format js a line per key, then a line
+    /// `--`; with --format json or plain-json one line holding a JSON array, an element per key
+    /// in the order given.
+    Watch {
+        /// The keys (at most 10).
+        #[arg(required = true)]
+        keys: Vec<String>,
+        /// Stop after this many emissions.
+        #[arg(long)]
+        count: Option<usize>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Enqueue a message for queue listeners (Deno's listenQueue included).
+    Enqueue {
+        /// The message, read as --type says (JSON by default).
+        value: String,
+        /// How to read the message.
+        #[arg(long = "type", value_enum, default_value_t = ValueType::Json)]
+        value_type: ValueType,
+        /// Deliver no earlier than this many milliseconds from now.
+        #[arg(long, value_name = "MS", default_value_t = 0)]
+        delay: u64,
+        /// Where to write the message if every delivery fails (repeatable).
+        #[arg(long = "if-undelivered", value_name = "KEY")]
+        if_undelivered: Vec<String>,
+    },
+    /// Back up every entry and queued message as JSON lines, byte for byte.
+    ///
+    /// A header line names the format version; then a line per entry (typed key, encoding,
+    /// versionstamp, expiry, the readable tagged value and, for V8 values, the stored bytes in
+    /// hex), a line per queued message (payload, ready time, keys if undelivered, the backoff
+    /// schedule left) and an end line counting them. `kv load` stores the bytes, so every value
+    /// comes back exactly: the tagged value alone does not hold an error's stack and cause, the
+    /// rest of the buffer a typed array or DataView looks into, or which views share a buffer.
+    /// Expired entries are not dumped. Entries are read a page at a time, not from one
+    /// snapshot: back up a database nothing is writing to.
+    Dump {
+        #[command(flatten)]
+        database: DatabaseArg,
+        /// Write to this file instead of standard output. A regular file, or the file a
+        /// symbolic link points to, is replaced only once the dump is complete (all or nothing,
+        /// keeping its permissions); a FIFO or device (/dev/stdout) is written into as a
+        /// stream and stays what it is; a link to nothing and a directory are refused.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+    /// Read a dump into a new or empty database (all or nothing).
+    ///
+    /// Entries get new versionstamps and queued messages new ids; entries expired by now are
+    /// skipped. A line's "bytes" are what is stored, and its "value" must still describe them:
+    /// a line whose value was edited but not its bytes is refused (delete "bytes" to load the
+    /// edited value). A V8 value without "bytes" is rebuilt from its tagged form, with a
+    /// warning, since that form does not hold everything V8 stores. Dumps of earlier versions
+    /// (format 1: no header, no bytes, no queue) still load; a dump that stops before its end
+    /// line is refused as incomplete.
+    Load {
+        /// The dump file, or - for standard input.
+        input: PathBuf,
+    },
+    /// Count entries, their size, expiring entries and queued messages.
+    Stats {
+        #[command(flatten)]
+        database: DatabaseArg,
+    },
+    /// Check the database for damage: the engine's own check, then every entry and queued
+    /// message read and decoded. Prints a summary (exit 0) or every problem found (exit 1).
+    /// `dump`, `stats` and `migrate` run the same check first and refuse a damaged database.
+    Check,
+    /// Copy every entry and queued message from the database (--db) into a new or empty
+    /// target (all or nothing).
+    Migrate {
+        /// The target database URL.
+        target: String,
+    },
+    /// Serve the database (--db) to Deno.openKv("https://HOST:PORT") and other KV Connect
+    /// clients, over HTTPS with --tls-cert and --tls-key (HTTP/2 or HTTP/1.1 by ALPN), else
+    /// plaintext HTTP/2 (h2c) and HTTP/1.1, until interrupted (Ctrl-C or SIGTERM). SIGHUP
+    /// reloads the certificate and key.
+    Serve(ServeArgs),
+    /// Encode or decode keys.
+    Key {
+        #[command(subcommand)]
+        action: KeyAction,
+    },
+}
+
+/// `kv serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1:4512")]
+    pub addr: SocketAddr,
+    /// The access token clients must send (Deno: the DENO_KV_ACCESS_TOKEN variable); at least
+    /// 12 visible ASCII characters. Read from KV_ACCESS_TOKEN, else from DENO_KV_ACCESS_TOKEN.
+    /// Prefer the environment variables: a flag is visible to other users of the machine.
+    #[arg(long, env = "KV_ACCESS_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Run without a token (only allowed on a loopback address).
+    #[arg(long, conflicts_with = "token")]
+    pub open_loopback: bool,
+    /// Serve HTTPS with this PEM certificate chain (the server's certificate first, then its
+    /// intermediates). Reloaded with the key on SIGHUP: new connections get the new
+    /// certificate, open ones keep theirs, and a bad new file is refused (the old one stays).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key, PEM: PKCS#8 ("PRIVATE KEY"), PKCS#1 ("RSA PRIVATE KEY")
+    /// or SEC1 ("EC PRIVATE KEY").
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Also serve /db/NAME as the file NAME.sqlite3 (or NAME.redb, after --db's backend) in
+    /// this directory, created on first use.
+    #[arg(long, value_name = "DIR")]
+    pub db_dir: Option<PathBuf>,
+    /// Also serve /ephemeral/...: a fresh in-memory database per connection for paths ending in
+    /// ":memory:" (or nothing), and a shared in-memory one per other path (for Deno's
+    /// DENO_KV_PATH_PREFIX=http://HOST:PORT/ephemeral/).
+    #[arg(long)]
+    pub ephemeral: bool,
+    /// Resource limits that protect the server from hostile or broken clients.
+    #[command(flatten)]
+    pub limits: ServeLimits,
+}
+
+/// `kv serve`'s resource policy (see the open-deno-kv-server crate's `resources` module). A client over a
+/// cap gets a plain-text refusal, never a hang. At start the server raises its soft open-file
+/// limit to the hard limit.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Resource limits")]
+pub struct ServeLimits {
+    /// Connections served at once; more get "503 Too many connections" and are closed. Lowered
+    /// to half the open-file limit when that is lower.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub max_connections: usize,
+    /// Seconds a connection may stay open with no request in flight (a watch counts as one).
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    pub idle_timeout: f64,
+    /// Seconds a client may take to send a request's headers (HTTP/1.1).
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub header_timeout: f64,
+    /// Seconds a client may take to send a request's body (408 after).
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub body_timeout: f64,
+    /// Bytes of request bodies buffered at once across all connections (503 beyond).
+    #[arg(long, value_name = "BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub max_body_memory: usize,
+    /// Watch streams open at once (429 beyond).
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub max_watches: usize,
+    /// --db-dir databases open at once (503 beyond, when all are in use).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub max_open_databases: usize,
+    /// Seconds an unused --db-dir database stays open (it reopens on next use).
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    pub database_idle_timeout: f64,
+}
+
+/// The database a reading command names as its argument (`kv dump FILE`, `kv stats FILE`), in
+/// place of `--db`.
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseArg {
+    /// The database to read, in any --db form (the same as --db; give only one of them).
+    #[arg(value_name = "DATABASE")]
+    pub database: Option<String>,
+}
+
+/// `kv key ...`.
+#[derive(Debug, Subcommand)]
+pub enum KeyAction {
+    /// Print a key's stored bytes in hex.
+    Encode {
+        /// The key.
+        key: String,
+    },
+    /// Print the key stored as these hex bytes.
+    Decode {
+        /// The bytes, in hex.
+        hex: String,
+        /// Print the typed JSON form instead of the literal.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// How to print entries.
+#[derive(Debug, Clone, Args)]
+pub struct OutputArgs {
+    /// js: readable JavaScript literals; json: the dump's JSON lines (typed, exact);
+    /// plain-json: plain JSON values for jq and other JSON tools.
+    #[arg(long, value_enum, default_value_t = Format::Js)]
+    pub format: Format,
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// `["users", 1n] = { name: "Alice" }  (versionstamp ...)`.
+    Js,
+    /// One JSON object per entry, as `kv dump` writes: typed keys and values, nothing lost.
+    Json,
+    /// One JSON object per entry as Deno's `JSON.stringify(entry)` writes it:
+    /// `{"key":["users",1],"value":{"name":"Alice"},"versionstamp":"..."}` (a bigint is a JSON
+    /// integer, or a string beyond 64 bits; Map, Set and errors are `{}`: see `open_deno_kv::v8::to_json`).
+    PlainJson,
+}
+
+/// How a value on the command line is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ValueType {
+    /// JSON, stored as the V8 value Deno's JSON.parse would give.
+    Json,
+    /// The text itself, as a V8 string.
+    String,
+    /// A decimal number, stored as Deno.KvU64.
+    U64,
+    /// Hex bytes, stored as a Uint8Array.
+    Bytes,
+    /// The tagged JSON form of dumps and manifests (any V8 value; it does not hold an error's
+    /// stack and cause, or the buffer around a typed array or DataView).
+    Tagged,
+}

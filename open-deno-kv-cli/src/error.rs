@@ -1,0 +1,130 @@
+//! What can go wrong in a `kv` command, each with the words a user needs to fix it.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+/// A failed command. Every variant is reported on stderr with a non-zero exit code.
+#[derive(Debug, Error)]
+pub enum CliError {
+    /// The store or the `Kv` API refused or failed.
+    #[error(transparent)]
+    Kv(#[from] open_deno_kv::Error),
+
+    /// A key on the command line or in a file that does not parse.
+    #[error("bad key {input}: {reason}")]
+    BadKey {
+        /// The text given.
+        input: String,
+        /// What is wrong, and where.
+        reason: String,
+    },
+
+    /// A value on the command line or in a file that does not parse.
+    #[error("bad value: {0}")]
+    BadValue(String),
+
+    /// A database file that a reading command was pointed at does not exist.
+    #[error("no database at {}: nothing to read (a writing command such as `kv set` creates it)", path.display())]
+    MissingDatabase {
+        /// The path given.
+        path: PathBuf,
+    },
+
+    /// A reading command given its database both as its argument and with `--db`.
+    #[error("two databases given: --db {flag} and the argument {argument}; name the database once")]
+    TwoDatabases {
+        /// The `--db` value.
+        flag: String,
+        /// The positional database.
+        argument: String,
+    },
+
+    /// A target for `load` or `migrate` that already holds entries.
+    #[error(
+        "{target} already holds data; load and migrate write only into a new or empty database"
+    )]
+    TargetNotEmpty {
+        /// The target URL.
+        target: String,
+    },
+
+    /// A line of a dump file that does not parse.
+    #[error("{file}, line {line}: {reason}")]
+    BadDumpLine {
+        /// The file (or `-` for standard input).
+        file: String,
+        /// The 1-based line number.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// Reading or writing a file (not the database) failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+
+    /// `kv dump -o` refused its output path (a directory, a link to nothing).
+    #[error("cannot dump to {}: {reason}", path.display())]
+    BadOutput {
+        /// The path given.
+        path: PathBuf,
+        /// Why, and what to give instead.
+        reason: String,
+    },
+
+    /// `kv serve` refused its configuration (no token, open access off loopback, a bad token).
+    #[error("{0}")]
+    ServeRefused(String),
+
+    /// `kv serve` could not listen on its address, or serving failed.
+    #[error("serving on {addr}: {source}")]
+    Serve {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+
+    /// The database failed its integrity check: it is damaged, and a command that reads all of
+    /// it (`dump`, `stats`, `migrate`) would give an incomplete or wrong answer.
+    #[error(
+        "{db} is damaged ({} problem(s) found; first: {}); nothing was read. \
+         `kv --db {db} check` lists every problem",
+        problems.len(),
+        problems.first().map_or("", String::as_str)
+    )]
+    Damaged {
+        /// The database URL.
+        db: String,
+        /// What the check found.
+        problems: Vec<String>,
+    },
+
+    /// `kv get` of a key that does not exist.
+    #[error("no entry at {0}")]
+    NotFound(String),
+}
+
+impl From<open_deno_kv_proto::KvError> for CliError {
+    fn from(err: open_deno_kv_proto::KvError) -> Self {
+        CliError::Kv(err.into())
+    }
+}
+
+impl From<open_deno_kv_proto::KeyError> for CliError {
+    fn from(err: open_deno_kv_proto::KeyError) -> Self {
+        CliError::Kv(err.into())
+    }
+}
+
+impl From<open_deno_kv_server::ConfigError> for CliError {
+    fn from(err: open_deno_kv_server::ConfigError) -> Self {
+        CliError::ServeRefused(err.to_string())
+    }
+}

@@ -1,0 +1,241 @@
+//! `kv serve`: the database as a KV Connect server (see the open-deno-kv-server crate).
+//!
+//! ```text
+//! KV_ACCESS_TOKEN=$(openssl rand -hex 16) kv --db sqlite:./data.sqlite3 serve --addr 0.0.0.0:4512 \
+//!     --tls-cert cert.pem --tls-key key.pem
+//! # in Deno: DENO_KV_ACCESS_TOKEN=... Deno.openKv("https://kv.example.com:4512")
+//! ```
+//!
+//! With `--tls-cert` and `--tls-key` it serves HTTPS and reloads both files on SIGHUP. Without
+//! them it serves plaintext, and warns at start when the address is not loopback (the token and
+//! every value would cross the network in the clear).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use open_deno_kv::BackendUrl;
+use open_deno_kv_proto::{Backend, Clock, SystemClock};
+use open_deno_kv_server::{Access, Databases, ResourceLimits, Server, ServerConfig, Tls};
+
+use crate::cli::{ServeArgs, ServeLimits};
+use crate::error::CliError;
+use crate::store::parse_url;
+
+/// Deno's variable for the access token, read when KV_ACCESS_TOKEN and --token are not given.
+const DENO_ACCESS_TOKEN_ENV: &str = "DENO_KV_ACCESS_TOKEN";
+
+/// Runs the server until Ctrl-C or SIGTERM, then shuts down gracefully and closes the database.
+pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
+    // --token, else KV_ACCESS_TOKEN (both through clap), else Deno's variable; --open-loopback
+    // conflicts only with a token given as a flag or KV_ACCESS_TOKEN.
+    let token = match (args.token, args.open_loopback) {
+        (Some(token), _) => Some(token),
+        (None, true) => None,
+        (None, false) => std::env::var(DENO_ACCESS_TOKEN_ENV).ok(),
+    };
+    let access = match (token, args.open_loopback) {
+        (Some(token), _) => Access::Token(token),
+        (None, true) => Access::Open,
+        (None, false) => {
+            return Err(CliError::ServeRefused(format!(
+                "kv serve needs an access token: set KV_ACCESS_TOKEN or \
+                 {DENO_ACCESS_TOKEN_ENV} (or --token), or pass --open-loopback to serve without \
+                 one on a loopback address"
+            )));
+        }
+    };
+    if access == Access::Open && !args.addr.ip().is_loopback() {
+        return Err(open_deno_kv_server::ConfigError::OpenNotLoopback(args.addr).into());
+    }
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(Tls::load(cert, key)?),
+        _ => None,
+    };
+    let url = parse_url(db)?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let default = url.open(clock.clone())?;
+    let mut databases = Databases::new(default.clone());
+    if let Some(dir) = &args.db_dir {
+        std::fs::create_dir_all(dir).map_err(|source| CliError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        databases = databases.with_opener(opener(&url, dir, clock));
+    }
+    let mut config = ServerConfig::new(access);
+    config.ephemeral = args.ephemeral;
+    config.resources = resource_limits(&args.limits, raise_open_file_limit())?;
+    config.tls = tls.clone();
+    let open = config.access == Access::Open;
+    let limits = config.resources.clone();
+    let server = Server::new(config, databases)?;
+    let serving = |source| CliError::Serve {
+        addr: args.addr,
+        source,
+    };
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .map_err(serving)?;
+    let local = listener.local_addr().map_err(serving)?;
+    if let Some(tls) = &tls {
+        reload_on_sighup(tls.clone());
+    } else if !local.ip().is_loopback() {
+        eprintln!(
+            "kv serve: WARNING: serving plaintext HTTP on {local}, which is not a loopback \
+             address: the access token and every value cross the network in the clear. Give \
+             --tls-cert and --tls-key to serve HTTPS."
+        );
+    }
+    eprintln!(
+        "kv serve: at most {} connections, {} watches, {} --db-dir databases open",
+        limits.max_connections, limits.max_watches, limits.max_open_databases
+    );
+    eprintln!(
+        "kv serve: serving {db} at {}://{local}/ ({}){}{}",
+        if tls.is_some() { "https" } else { "http" },
+        if open {
+            "open, no token"
+        } else {
+            "token required"
+        },
+        args.db_dir
+            .as_ref()
+            .map(|d| format!(", /db/NAME from {}", d.display()))
+            .unwrap_or_default(),
+        if args.ephemeral {
+            ", /ephemeral/ on"
+        } else {
+            ""
+        },
+    );
+    let outcome = server.serve(listener, shutdown_signal()).await;
+    eprintln!("kv serve: stopped");
+    let closed = default.close().await;
+    outcome.map_err(serving)?;
+    Ok(closed?)
+}
+
+/// Raises the soft open-file limit to the hard limit (the default soft limit, often 1024, is what
+/// a server runs out of first); returns the limit in force, if known.
+fn raise_open_file_limit() -> Option<u64> {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => Some(limit),
+        Err(err) => {
+            eprintln!("kv serve: cannot raise the open-file limit: {err}");
+            rlimit::getrlimit(rlimit::Resource::NOFILE)
+                .ok()
+                .map(|(soft, _)| soft)
+        }
+    }
+}
+
+/// The server's limits from the flags; `max_connections` is lowered to half the open-file
+/// limit, so that the other half stays for databases, watches' files and refusals.
+fn resource_limits(
+    flags: &ServeLimits,
+    open_files: Option<u64>,
+) -> Result<ResourceLimits, CliError> {
+    let seconds = |name: &str, secs: f64| {
+        Duration::try_from_secs_f64(secs)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| {
+                CliError::ServeRefused(format!("--{name} must be a positive number of seconds"))
+            })
+    };
+    let half_of_files = open_files
+        .and_then(|n| usize::try_from(n / 2).ok())
+        .unwrap_or(usize::MAX);
+    Ok(ResourceLimits {
+        max_connections: flags.max_connections.min(half_of_files),
+        header_timeout: seconds("header-timeout", flags.header_timeout)?,
+        body_timeout: seconds("body-timeout", flags.body_timeout)?,
+        idle_timeout: seconds("idle-timeout", flags.idle_timeout)?,
+        max_body_memory: flags.max_body_memory,
+        max_watches: flags.max_watches,
+        max_open_databases: flags.max_open_databases,
+        database_idle_timeout: seconds("database-idle-timeout", flags.database_idle_timeout)?,
+    })
+}
+
+/// Opens `/db/NAME` as DIR/NAME.<ext> with --db's backend and options (memory: a new store).
+fn opener(
+    url: &BackendUrl,
+    dir: &Path,
+    clock: Arc<dyn Clock>,
+) -> open_deno_kv_server::DatabaseOpener {
+    let url = url.clone();
+    let dir: PathBuf = dir.to_path_buf();
+    Arc::new(
+        move |name: &str| -> Result<Arc<dyn Backend>, open_deno_kv_proto::KvError> {
+            let file = match url.scheme() {
+                "redb" => format!("{name}.redb"),
+                _ => format!("{name}.sqlite3"),
+            };
+            url.with_path(dir.join(file))
+                .open(clock.clone())
+                .map_err(|e| open_deno_kv_proto::KvError::Storage {
+                    source: Arc::new(std::io::Error::other(e.to_string())),
+                })
+        },
+    )
+}
+
+/// Reloads the certificate and key on every SIGHUP, for as long as the process runs: new
+/// connections get the new certificate; a file that does not load is refused with a message and
+/// the certificate in force stays.
+fn reload_on_sighup(tls: Tls) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::hangup()) {
+            Ok(mut hangups) => {
+                tokio::spawn(async move {
+                    while hangups.recv().await.is_some() {
+                        match tls.reload() {
+                            Ok(()) => eprintln!(
+                                "kv serve: SIGHUP: reloaded the TLS certificate {} and key {}; \
+                                 new connections use them",
+                                tls.cert_path().display(),
+                                tls.key_path().display()
+                            ),
+                            Err(err) => eprintln!(
+                                "kv serve: SIGHUP: TLS reload refused, still serving the \
+                                 previous certificate: {err}"
+                            ),
+                        }
+                    }
+                });
+            }
+            Err(err) => eprintln!("kv serve: cannot listen for SIGHUP (no TLS reload): {err}"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tls;
+    }
+}
+
+/// Completes on Ctrl-C, or SIGTERM on Unix.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,361 @@
+//! Protocol extensions spoken by this workspace's `open-deno-kv-server` and `open-deno-kv-remote` only.
+//!
+//! Deno's client, denokv and the Node client `@deno/kv` know nothing of them, and a client that
+//! does not ask for an extension sees exactly the KV Connect protocol: extensions are **offered
+//! only to a client that asks for them**.
+//!
+//! - **Negotiation**: a client sends the request header [`EXT_HEADER`] (`x-kv-extensions`,
+//!   comma-separated names) on the metadata exchange. The server answers with one extra JSON field,
+//!   [`METADATA_FIELD`] (`"kvExtensions"`), listing the extensions it offers among those asked for
+//!   ([`Extensions::negotiate`]; read back with [`Extensions::from_metadata`]). Without the header
+//!   the metadata has exactly the fields the protocol defines (`version`, `databaseId`,
+//!   `endpoints`, `token`, `expiresAt`): stock clients validate it strictly (`@deno/kv` 0.14
+//!   refuses any other field with "Bad DatabaseMetadata").
+//! - **`expiry/1`**: a client that sends `x-kv-extensions: expiry/1` on a data-path request gets
+//!   every entry's expiry time. The normal protobuf answer is followed by one extra field, number
+//!   [`EXT_FIELD`], which protobuf merges into the message (unknown to other decoders, who skip
+//!   it): for `snapshot_read` a [`SnapshotReadExpiry`] (one list of times per range, one time per
+//!   entry), for each watch frame a [`WatchExpiry`] (one time per key). A time is Unix
+//!   milliseconds; 0 means "no expiry" (or, in a watch frame, "no entry"). Without the header,
+//!   answers and watch frames carry no extension bytes;
+//! - **`enqueue-no-retry/1`**: the protocol cannot say "this message must never be retried" (an
+//!   empty `backoff_schedule` means "the default"). An `atomic_write` body may carry field
+//!   [`EXT_FIELD`] ([`AtomicWriteExt`]): the indexes of the enqueues whose schedule is explicitly
+//!   empty. Other servers skip the field (and apply the default schedule);
+//! - **`queue/1`**: queue consumption over the network: `POST <endpoint>/queue/dequeue`
+//!   ([`DequeueRequest`] → [`DequeueResponse`] or 204), `queue/finish` ([`FinishRequest`] →
+//!   [`FinishResponse`]) and `queue/keepalive` ([`KeepAliveRequest`] → [`KeepAliveResponse`]);
+//!   open-deno-kv-server's `queue` module describes the delivery guarantees.
+//!
+//! Appending a field to an encoded message is valid protobuf (a message is a sequence of fields,
+//! and decoders merge them), so the standard messages are encoded by `open-deno-kv-connect` unchanged and
+//! the extension travels after them.
+//!
+//! ```
+//! use open_deno_kv_connect::ext::{Extensions, EXTENSIONS};
+//! // What a stock client gets: nothing, because it asks for nothing.
+//! assert_eq!(Extensions::negotiate(None, &EXTENSIONS), Vec::<&str>::new());
+//! // open-deno-kv-remote asks for everything it speaks and gets what the server offers.
+//! let asked = Extensions::all().header_value();
+//! assert_eq!(Extensions::negotiate(Some(&asked), &EXTENSIONS), EXTENSIONS.to_vec());
+//! ```
+
+use chrono::{DateTime, Utc};
+use open_deno_kv_proto::{KvEntry, ReadRangeOutput, WatchKeyOutput, ms_to_datetime};
+
+use crate::ProtocolError;
+
+/// The field number every extension uses inside a standard message: far above anything the
+/// KV Connect schema uses, so it cannot collide with a future field.
+pub const EXT_FIELD: u32 = 1001;
+
+/// The request header by which a client asks for extensions (comma-separated names): on the
+/// metadata exchange to have them offered, on a data-path request to have a response extension
+/// (`expiry/1`) applied.
+pub const EXT_HEADER: &str = "x-kv-extensions";
+
+/// The extension name for entry expiry times in responses.
+pub const EXPIRY: &str = "expiry/1";
+/// The extension name for enqueues with an explicitly empty back-off schedule.
+pub const ENQUEUE_NO_RETRY: &str = "enqueue-no-retry/1";
+/// The extension name for the queue endpoints.
+pub const QUEUE: &str = "queue/1";
+
+/// The metadata response's extra JSON field listing the extensions a server offers to a client
+/// that asked for them with [`EXT_HEADER`]; absent otherwise.
+pub const METADATA_FIELD: &str = "kvExtensions";
+
+/// Every extension open-deno-kv-server offers (to a client that asks, see [`Extensions::negotiate`]).
+pub const EXTENSIONS: [&str; 3] = [QUEUE, EXPIRY, ENQUEUE_NO_RETRY];
+
+/// The expiry times of a `snapshot_read` answer (field [`EXT_FIELD`] of `SnapshotReadOutput`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SnapshotReadExpiry {
+    /// One per range, in order.
+    #[prost(message, repeated, tag = "1001")]
+    pub ranges: Vec<RangeExpiry>,
+}
+
+/// The expiry times of one range's entries.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RangeExpiry {
+    /// One per entry, in order; 0 = none.
+    #[prost(int64, repeated, tag = "1")]
+    pub expires_at_ms: Vec<i64>,
+}
+
+/// The expiry times in one watch frame (field [`EXT_FIELD`] of `WatchOutput`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WatchExpiry {
+    /// One per watched key, in order; 0 = none or no entry.
+    #[prost(int64, repeated, tag = "1001")]
+    pub expires_at_ms: Vec<i64>,
+}
+
+/// An entry's expiry time as the `expiry/1` extension carries it: Unix milliseconds, 0 for none
+/// (or no entry).
+pub fn expiry_ms(entry: Option<&KvEntry>) -> i64 {
+    entry
+        .and_then(|e| e.expires_at)
+        .map_or(0, |at| at.timestamp_millis())
+}
+
+/// An expiry time the `expiry/1` extension carried: 0 is none; a time beyond the calendar is a
+/// protocol error.
+pub fn expiry_from_ms(ms: i64) -> Result<Option<DateTime<Utc>>, ProtocolError> {
+    if ms == 0 {
+        return Ok(None);
+    }
+    ms_to_datetime(ms)
+        .map(Some)
+        .ok_or_else(|| ProtocolError::new(format!("invalid expiry time {ms}")))
+}
+
+impl SnapshotReadExpiry {
+    /// The server side: the expiry times of `ranges`' entries.
+    pub fn of(ranges: &[ReadRangeOutput]) -> Self {
+        SnapshotReadExpiry {
+            ranges: ranges
+                .iter()
+                .map(|range| RangeExpiry {
+                    expires_at_ms: range.entries.iter().map(|e| expiry_ms(Some(e))).collect(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The client side: sets the expiry of every entry of `ranges` (decoded from the same
+    /// answer) from these times, which must match them one for one.
+    pub fn apply_to(self, ranges: &mut [ReadRangeOutput]) -> Result<(), ProtocolError> {
+        if self.ranges.len() != ranges.len() {
+            return Err(ProtocolError::new(
+                "expiry extension: wrong number of ranges",
+            ));
+        }
+        for (range, times) in ranges.iter_mut().zip(self.ranges) {
+            if times.expires_at_ms.len() != range.entries.len() {
+                return Err(ProtocolError::new(
+                    "expiry extension: wrong number of entries",
+                ));
+            }
+            for (entry, ms) in range.entries.iter_mut().zip(times.expires_at_ms) {
+                entry.expires_at = expiry_from_ms(ms)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl WatchExpiry {
+    /// The server side: the expiry times of a watch frame's entries, one per key.
+    pub fn of(entries: &[Option<KvEntry>]) -> Self {
+        WatchExpiry {
+            expires_at_ms: entries.iter().map(|e| expiry_ms(e.as_ref())).collect(),
+        }
+    }
+
+    /// The client side: sets the expiry of every changed entry of `outputs` (decoded from the
+    /// same frame) from these times, which must match them one for one.
+    pub fn apply_to(self, outputs: &mut [WatchKeyOutput]) -> Result<(), ProtocolError> {
+        if self.expires_at_ms.len() != outputs.len() {
+            return Err(ProtocolError::new("expiry extension: wrong number of keys"));
+        }
+        for (output, ms) in outputs.iter_mut().zip(self.expires_at_ms) {
+            if let WatchKeyOutput::Changed(Some(entry)) = output {
+                entry.expires_at = expiry_from_ms(ms)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The enqueue extension of an `atomic_write` body (field [`EXT_FIELD`] of `AtomicWrite`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AtomicWriteExt {
+    /// Indexes into `enqueues` of the messages that must never be retried.
+    #[prost(uint32, repeated, tag = "1001")]
+    pub enqueues_without_retries: Vec<u32>,
+}
+
+/// What a server offers, from its metadata.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Extensions {
+    /// `queue/1`.
+    pub queues: bool,
+    /// `expiry/1`.
+    pub expiry: bool,
+    /// `enqueue-no-retry/1`.
+    pub enqueue_no_retry: bool,
+}
+
+impl Extensions {
+    /// Every extension this crate knows: what open-deno-kv-remote asks for.
+    pub fn all() -> Self {
+        Extensions {
+            queues: true,
+            expiry: true,
+            enqueue_no_retry: true,
+        }
+    }
+
+    /// The extension names, in [`EXTENSIONS`] order.
+    pub fn names(&self) -> Vec<&'static str> {
+        let wanted = [self.queues, self.expiry, self.enqueue_no_retry];
+        [QUEUE, EXPIRY, ENQUEUE_NO_RETRY]
+            .into_iter()
+            .zip(wanted)
+            .filter_map(|(name, on)| on.then_some(name))
+            .collect()
+    }
+
+    /// The [`EXT_HEADER`] value asking for these extensions, e.g. `queue/1, expiry/1`.
+    pub fn header_value(&self) -> String {
+        self.names().join(", ")
+    }
+
+    /// Reads the `"kvExtensions"` field of a metadata response (absent: none).
+    pub fn from_metadata(json: &serde_json::Value) -> Self {
+        let names: Vec<&str> = json
+            .get(METADATA_FIELD)
+            .and_then(|v| v.as_array())
+            .map(|list| list.iter().filter_map(|v| v.as_str()).collect())
+            .unwrap_or_default();
+        Extensions {
+            queues: names.contains(&QUEUE),
+            expiry: names.contains(&EXPIRY),
+            enqueue_no_retry: names.contains(&ENQUEUE_NO_RETRY),
+        }
+    }
+
+    /// The server side of the negotiation: the names of `offered` that the client asked for in
+    /// its [`EXT_HEADER`] value(s) (`asked`, comma-separated; `None` when the header is absent),
+    /// in `offered` order. Empty means the metadata must not carry [`METADATA_FIELD`] at all.
+    pub fn negotiate(asked: Option<&str>, offered: &[&'static str]) -> Vec<&'static str> {
+        let Some(asked) = asked else {
+            return Vec::new();
+        };
+        let asked: Vec<&str> = asked.split(',').map(str::trim).collect();
+        offered
+            .iter()
+            .copied()
+            .filter(|name| asked.contains(name))
+            .collect()
+    }
+}
+
+/// `queue/dequeue` request.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct DequeueRequest {
+    /// How long the server may wait for a due message before answering 204, in milliseconds.
+    #[prost(uint32, tag = "1")]
+    pub wait_ms: u32,
+}
+
+/// `queue/dequeue` answer (status 200).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct DequeueResponse {
+    /// Names this delivery in `finish` and `keepalive`.
+    #[prost(string, tag = "1")]
+    pub delivery_token: String,
+    /// The V8-serialized payload.
+    #[prost(bytes = "vec", tag = "2")]
+    pub payload: Vec<u8>,
+    /// How long the delivery stays held without a `keepalive`, in milliseconds.
+    #[prost(uint32, tag = "3")]
+    pub lease_ms: u32,
+}
+
+/// `queue/finish` request.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct FinishRequest {
+    /// From the dequeue answer.
+    #[prost(string, tag = "1")]
+    pub delivery_token: String,
+    /// `true`: handled, delete it. `false`: failed, retry per the back-off schedule.
+    #[prost(bool, tag = "2")]
+    pub success: bool,
+}
+
+/// `queue/finish` answer.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct FinishResponse {
+    /// `false`: the token was unknown (finished before, or its lease ran out).
+    #[prost(bool, tag = "1")]
+    pub settled: bool,
+}
+
+/// `queue/keepalive` request.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct KeepAliveRequest {
+    /// The deliveries whose lease to renew.
+    #[prost(string, repeated, tag = "1")]
+    pub delivery_tokens: Vec<String>,
+}
+
+/// `queue/keepalive` answer.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct KeepAliveResponse {
+    /// Tokens the server no longer holds.
+    #[prost(string, repeated, tag = "1")]
+    pub unknown_tokens: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offers_only_what_was_asked_for() {
+        assert!(Extensions::negotiate(None, &EXTENSIONS).is_empty());
+        assert!(Extensions::negotiate(Some(""), &EXTENSIONS).is_empty());
+        assert_eq!(
+            Extensions::negotiate(Some(" expiry/1 ,unknown/9"), &EXTENSIONS),
+            vec![EXPIRY]
+        );
+        // An older server that offers less answers with less.
+        assert_eq!(
+            Extensions::negotiate(Some(&Extensions::all().header_value()), &[QUEUE]),
+            vec![QUEUE]
+        );
+    }
+
+    #[test]
+    fn names_round_trip_through_metadata() {
+        let json = serde_json::json!({ METADATA_FIELD: Extensions::all().names() });
+        assert_eq!(Extensions::from_metadata(&json), Extensions::all());
+        assert_eq!(
+            Extensions::from_metadata(&serde_json::json!({})),
+            Extensions::default()
+        );
+    }
+
+    #[test]
+    fn snapshot_read_expiry_round_trips_and_must_match_the_entries() {
+        let at = DateTime::from_timestamp_millis(1_700_000_000_000).unwrap();
+        let entry = |expires_at| open_deno_kv_proto::KvEntry {
+            key: vec![2, b'k', 0],
+            value: open_deno_kv_proto::KvValue::U64(1),
+            versionstamp: open_deno_kv_proto::Versionstamp::from_version(1, 0),
+            expires_at,
+        };
+        let ranges = vec![
+            ReadRangeOutput {
+                entries: vec![entry(Some(at)), entry(None)],
+            },
+            ReadRangeOutput { entries: vec![] },
+        ];
+        let times = SnapshotReadExpiry::of(&ranges);
+        let mut read = ranges.clone();
+        for entry in read.iter_mut().flat_map(|r| r.entries.iter_mut()) {
+            entry.expires_at = None;
+        }
+        times.clone().apply_to(&mut read).unwrap();
+        assert_eq!(read, ranges);
+        let err = times.apply_to(&mut read[..1]).unwrap_err();
+        assert_eq!(err.message, "expiry extension: wrong number of ranges");
+        assert_eq!(
+            expiry_from_ms(i64::MAX).unwrap_err().message,
+            format!("invalid expiry time {}", i64::MAX)
+        );
+    }
+}

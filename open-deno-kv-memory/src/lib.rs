@@ -1,0 +1,149 @@
+//! # open-deno-kv-memory — an in-memory Deno KV backend
+//!
+//! A complete [`Engine`] (handed out as a [`Backend`](open_deno_kv_proto::Backend) behind open-deno-kv-proto's
+//! [`Checked`] layer, which checks limits and the closed state): an ordered map of entries,
+//! consistent snapshots, atomic writes with increasing versionstamps, expiry that is never
+//! visible after its time, queues with delay, back-off, dead-letter keys and redelivery, and
+//! watch. Everything time-based reads the injected [`Clock`], so tests move time instead of
+//! sleeping.
+//!
+//! Data lives in a [`MemoryStore`]. Several [`MemoryBackend`] handles may share one store, as
+//! several `Deno.openKv` calls share one file: they see each other's commits, watches and queue,
+//! and closing a handle keeps the data for the next one. When the last handle and store are
+//! dropped the data is gone: this backend is not durable.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), open_deno_kv_proto::KvError> {
+//! use open_deno_kv_memory::MemoryBackend;
+//! use open_deno_kv_proto::{encode_key, key, AtomicWrite, Backend, KvValue, Mutation, ReadRange, SnapshotRead};
+//!
+//! let kv = MemoryBackend::new();
+//! let k = encode_key(&key!["greeting"])?;
+//! let write = AtomicWrite { mutations: vec![Mutation::set(k.clone(), KvValue::Bytes(b"hi".to_vec()))], ..Default::default() };
+//! let committed = kv.atomic_write(write).await?.expect("no checks, so it commits");
+//!
+//! let read = SnapshotRead { ranges: vec![ReadRange::single_encoded_key(k)], ..Default::default() };
+//! let entries = &kv.snapshot_read(read).await?[0].entries;
+//! assert_eq!(entries[0].value, KvValue::Bytes(b"hi".to_vec()));
+//! assert_eq!(entries[0].versionstamp, committed.versionstamp);
+//! # Ok(()) }
+//! ```
+
+mod queue;
+mod store;
+
+use std::sync::Arc;
+
+use open_deno_kv_proto::{
+    Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, IntegrityReport, KvError,
+    Limits, QueueMessageHandle, QueuedMessage, ReadRangeOutput, SystemClock, ValidatedRead,
+    ValidatedWatch, ValidatedWrite, WatchReader, WatchStream, watch_stream,
+};
+
+pub use store::MemoryStore;
+
+/// A handle on a [`MemoryStore`]: the engine, handed out behind the [`Checked`] layer. Cheap to
+/// create; share it as `Arc<dyn open_deno_kv_proto::Backend>`.
+#[derive(Debug)]
+pub struct MemoryBackend {
+    store: MemoryStore,
+    clock: Arc<dyn Clock>,
+    /// This handle's watchers: notified on every commit to the store, closed with the handle.
+    signal: Arc<ChangeSignal>,
+    /// This handle's number in the store: messages it hands out die with it.
+    id: u64,
+}
+
+impl MemoryBackend {
+    /// A handle on a fresh, empty store, using the system clock and Deno's limits.
+    pub fn new() -> Checked<Self> {
+        Self::open(&MemoryStore::new(), Arc::new(SystemClock))
+    }
+
+    /// A handle on `store` with its time taken from `clock`.
+    pub fn open(store: &MemoryStore, clock: Arc<dyn Clock>) -> Checked<Self> {
+        Self::open_with_limits(store, clock, Limits::deno())
+    }
+
+    /// A handle with other limits than Deno's (a server may allow more or fewer).
+    pub fn open_with_limits(
+        store: &MemoryStore,
+        clock: Arc<dyn Clock>,
+        limits: Limits,
+    ) -> Checked<Self> {
+        let signal = Arc::new(ChangeSignal::new());
+        store.register_watchers(&signal);
+        let engine = MemoryBackend {
+            store: store.clone(),
+            clock: clock.clone(),
+            signal,
+            id: store.new_handle_id(),
+        };
+        Checked::new(engine, limits, clock)
+    }
+
+    /// The store this handle works on (to open more handles on the same data).
+    pub fn store(&self) -> &MemoryStore {
+        &self.store
+    }
+}
+
+impl Engine for MemoryBackend {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none()
+            .with_queues(true)
+            .with_queue_inspection(true)
+            .with_watch(true)
+            .with_integrity_check(true)
+    }
+
+    async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
+        Ok(self.store.read(&read.ranges, self.clock.now()))
+    }
+
+    async fn atomic_write(&self, write: ValidatedWrite) -> Result<Option<CommitResult>, KvError> {
+        self.store.commit(&write, self.clock.now())
+    }
+
+    async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
+        let closed = self.signal.clone();
+        queue::next_message(&self.store, self.clock.clone(), closed, self.id).await
+    }
+
+    async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
+        Ok(self.store.queued_messages(self.clock.now()))
+    }
+
+    async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
+        Ok(self.store.integrity_report())
+    }
+
+    fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {
+        let store = self.store.clone();
+        let clock = self.clock.clone();
+        let reader: WatchReader = Arc::new(move |keys| {
+            let current = store.read_watched(&keys, clock.now());
+            Box::pin(async move { Ok(current) })
+        });
+        Ok(watch_stream(
+            keys.into_inner(),
+            reader,
+            &self.signal,
+            self.clock.clone(),
+        ))
+    }
+
+    /// Closes this handle. Messages it handed out and that are not finished count as failed
+    /// deliveries and are retried (their consumers are gone with the handle).
+    async fn close(&self) -> Result<(), KvError> {
+        self.signal.close();
+        self.store.abandon_deliveries(self.id, self.clock.now())
+    }
+}
+
+/// The README.md of this crate (the page crates.io shows): its Rust example is compiled as a doc
+/// test, so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -1,0 +1,280 @@
+//! [`PostgresBackend`]: the kit's [`Engine`] over the pieces of this crate; its constructors hand
+//! it out behind [`Checked`], the layer that makes it a [`open_deno_kv_proto::Backend`].
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use open_deno_kv_proto::queue::{QueueMessageHandle, QueuedMessage};
+use open_deno_kv_proto::{
+    Capabilities, Checked, CommitResult, Consistency, Engine, IntegrityReport, KvError,
+    ReadRangeOutput, ValidatedRead, ValidatedWatch, ValidatedWrite, WatchReader, WatchStream,
+    watch_stream,
+};
+use tokio::task::JoinHandle;
+use tokio_postgres::{Config, NoTls};
+use uuid::Uuid;
+
+use crate::committer::Committer;
+use crate::connect::connect;
+use crate::events::Events;
+use crate::group::{WriteGroup, WriteRequest};
+use crate::queue::{Queue, QueueContext};
+use crate::sql::Sql;
+use crate::{PostgresError, PostgresOptions, housekeeping, integrity, listener, reader, schema};
+
+/// How long a connection attempt may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A Deno KV store in a PostgreSQL database; see the [crate docs](crate).
+pub struct PostgresBackend {
+    options: PostgresOptions,
+    sql: Arc<Sql>,
+    pool: Pool,
+    replicas: Vec<Pool>,
+    next_replica: AtomicUsize,
+    /// The newest version this handle committed or read from a replica: eventual reads wait for
+    /// a replica to reach it ([`PostgresOptions::read_your_writes`]).
+    seen_version: Arc<AtomicU64>,
+    committer: Committer<WriteGroup>,
+    queue: Arc<Queue>,
+    events: Arc<Events>,
+    /// The listener, the settler and the housekeeping: stopped on close.
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for PostgresBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresBackend")
+            .field("schema", &self.sql.schema)
+            .field("replicas", &self.replicas.len())
+            .finish()
+    }
+}
+
+impl PostgresBackend {
+    /// Opens the store at `url` (`postgres://user[:password]@host[:port]/database`) with the
+    /// default options; see [`PostgresBackend::open_with`].
+    pub async fn open(url: &str) -> Result<Checked<Self>, KvError> {
+        Self::open_with(url, PostgresOptions::default()).await
+    }
+
+    /// Opens the store at `url` in `options.schema`, creating its tables if none exists.
+    ///
+    /// Tables of this crate at a newer schema version are refused
+    /// ([`PostgresError::SchemaTooNew`], as [`KvError::Storage`]), and tables with this crate's
+    /// names but another shape are refused ([`KvError::Corrupt`]); both are left untouched. Must
+    /// be called inside a tokio runtime, which then runs the handle's background tasks. The
+    /// engine comes behind [`Checked`], which validates requests with `options.limits` at
+    /// `options.clock`'s time and answers for a closed handle.
+    pub async fn open_with(url: &str, options: PostgresOptions) -> Result<Checked<Self>, KvError> {
+        let config = Arc::new(parse_url(url)?);
+        let sql = Arc::new(Sql::new(&options.schema)?);
+        let mut client = connect(&config).await?;
+        schema::ensure(&mut client, &sql)
+            .await
+            .map_err(KvError::from)?;
+        drop(client);
+
+        let pool = new_pool(&config, options.pool_size)?;
+        let replicas = options
+            .replica_urls
+            .iter()
+            .map(|url| new_pool(&parse_url(url)?, options.pool_size))
+            .collect::<Result<Vec<_>, PostgresError>>()?;
+        let events = Arc::new(Events::new());
+        let origin = Uuid::new_v4().simple().to_string();
+        let listener = listener::start(
+            config.clone(),
+            sql.channel.clone(),
+            origin.clone(),
+            events.clone(),
+        )
+        .await?;
+        let seen_version = Arc::new(AtomicU64::new(0));
+        let group = WriteGroup::new(
+            config,
+            sql.clone(),
+            events.clone(),
+            origin.clone(),
+            seen_version.clone(),
+        );
+        // The committer's task ends by itself once every handle to it is gone.
+        let (committer, _) = Committer::start(group, options.max_group);
+        let (queue, settler) = Queue::start(QueueContext {
+            pool: pool.clone(),
+            sql: sql.clone(),
+            clock: options.clock.clone(),
+            events: events.clone(),
+            committer: committer.clone(),
+            origin,
+        });
+        let housekeeping = housekeeping::start(
+            pool.clone(),
+            sql.clone(),
+            options.clock.clone(),
+            Arc::downgrade(&queue),
+        );
+        let (limits, clock) = (options.limits.clone(), options.clock.clone());
+        let engine = PostgresBackend {
+            options,
+            sql,
+            pool,
+            replicas,
+            next_replica: AtomicUsize::new(0),
+            seen_version,
+            committer,
+            queue,
+            events,
+            tasks: Mutex::new(vec![listener, settler, housekeeping]),
+        };
+        Ok(Checked::new(engine, limits, clock))
+    }
+
+    /// The replica an eventual read goes to next, if there are any.
+    fn next_replica(&self) -> Option<&Pool> {
+        if self.replicas.is_empty() {
+            return None;
+        }
+        let turn = self.next_replica.fetch_add(1, Ordering::Relaxed);
+        self.replicas.get(turn % self.replicas.len())
+    }
+
+    fn stop_tasks(&self) {
+        self.events.signal.close();
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(PoisonError::into_inner));
+        for task in tasks {
+            task.abort();
+        }
+    }
+}
+
+/// A connection URL as the client's configuration.
+fn parse_url(url: &str) -> Result<Config, PostgresError> {
+    let mut config: Config = url.parse().map_err(|source| PostgresError::InvalidUrl {
+        url: url.to_owned(),
+        source,
+    })?;
+    config
+        .connect_timeout(CONNECT_TIMEOUT)
+        .application_name("open-deno-kv-postgres");
+    Ok(config)
+}
+
+/// A pool of at most `size` connections.
+fn new_pool(config: &Config, size: usize) -> Result<Pool, PostgresError> {
+    let manager = Manager::from_config(
+        config.clone(),
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size.max(1))
+        .build()
+        .map_err(|e| PostgresError::Pool(e.to_string()))
+}
+
+impl Engine for PostgresBackend {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none()
+            .with_durable(true)
+            .with_queues(true)
+            .with_queue_inspection(true)
+            .with_watch(true)
+            .with_integrity_check(true)
+    }
+
+    /// Strong reads go to the primary. Eventual reads go to a replica when there is one, in
+    /// turn; with [`PostgresOptions::read_your_writes`] only once it has replayed what this handle
+    /// committed or already read (else, after [`PostgresOptions::replica_wait`], to the primary).
+    /// A replica that fails sends the read to the primary too.
+    async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
+        let now = self.options.clock.now();
+        if read.consistency == Consistency::Eventual
+            && let Some(replica) = self.next_replica()
+        {
+            let floor = if self.options.read_your_writes {
+                self.seen_version.load(Ordering::Acquire)
+            } else {
+                0
+            };
+            let wait = self.options.replica_wait;
+            let answer =
+                reader::read_replica(replica, &self.sql, &read.ranges, now, floor, wait).await;
+            if let Ok(Some(answer)) = answer {
+                self.seen_version
+                    .fetch_max(answer.version, Ordering::AcqRel);
+                return Ok(answer.outputs);
+            }
+        }
+        reader::read_ranges(&self.pool, &self.sql, &read.ranges, now).await
+    }
+
+    /// Submits the write to this handle's committer, which commits it with the writes waiting
+    /// beside it. [`PostgresError::OutcomeUnknown`] (as [`KvError::Storage`]) when the connection
+    /// was lost during the commit.
+    async fn atomic_write(&self, write: ValidatedWrite) -> Result<Option<CommitResult>, KvError> {
+        let request = WriteRequest {
+            write,
+            now: self.options.clock.now(),
+            claim: None,
+        };
+        self.committer.submit(request).await?
+    }
+
+    async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
+        self.queue.next().await
+    }
+
+    /// Every entry and queued message decoded, from one snapshot (PostgreSQL guards its pages
+    /// itself; see the `integrity` module).
+    async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
+        let sql = &self.sql;
+        reader::with_fresh_retry(&self.pool, |client| integrity::check(client, sql)).await
+    }
+
+    async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
+        reader::queued_messages(&self.pool, &self.sql, self.options.clock.now()).await
+    }
+
+    fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {
+        let pool = self.pool.clone();
+        let sql = self.sql.clone();
+        let clock = self.options.clock.clone();
+        let reader: WatchReader = Arc::new(move |keys| {
+            let (pool, sql, now) = (pool.clone(), sql.clone(), clock.now());
+            Box::pin(async move { reader::read_watched(&pool, &sql, &keys, now).await })
+        });
+        Ok(watch_stream(
+            keys.into_inner(),
+            reader,
+            &self.events.signal,
+            self.options.clock.clone(),
+        ))
+    }
+
+    /// Closes this handle: its watch streams end, its waiting dequeues return `None`, and its
+    /// background tasks stop. Every acknowledged write is already committed. Messages it handed
+    /// out and that are not finished count as failed deliveries, as open-deno-kv-sqlite does at close: they
+    /// come back after their next back-off interval (or go to their dead-letter keys) rather than
+    /// after their lease. If that cannot be stored (the server is unreachable), or the close is
+    /// dropped half-way, they come back when their lease runs out, as a crashed consumer's do.
+    async fn close(&self) -> Result<(), KvError> {
+        self.stop_tasks();
+        let released = self.queue.fail_held().await;
+        self.pool.close();
+        for replica in &self.replicas {
+            replica.close();
+        }
+        released
+    }
+
+    /// A handle dropped without close stops its background tasks (its held messages come back
+    /// when their leases run out, as a crashed consumer's do).
+    fn close_on_drop(&self) {
+        self.stop_tasks();
+    }
+}

@@ -1,0 +1,68 @@
+//! What a handle tells its own waiters after a change: watches (through open-deno-kv-proto's
+//! [`ChangeSignal`]) and waiting queue consumers, both woken through the kit's [`Notifier`].
+
+use std::sync::Arc;
+
+use open_deno_kv_proto::{ChangeSignal, Notifier};
+
+/// The wake-ups of one handle. Commits of this handle name the keys they wrote
+/// ([`open_deno_kv_proto::Effects`]); commits of other processes arrive through the listener, which cannot
+/// name them and wakes every watch.
+#[derive(Debug)]
+pub(crate) struct Events {
+    /// Watches, and the closed flag every waiter observes.
+    pub(crate) signal: Arc<ChangeSignal>,
+    /// Wakes the signal's watches and the waiting queue consumers.
+    pub(crate) notifier: Notifier,
+}
+
+impl Events {
+    pub(crate) fn new() -> Self {
+        let signal = Arc::new(ChangeSignal::new());
+        let notifier = Notifier::new();
+        notifier.register(&signal);
+        Events { signal, notifier }
+    }
+}
+
+/// The payload of this crate's notifications: who committed, and what changed (`k` entries, `q`
+/// the queue).
+pub(crate) fn payload(origin: &str, entries: bool, queue: bool) -> String {
+    let mut text = String::with_capacity(origin.len() + 3);
+    text.push_str(origin);
+    text.push(' ');
+    if entries {
+        text.push('k');
+    }
+    if queue {
+        text.push('q');
+    }
+    text
+}
+
+/// A notification's payload read back: `(origin, entries changed, queue changed)`. A payload of
+/// another shape counts as "everything may have changed".
+pub(crate) fn parse_payload(text: &str) -> (&str, bool, bool) {
+    match text.split_once(' ') {
+        Some((origin, what)) => (origin, what.contains('k'), what.contains('q')),
+        None => ("", true, true),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_round_trip_and_strangers_mean_everything() {
+        assert_eq!(
+            parse_payload(&payload("ab", true, false)),
+            ("ab", true, false)
+        );
+        assert_eq!(
+            parse_payload(&payload("ab", false, true)),
+            ("ab", false, true)
+        );
+        assert_eq!(parse_payload("garbage"), ("", true, true));
+    }
+}

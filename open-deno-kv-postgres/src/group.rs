@@ -1,0 +1,392 @@
+//! One group of atomic writes in one PostgreSQL transaction: the engine side of the
+//! [batching committer](crate::committer).
+//!
+//! ```text
+//! BEGIN                                        (READ COMMITTED)
+//! UPDATE kv_meta SET data_version += n         the row lock FIRST: writers queue here, so
+//!                                              versions follow commit order
+//! DELETE the claimed queue messages            (dead letters: only while their lease holds)
+//! SELECT the rows the checks and sums read     a fresh snapshot, taken under the lock
+//! -- in Rust, write i of n against an overlay: open-deno-kv-proto's write path with version base+i
+//! INSERT … ON CONFLICT / DELETE / INSERT queue the survivors' final state, pipelined
+//! pg_notify                                    other processes wake their watches and consumers
+//! COMMIT
+//! ```
+//!
+//! Checks, sums and versionstamped keys are decided by open-deno-kv-proto ([`stage_atomic_write`]), never
+//! in SQL. A write whose check fails, or whose mutation is refused, gets its own answer and
+//! leaves no trace; the others commit. Why the lock comes first: under READ COMMITTED each
+//! statement takes a new snapshot, so the SELECT after the lock sees every earlier writer's
+//! commit (a check made before the lock, or in the same statement, could miss one).
+//!
+//! **Failures.** A connection or server failure before `COMMIT` was sent rolls everything back on
+//! the server, so the group is run again on a new connection (for up to [`RETRY_FOR`]). A failure
+//! after `COMMIT` was sent and before its answer leaves the outcome unknown: every write of the
+//! group gets [`PostgresError::OutcomeUnknown`], and the next group reconnects.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use futures::future::try_join_all;
+use open_deno_kv_proto::queue::QueuedMessage;
+use open_deno_kv_proto::{
+    ChangedKeys, CommitResult, Effects, KvError, MutationKind, StoredEntry, ValidatedWrite,
+    Versionstamp, stage_atomic_write,
+};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Config, Statement};
+use uuid::Uuid;
+
+use crate::PostgresError;
+use crate::codec::{self, EntryColumns};
+use crate::committer::GroupTransaction;
+use crate::connect::{connect, is_connection_failure};
+use crate::events::{Events, payload};
+use crate::sql::Sql;
+
+/// How long a group is retried on new connections while the server is unreachable.
+pub(crate) const RETRY_FOR: Duration = Duration::from_secs(15);
+
+/// One write for the committer.
+#[derive(Debug)]
+pub(crate) struct WriteRequest {
+    /// The validated write.
+    pub(crate) write: ValidatedWrite,
+    /// The time it is applied at (expiry of what it reads).
+    pub(crate) now: DateTime<Utc>,
+    /// For a dead letter: the message (id, lease) whose deletion the write depends on. The write
+    /// is skipped (answered "not committed") when the lease no longer holds.
+    pub(crate) claim: Option<(Uuid, Uuid)>,
+}
+
+/// The answer to one [`WriteRequest`].
+pub(crate) type WriteAnswer = Result<Option<CommitResult>, KvError>;
+
+/// The committer's connection, its statements, and where it reports commits.
+pub(crate) struct WriteGroup {
+    config: Arc<Config>,
+    sql: Arc<Sql>,
+    events: Arc<Events>,
+    origin: String,
+    /// Raised to the last version of every group committed (read-your-writes on replicas).
+    committed: Arc<AtomicU64>,
+    connection: Option<Prepared>,
+}
+
+/// The committer's connection with its statements prepared.
+struct Prepared {
+    client: Client,
+    bump_version: Statement,
+    claim_leased: Statement,
+    read_keys: Statement,
+    upsert: Statement,
+    delete: Statement,
+    enqueue: Statement,
+    notify: Statement,
+}
+
+/// Why a group did not commit.
+enum GroupFailure {
+    /// Nothing was committed; `retry` if running the group again may work.
+    NotCommitted { error: PostgresError, retry: bool },
+    /// The commit was sent and its answer lost.
+    Unknown(tokio_postgres::Error),
+    /// Stored data did not decode; nothing was committed.
+    Corrupt(KvError),
+}
+
+impl From<tokio_postgres::Error> for GroupFailure {
+    fn from(err: tokio_postgres::Error) -> Self {
+        GroupFailure::NotCommitted {
+            retry: is_connection_failure(&err),
+            error: PostgresError::Postgres(err),
+        }
+    }
+}
+
+impl From<PostgresError> for GroupFailure {
+    fn from(error: PostgresError) -> Self {
+        let retry = match &error {
+            PostgresError::Connect { .. } => true,
+            PostgresError::Postgres(err) => is_connection_failure(err),
+            _ => false,
+        };
+        GroupFailure::NotCommitted { error, retry }
+    }
+}
+
+impl WriteGroup {
+    /// The engine for a committer on `config`'s database; it connects on its first group, and
+    /// raises `committed` to the last version of each group it commits.
+    pub(crate) fn new(
+        config: Arc<Config>,
+        sql: Arc<Sql>,
+        events: Arc<Events>,
+        origin: String,
+        committed: Arc<AtomicU64>,
+    ) -> Self {
+        WriteGroup {
+            config,
+            sql,
+            events,
+            origin,
+            committed,
+            connection: None,
+        }
+    }
+
+    async fn connection(&mut self) -> Result<&mut Prepared, PostgresError> {
+        if self
+            .connection
+            .as_ref()
+            .is_some_and(|c| c.client.is_closed())
+        {
+            self.connection = None;
+        }
+        if self.connection.is_none() {
+            let client = connect(&self.config).await?;
+            let sql = &self.sql;
+            let prepared = Prepared {
+                bump_version: client.prepare(&sql.bump_version).await?,
+                claim_leased: client.prepare(&sql.claim_leased).await?,
+                read_keys: client.prepare(&sql.read_keys).await?,
+                upsert: client.prepare(&sql.upsert).await?,
+                delete: client.prepare(&sql.delete).await?,
+                enqueue: client.prepare(&sql.enqueue).await?,
+                notify: client.prepare(&sql.notify).await?,
+                client,
+            };
+            self.connection = Some(prepared);
+        }
+        match self.connection.as_mut() {
+            Some(prepared) => Ok(prepared),
+            None => unreachable!("connected just above"),
+        }
+    }
+
+    /// Runs the group once.
+    async fn try_group(
+        &mut self,
+        items: &[WriteRequest],
+    ) -> Result<Vec<WriteAnswer>, GroupFailure> {
+        let channel = self.sql.channel.clone();
+        let origin = self.origin.clone();
+        let conn = self.connection().await?;
+        let tx = conn.client.transaction().await?;
+        let count = i64::try_from(items.len()).unwrap_or(i64::MAX);
+        let last: i64 = tx
+            .query_one(&conn.bump_version, &[&count])
+            .await?
+            .try_get(0)?;
+        // Versions are positive and only grow; the row holds the last one handed out.
+        let base = u64::try_from(last - count).unwrap_or(0);
+
+        let claims: Vec<(Uuid, Uuid)> = items.iter().filter_map(|i| i.claim).collect();
+        let claimed: HashSet<Uuid> = if claims.is_empty() {
+            HashSet::new()
+        } else {
+            let (ids, leases): (Vec<Uuid>, Vec<Uuid>) = claims.iter().copied().unzip();
+            let rows = tx.query(&conn.claim_leased, &[&ids, &leases]).await?;
+            rows.iter()
+                .map(|row| row.try_get::<_, Uuid>(0))
+                .collect::<Result<_, _>>()?
+        };
+
+        let wanted: Vec<&[u8]> = keys_read(items).into_iter().collect();
+        let mut state: BTreeMap<Vec<u8>, Option<StoredEntry>> =
+            wanted.iter().map(|k| (k.to_vec(), None)).collect();
+        for row in tx.query(&conn.read_keys, &[&wanted]).await? {
+            let (key, entry) = codec::stored_entry(&row).map_err(GroupFailure::Corrupt)?;
+            state.insert(key, Some(entry));
+        }
+
+        let mut outcome = Staged::default();
+        let answers: Vec<WriteAnswer> = items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                if item.claim.is_some_and(|(id, _)| !claimed.contains(&id)) {
+                    return Ok(None);
+                }
+                let stamp = Versionstamp::from_version(base + i as u64 + 1, 0);
+                outcome.stage(&mut state, item, stamp)
+            })
+            .collect();
+
+        if outcome.is_empty() && claimed.is_empty() {
+            // Nothing to write: give the version row back at once.
+            tx.rollback().await?;
+            return Ok(answers);
+        }
+        let mut columns = EntryColumns::default();
+        let mut deleted: Vec<&[u8]> = Vec::new();
+        for (key, entry) in &outcome.writes {
+            match entry {
+                Some(entry) => columns.push(key, entry),
+                None => deleted.push(key),
+            }
+        }
+        let upsert = async {
+            if !columns.is_empty() {
+                tx.execute(
+                    &conn.upsert,
+                    &[
+                        &columns.keys,
+                        &columns.values,
+                        &columns.encodings,
+                        &columns.stamps,
+                        &columns.expiries,
+                    ],
+                )
+                .await?;
+            }
+            Ok::<_, tokio_postgres::Error>(())
+        };
+        let delete = async {
+            if !deleted.is_empty() {
+                tx.execute(&conn.delete, &[&deleted]).await?;
+            }
+            Ok(())
+        };
+        let enqueue = try_join_all(outcome.enqueued.iter().map(|m| {
+            let backoff = codec::backoff_column(&m.backoff_schedule);
+            let ready_at = codec::ms(m.ready_at);
+            let enqueue = &conn.enqueue;
+            let tx = &tx;
+            async move {
+                tx.execute(
+                    enqueue,
+                    &[
+                        &m.id,
+                        &ready_at,
+                        &m.payload,
+                        &m.keys_if_undelivered,
+                        &backoff,
+                    ],
+                )
+                .await
+            }
+        }));
+        let note = payload(
+            &origin,
+            !outcome.writes.is_empty(),
+            !outcome.enqueued.is_empty(),
+        );
+        let notify_params: [&(dyn ToSql + Sync); 2] = [&channel, &note];
+        let notify = tx.execute(&conn.notify, &notify_params);
+        tokio::try_join!(upsert, delete, enqueue, notify)?;
+        if let Err(err) = tx.commit().await {
+            return Err(if err.as_db_error().is_some() {
+                // The server answered: it rolled the transaction back.
+                err.into()
+            } else {
+                GroupFailure::Unknown(err)
+            });
+        }
+        self.committed
+            .fetch_max(u64::try_from(last).unwrap_or(0), Ordering::AcqRel);
+        self.events.notifier.notify(&Effects {
+            queue: !outcome.enqueued.is_empty(),
+            changed: outcome.changed,
+        });
+        Ok(answers)
+    }
+}
+
+#[async_trait]
+impl GroupTransaction for WriteGroup {
+    type Item = WriteRequest;
+    type Answer = WriteAnswer;
+
+    async fn run(&mut self, items: Vec<WriteRequest>) -> Vec<WriteAnswer> {
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(20);
+        let failed: KvError = loop {
+            match self.try_group(&items).await {
+                Ok(answers) => return answers,
+                Err(GroupFailure::NotCommitted { retry: true, .. })
+                    if started.elapsed() < RETRY_FOR =>
+                {
+                    self.connection = None;
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                Err(GroupFailure::NotCommitted { error, retry }) => {
+                    if retry {
+                        self.connection = None;
+                    }
+                    break error.into();
+                }
+                Err(GroupFailure::Unknown(source)) => {
+                    self.connection = None;
+                    break PostgresError::OutcomeUnknown { source }.into();
+                }
+                Err(GroupFailure::Corrupt(error)) => break error,
+            }
+        };
+        items.iter().map(|_| Err(failed.clone())).collect()
+    }
+}
+
+/// Every key the group's writes read: the checked keys and those of sum, min and max.
+fn keys_read(items: &[WriteRequest]) -> BTreeSet<&[u8]> {
+    let mut keys = BTreeSet::new();
+    for item in items {
+        keys.extend(item.write.checks.iter().map(|c| c.key.as_slice()));
+        keys.extend(item.write.mutations.iter().filter_map(|m| match m.kind {
+            MutationKind::Sum { .. } | MutationKind::Min(_) | MutationKind::Max(_) => {
+                Some(m.key.as_slice())
+            }
+            _ => None,
+        }));
+    }
+    keys
+}
+
+/// What the surviving writes of a group leave to store.
+#[derive(Default)]
+struct Staged {
+    /// The final state of every key written: `None` deletes.
+    writes: BTreeMap<Vec<u8>, Option<StoredEntry>>,
+    enqueued: Vec<QueuedMessage>,
+    changed: ChangedKeys,
+}
+
+impl Staged {
+    fn is_empty(&self) -> bool {
+        self.writes.is_empty() && self.enqueued.is_empty()
+    }
+
+    /// Runs one write through open-deno-kv-proto's path over `state` (the rows read under the lock, with
+    /// the earlier survivors' effects), and keeps its effects if it commits.
+    fn stage(
+        &mut self,
+        state: &mut BTreeMap<Vec<u8>, Option<StoredEntry>>,
+        item: &WriteRequest,
+        stamp: Versionstamp,
+    ) -> WriteAnswer {
+        let read = |key: &[u8]| match state.get(key) {
+            Some(entry) => Ok(entry.clone()),
+            None => Err(PostgresError::Internal {
+                message: format!("key {key:x?} was not read under the lock"),
+            }
+            .into()),
+        };
+        let Some(staged) = stage_atomic_write(read, &item.write, stamp, item.now)? else {
+            return Ok(None);
+        };
+        self.changed.extend(staged.writes.keys().cloned());
+        for (key, entry) in staged.writes {
+            state.insert(key.clone(), entry.clone());
+            self.writes.insert(key, entry);
+        }
+        self.enqueued.extend(staged.enqueued);
+        Ok(Some(CommitResult {
+            versionstamp: stamp,
+        }))
+    }
+}

@@ -1,0 +1,73 @@
+//! # open-deno-kv-postgres — Deno KV on PostgreSQL
+//!
+//! An [`Engine`](open_deno_kv_proto::Engine) that keeps a Deno KV store in a PostgreSQL database, so that
+//! several processes on several machines share one store: the scale-out story of this workspace.
+//! Its constructors hand it out behind [`Checked`](open_deno_kv_proto::Checked), the kit's layer that makes
+//! it a [`Backend`](open_deno_kv_proto::Backend) (closed state, Deno's limits, capability refusals).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), open_deno_kv_proto::KvError> {
+//! use open_deno_kv_postgres::PostgresBackend;
+//! let kv = PostgresBackend::open("postgres://app@db.internal:5432/app").await?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## How the model maps onto PostgreSQL
+//!
+//! - **Tables** (`schema.rs`): `kv` (keys as `bytea`, whose `memcmp` order is Deno's key order),
+//!   `kv_queue`, and `kv_meta`, one row holding the schema version and the last commit version.
+//!   The backend creates them on first open; tables of a newer version, or with our names and
+//!   another shape, are refused untouched.
+//! - **Writes** (`group.rs`, `committer.rs`): one committer task per handle runs the writes
+//!   waiting for it in one transaction that locks the `kv_meta` row FIRST, reads what the checks
+//!   and sums need under that lock, runs each write through open-deno-kv-proto's write path on an overlay
+//!   (a failed check fails only its own write), writes the survivors, notifies, and commits once.
+//!   The row lock queues writers from every process, so versionstamps follow commit order.
+//! - **Reads** (`reader.rs`): pooled connections; several ranges come from one `REPEATABLE
+//!   READ READ ONLY` snapshot. Expired entries are filtered from the millisecond they expire.
+//!   Eventual reads may go to replicas ([`PostgresOptions::replica_urls`]); a replica serves a
+//!   handle only once it has replayed that handle's own commits, else the primary answers
+//!   ([`PostgresOptions::read_your_writes`]). A pooled connection found dead is replaced and
+//!   the read run again.
+//! - **Queues** (`queue.rs`): `FOR UPDATE SKIP LOCKED` takes with leases that a live consumer
+//!   renews; a dead consumer's message comes back when its lease runs out.
+//! - **Watch** (`listener.rs`): commits `NOTIFY`; a LISTEN connection per handle wakes the
+//!   watches, which re-read their keys (open-deno-kv-proto's [`watch_stream`](open_deno_kv_proto::watch_stream)).
+//! - **Expiry** (`housekeeping.rs`): a sweep deletes expired rows every second.
+//!
+//! ## When the connection fails
+//!
+//! The committer reconnects by itself and runs a group again when it surely did not commit (the
+//! failure came before `COMMIT` was sent). When the connection is lost after `COMMIT` was sent and
+//! before its answer, nobody can tell whether the write committed: the write fails with
+//! [`PostgresError::OutcomeUnknown`] (inside [`open_deno_kv_proto::KvError::Storage`]). Read back what it
+//! wrote before retrying it; a blind retry of a `sum` could count twice. Reads, queue
+//! operations and the listener reconnect by themselves too.
+
+mod backend;
+mod codec;
+mod committer;
+mod connect;
+mod error;
+mod events;
+mod group;
+mod housekeeping;
+mod integrity;
+mod listener;
+mod options;
+mod queue;
+mod reader;
+mod schema;
+mod sql;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use backend::PostgresBackend;
+pub use error::PostgresError;
+pub use options::PostgresOptions;
+
+/// The README.md of this crate (the page crates.io shows): its Rust example is compiled as a doc
+/// test, so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -1,0 +1,104 @@
+//! The LISTEN connection: other processes' commits wake this handle's watches and consumers.
+//!
+//! Every write transaction ends with `pg_notify(channel, "<origin> <k|q>")`; PostgreSQL delivers
+//! it after the commit, in commit order. This handle's own commits wake its waiters directly (with
+//! the exact keys), so its own notifications are skipped; any other commit wakes every watch of
+//! the handle (the payload does not name keys) and, if it touched the queue, every waiting
+//! consumer. When the connection is lost, the listener reconnects by itself and then wakes
+//! everything once, since notifications sent meanwhile are lost: a watch may re-read for nothing,
+//! but never misses a change. `LISTEN` only works on the primary (a standby refuses it).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use open_deno_kv_proto::ChangedKeys;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Notification};
+
+use crate::PostgresError;
+use crate::events::{Events, parse_payload};
+
+/// A live LISTEN session.
+struct Listening {
+    /// Kept so the session stays open.
+    _client: Client,
+    notifications: mpsc::UnboundedReceiver<Notification>,
+}
+
+/// Starts listening on `channel` (the first connection is made before this returns, so no
+/// commit after it is missed) and keeps listening on a task until the handle closes.
+pub(crate) async fn start(
+    config: Arc<Config>,
+    channel: String,
+    origin: String,
+    events: Arc<Events>,
+) -> Result<JoinHandle<()>, PostgresError> {
+    let first = listen(&config, &channel).await?;
+    Ok(tokio::spawn(run(first, config, channel, origin, events)))
+}
+
+async fn listen(config: &Config, channel: &str) -> Result<Listening, PostgresError> {
+    let (client, mut connection) = config
+        .connect(NoTls)
+        .await
+        .map_err(|source| PostgresError::Connect { source })?;
+    let (sender, notifications) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        // Polling the messages also drives the connection; it ends when the connection does.
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = messages.next().await {
+            if let AsyncMessage::Notification(note) = message
+                && sender.send(note).is_err()
+            {
+                return;
+            }
+        }
+    });
+    client
+        .batch_execute(&format!("LISTEN \"{channel}\""))
+        .await?;
+    Ok(Listening {
+        _client: client,
+        notifications,
+    })
+}
+
+async fn run(
+    mut current: Listening,
+    config: Arc<Config>,
+    channel: String,
+    origin: String,
+    events: Arc<Events>,
+) {
+    loop {
+        while let Some(note) = current.notifications.recv().await {
+            let (from, entries, queue) = parse_payload(note.payload());
+            if from == origin {
+                continue;
+            }
+            if entries {
+                events.notifier.notify_watchers(&ChangedKeys::all());
+            }
+            if queue {
+                events.notifier.bump_queue();
+            }
+        }
+        let mut pause = Duration::from_millis(50);
+        current = loop {
+            if events.signal.is_closed() {
+                return;
+            }
+            match listen(&config, &channel).await {
+                Ok(listening) => break listening,
+                Err(_) => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+            }
+        };
+        // Whatever was committed while the connection was down was not announced to us.
+        events.notifier.notify_everything();
+    }
+}

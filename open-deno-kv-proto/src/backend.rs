@@ -1,0 +1,230 @@
+//! The one trait every storage engine implements.
+//!
+//! A backend is what a program talks to: it stores entries ordered by their encoded keys, serves
+//! consistent snapshots, and commits atomic writes in a total order with increasing
+//! versionstamps. The engines of this workspace do not implement it themselves: each implements
+//! the smaller [`crate::Engine`] trait (only what its storage does), and [`crate::Checked`], the
+//! layer above every engine, implements `Backend` on top — the closed state, Deno's
+//! [`crate::Limits`], the capability and read-only refusals — so every engine behaves alike.
+//! Implement `Backend` directly only for a wrapper around another backend.
+//!
+//! The trait is object-safe, so a program can choose its engine at run time:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use open_deno_kv_proto::Backend;
+//! fn takes_any_backend(_backend: Arc<dyn Backend>) {}
+//! ```
+//!
+//! Engines that block (SQLite, redb) must do their blocking work off the async executor (for
+//! example with `tokio::task::spawn_blocking` or a dedicated thread).
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+
+use crate::queue::{QueueMessageHandle, QueuedMessage};
+use crate::{
+    AtomicWrite, CommitResult, IntegrityReport, KvError, ReadRangeOutput, SnapshotRead,
+    WatchKeyOutput,
+};
+
+/// What a backend offers beyond reads and writes, so a conformance suite (or a program) knows
+/// what it may rely on. Every optional [`Backend`] method (one that answers
+/// [`KvError::Unsupported`] where it is not offered) has its flag here, and a backend sets a flag
+/// only when that method works; [`crate::Checked`] refuses the others without calling the
+/// engine.
+///
+/// The struct is `#[non_exhaustive]` so new capabilities can be added without breaking engines:
+/// build it from [`Capabilities::none`] and switch on what the engine offers.
+///
+/// ```
+/// use open_deno_kv_proto::Capabilities;
+///
+/// let caps = Capabilities::none().with_queues(true).with_watch(true);
+/// assert!(caps.queues && caps.watch && !caps.durable);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Acknowledged commits survive the process (and can be reopened).
+    pub durable: bool,
+    /// [`Backend::dequeue_next_message`] works.
+    pub queues: bool,
+    /// [`Backend::queued_messages`] works.
+    pub queue_inspection: bool,
+    /// [`Backend::watch`] works.
+    pub watch: bool,
+    /// [`Backend::check_integrity`] works.
+    pub integrity_check: bool,
+    /// The handle was opened read-only: writes and dequeues fail with [`KvError::ReadOnly`]
+    /// (reads, watches, queue inspection and integrity checks still work).
+    pub read_only: bool,
+}
+
+impl Capabilities {
+    /// Nothing beyond reads and writes: a store that is not durable and whose optional methods
+    /// all refuse. The starting point for every engine's capabilities.
+    pub const fn none() -> Self {
+        Capabilities {
+            durable: false,
+            queues: false,
+            queue_inspection: false,
+            watch: false,
+            integrity_check: false,
+            read_only: false,
+        }
+    }
+
+    /// Sets [`Capabilities::durable`].
+    pub const fn with_durable(mut self, yes: bool) -> Self {
+        self.durable = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::queues`].
+    pub const fn with_queues(mut self, yes: bool) -> Self {
+        self.queues = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::queue_inspection`].
+    pub const fn with_queue_inspection(mut self, yes: bool) -> Self {
+        self.queue_inspection = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::watch`].
+    pub const fn with_watch(mut self, yes: bool) -> Self {
+        self.watch = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::integrity_check`].
+    pub const fn with_integrity_check(mut self, yes: bool) -> Self {
+        self.integrity_check = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::read_only`].
+    pub const fn with_read_only(mut self, yes: bool) -> Self {
+        self.read_only = yes;
+        self
+    }
+
+    /// A durable store that offers every optional method (open-deno-kv-sqlite, open-deno-kv-redb): a read-only open
+    /// reports [`Capabilities::read_only`] and consumes no queue, but still lists the queue,
+    /// watches and checks its integrity.
+    ///
+    /// ```
+    /// use open_deno_kv_proto::Capabilities;
+    /// let reader = Capabilities::durable_store(true);
+    /// assert!(reader.read_only && !reader.queues && reader.queue_inspection && reader.watch);
+    /// ```
+    pub const fn durable_store(read_only: bool) -> Self {
+        Capabilities::none()
+            .with_durable(true)
+            .with_queues(!read_only)
+            .with_queue_inspection(true)
+            .with_watch(true)
+            .with_integrity_check(true)
+            .with_read_only(read_only)
+    }
+}
+
+/// The optional methods of [`Backend`] (and of [`crate::Engine`]), each gated by one flag of
+/// [`Capabilities`]; one place for the flag and the refusal's text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Optional {
+    Queues,
+    QueueInspection,
+    Watch,
+    IntegrityCheck,
+}
+
+impl Optional {
+    /// Whether a backend with `capabilities` offers this method.
+    pub(crate) fn offered_by(self, capabilities: Capabilities) -> bool {
+        match self {
+            Optional::Queues => capabilities.queues,
+            Optional::QueueInspection => capabilities.queue_inspection,
+            Optional::Watch => capabilities.watch,
+            Optional::IntegrityCheck => capabilities.integrity_check,
+        }
+    }
+
+    /// The answer of a backend that does not offer it.
+    pub(crate) fn refusal(self) -> KvError {
+        let feature = match self {
+            Optional::Queues => "queues",
+            Optional::QueueInspection => "queue inspection",
+            Optional::Watch => "watch",
+            Optional::IntegrityCheck => "integrity checks",
+        };
+        KvError::Unsupported { feature }
+    }
+}
+
+/// Emissions of a watch: one `Vec` per change, with one [`WatchKeyOutput`] per watched key in the
+/// order the keys were given. The stream ends when the backend closes.
+pub type WatchStream = BoxStream<'static, Result<Vec<WatchKeyOutput>, KvError>>;
+
+/// A Deno KV store as a program uses it.
+///
+/// After [`Backend::close`], reads, writes and new watches fail with [`KvError::Closed`], and
+/// [`Backend::dequeue_next_message`] returns `Ok(None)` (a consumer loop simply ends). An
+/// optional method a backend does not offer (its [`Capabilities`] flag is off) answers
+/// [`KvError::Unsupported`].
+///
+/// Storage engines implement [`crate::Engine`] and are handed out as [`crate::Checked`], which
+/// implements this trait for them. Implement it yourself only to wrap another backend; no method
+/// has a default, so a wrapper forwards every optional method and cannot hide one by
+/// forgetting it.
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// What this backend supports.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Reads every range of `read` from one consistent snapshot. Expired entries are never
+    /// returned. The output has one [`ReadRangeOutput`] per range, in order.
+    async fn snapshot_read(&self, read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError>;
+
+    /// Commits `write` atomically. Returns `Ok(None)` if a check failed (nothing was applied):
+    /// that is an answer, not an error. Errors mean the write was invalid or the store failed;
+    /// nothing was applied either.
+    async fn atomic_write(&self, write: AtomicWrite) -> Result<Option<CommitResult>, KvError>;
+
+    /// Waits for the next due queue message and hands it out; `Ok(None)` once the backend is
+    /// closed (including a dequeue already waiting when it closes).
+    /// [`Capabilities::queues`] says whether it works.
+    ///
+    /// **Cancel-safe.** Dropping the returned future at any await point (a `select!` with a
+    /// timeout, a client that went away) loses no message and parks none: a message the engine
+    /// already took is given back, due again at once and without using up a retry, since no
+    /// consumer saw it ([`crate::queue::DeliveryOutcome::Undelivered`]). Only a handle that
+    /// reached the caller and is dropped unfinished counts as a failed delivery. Engines get this
+    /// by guarding every take with a [`crate::queue::Delivery`] created in the step that takes the
+    /// message, and by running [`crate::queue::next_delivery`].
+    async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError>;
+
+    /// Every message in the queue, waiting or being delivered, ordered by ready time (messages
+    /// being delivered count as ready now). For tools that inspect or copy a store (`kv stats`,
+    /// `kv migrate`); it hands nothing out and changes nothing.
+    /// [`Capabilities::queue_inspection`] says whether it works.
+    async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError>;
+
+    /// Watches up to 10 encoded keys: the stream yields their current state at once, then again
+    /// after commits that change any of them (intermediate states may be coalesced).
+    /// [`Capabilities::watch`] says whether it works.
+    fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError>;
+
+    /// Reads the whole store and reports what is damaged: the engine's structural check, then
+    /// every entry and queued message decoded (see [`IntegrityReport`]). Problems found are the
+    /// report's content, not an error; an error means the check itself could not run. It changes
+    /// nothing, and works on a read-only handle.
+    /// [`Capabilities::integrity_check`] says whether it works.
+    async fn check_integrity(&self) -> Result<IntegrityReport, KvError>;
+
+    /// Closes the backend: pending dequeues return `None`, watch streams end, and every later
+    /// call fails with [`KvError::Closed`]. Durable backends flush what they acknowledged.
+    async fn close(&self) -> Result<(), KvError>;
+}

@@ -1,0 +1,169 @@
+//! [`RemoteBackend`]: the [`Backend`] methods as KV Connect calls.
+
+use std::sync::Arc;
+
+use open_deno_kv_connect::convert::{self, AtomicWriteResult};
+use open_deno_kv_connect::prost::Message;
+use open_deno_kv_proto::{
+    Capabilities, Checked, CommitResult, Engine, KvError, QueueMessageHandle, ReadRangeOutput,
+    ValidatedRead, ValidatedWatch, ValidatedWrite, WatchStream,
+};
+
+use crate::RemoteOptions;
+use crate::ext::{AtomicWriteExt, SnapshotReadExpiry};
+use crate::queue::RemoteQueue;
+use crate::transport::{Inner, Replay, protocol};
+
+/// A Deno KV database on a KV Connect server; see the [crate documentation](crate). The engine,
+/// handed out behind open-deno-kv-proto's [`Checked`] layer, which validates every request against
+/// [`crate::RemoteOptions::limits`] before it is sent (as Deno's client does) and answers for the
+/// closed state.
+pub struct RemoteBackend {
+    pub(crate) inner: Arc<Inner>,
+    /// The `queue/1` client over the same connection.
+    queue: Arc<RemoteQueue>,
+}
+
+impl std::fmt::Debug for RemoteBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteBackend")
+            .field("url", &self.inner.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteBackend {
+    /// Opens the database at `url` (`https://host:port/path` or `http://...`): runs the metadata exchange now,
+    /// so a wrong token, a wrong path or an unreachable server is reported here (as
+    /// [`KvError::Storage`] holding a [`crate::RemoteError`]). Needs a tokio runtime.
+    pub async fn connect(url: &str, options: RemoteOptions) -> Result<Checked<Self>, KvError> {
+        let backend = Self::connect_lazy(url, options)?;
+        backend.inner.session(false, None).await?;
+        Ok(backend)
+    }
+
+    /// Checks `url` but sends nothing: the metadata exchange happens on the first call (whose
+    /// error then reports a wrong token). For callers that cannot wait at open, such as the
+    /// synchronous `open_deno_kv::Kv::open_blocking`. Until then [`open_deno_kv_proto::Backend::capabilities`]
+    /// reports queues and watch as available; a server without the queue extension refuses the
+    /// first dequeue.
+    pub fn connect_lazy(url: &str, options: RemoteOptions) -> Result<Checked<Self>, KvError> {
+        let (limits, clock) = (options.limits.clone(), options.clock.clone());
+        let inner = Arc::new(Inner::new(url, options)?);
+        let engine = RemoteBackend {
+            queue: Arc::new(RemoteQueue::new(inner.clone())),
+            inner,
+        };
+        Ok(Checked::new(engine, limits, clock))
+    }
+
+    /// The metadata URL this backend was opened with.
+    pub fn url(&self) -> &str {
+        &self.inner.url
+    }
+}
+
+impl Engine for RemoteBackend {
+    /// Watch always; queues when the server offers the `queue/1` extension (assumed until the
+    /// metadata is known). Never `durable`: durability is the server's business, and reopening
+    /// the same URL reaches the same data only if the server keeps it.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none()
+            .with_queues(self.inner.known_extensions().is_none_or(|e| e.queues))
+            .with_watch(true)
+    }
+
+    async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
+        let body = convert::encode_snapshot_read(&read).encode_to_vec();
+        let (session, bytes) = self
+            .inner
+            .call_for_bytes("snapshot_read", body, Replay::Safe)
+            .await?;
+        let mut ranges = convert::decode_snapshot_read_output(&bytes).map_err(protocol)?;
+        if ranges.len() != read.ranges.len() {
+            return Err(protocol(format!(
+                "{} ranges requested, {} returned",
+                read.ranges.len(),
+                ranges.len()
+            )));
+        }
+        for (asked, got) in read.ranges.iter().zip(&ranges) {
+            if got.entries.len() > asked.limit as usize {
+                return Err(protocol("more entries than the range's limit"));
+            }
+            let mut previous: Option<&[u8]> = None;
+            for entry in &got.entries {
+                let key = entry.key.as_slice();
+                if key < asked.start.as_slice() || key >= asked.end.as_slice() {
+                    return Err(protocol("an entry outside its range"));
+                }
+                if let Some(previous) = previous {
+                    let ordered = if asked.reverse {
+                        previous > key
+                    } else {
+                        previous < key
+                    };
+                    if !ordered {
+                        return Err(protocol("entries out of order"));
+                    }
+                }
+                previous = Some(key);
+            }
+        }
+        if session.extensions.expiry {
+            SnapshotReadExpiry::decode(bytes.as_ref())
+                .map_err(protocol)?
+                .apply_to(&mut ranges)
+                .map_err(protocol)?;
+        }
+        Ok(ranges)
+    }
+
+    async fn atomic_write(&self, write: ValidatedWrite) -> Result<Option<CommitResult>, KvError> {
+        let mut body = convert::encode_atomic_write(&write).encode_to_vec();
+        let without_retries: Vec<u32> = write
+            .enqueues
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.backoff_schedule.as_ref().is_some_and(Vec::is_empty))
+            .filter_map(|(i, _)| u32::try_from(i).ok())
+            .collect();
+        if !without_retries.is_empty() {
+            let session = self.inner.session(false, None).await?;
+            if !session.extensions.enqueue_no_retry {
+                return Err(KvError::Unsupported {
+                    feature: "enqueue with an empty backoff schedule over KV Connect",
+                });
+            }
+            let extension = AtomicWriteExt {
+                enqueues_without_retries: without_retries,
+            };
+            body.extend_from_slice(&extension.encode_to_vec());
+        }
+        let (_, bytes) = self
+            .inner
+            .call_for_bytes("atomic_write", body, Replay::OnlyIfNotDelivered)
+            .await?;
+        match convert::decode_atomic_write_output(&bytes).map_err(protocol)? {
+            AtomicWriteResult::Committed(commit) => Ok(Some(commit)),
+            AtomicWriteResult::CheckFailed(_) => Ok(None),
+        }
+    }
+
+    async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
+        crate::queue::dequeue(&self.queue).await
+    }
+
+    fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {
+        crate::watch::watch(self.inner.clone(), keys.into_inner())
+    }
+
+    /// Reports every queue message this client still holds as failed (so the server retries it
+    /// at once instead of after the lease), then ends watches and pending dequeues. Later calls
+    /// fail with [`KvError::Closed`]. The server's data is untouched.
+    async fn close(&self) -> Result<(), KvError> {
+        crate::queue::release_all(&self.queue).await;
+        self.inner.closed.send_replace(true);
+        Ok(())
+    }
+}

@@ -1,0 +1,465 @@
+//! Routing and the request handlers.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use chrono::Utc;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::{Body, Incoming};
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use open_deno_kv_connect::metadata::{
+    DatabaseMetadata, EndpointInfo, MetadataExchangeRequest, TEXT_NO_COMMON_VERSION,
+    negotiate_version,
+};
+use open_deno_kv_connect::{convert, prost::Message};
+use open_deno_kv_proto::{Backend, KvError};
+use subtle::ConstantTimeEq;
+use tokio::sync::OwnedSemaphorePermit;
+use uuid::Uuid;
+
+use crate::databases::{ConnectionDatabases, DatabaseRef, Opened};
+use crate::ext;
+use crate::queue::QueueMethod;
+use crate::response::{
+    Failure, PROTOBUF, ResponseBody, bytes_response, internal, kv_failure, method_not_allowed,
+    text_response,
+};
+use crate::{Access, Shared};
+
+/// The data-path prefix handed out as the one `strong` endpoint.
+const ENDPOINT: &str = "/v2";
+
+/// The data-path methods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DataMethod {
+    SnapshotRead,
+    AtomicWrite,
+    Watch,
+    /// The `queue/1` extension ([`crate::queue`]).
+    Queue(QueueMethod),
+}
+
+/// Entry point for every request.
+pub(crate) async fn handle(
+    request: Request<Incoming>,
+    shared: Arc<Shared>,
+    connection: Arc<ConnectionDatabases>,
+) -> Result<Response<ResponseBody>, Infallible> {
+    let path = request.uri().path().to_owned();
+    let data_method = match path.strip_prefix(ENDPOINT) {
+        Some("/snapshot_read") => Some(DataMethod::SnapshotRead),
+        Some("/atomic_write") => Some(DataMethod::AtomicWrite),
+        Some("/watch") => Some(DataMethod::Watch),
+        Some(rest) => QueueMethod::parse(rest).map(DataMethod::Queue),
+        None => None,
+    };
+    let response = if path == "/health" {
+        match *request.method() {
+            Method::GET | Method::HEAD => text_response(StatusCode::OK, "ok\n".into()),
+            _ => method_not_allowed("GET, HEAD"),
+        }
+    } else if let Some(method) = data_method {
+        if request.method() != Method::POST {
+            method_not_allowed("POST")
+        } else {
+            data_path(request, method, &shared, &connection)
+                .await
+                .unwrap_or_else(Failure::into_response)
+        }
+    } else if let Some(database) = DatabaseRef::parse(&path, shared.config.ephemeral) {
+        if request.method() != Method::POST {
+            method_not_allowed("POST")
+        } else {
+            metadata_exchange(request, database, &shared, &connection)
+                .await
+                .unwrap_or_else(Failure::into_response)
+        }
+    } else {
+        text_response(StatusCode::NOT_FOUND, not_found_text(&path).into())
+    };
+    Ok(response)
+}
+
+/// The 404 text for a path that names no database: a path this server could serve when started
+/// otherwise says which `kv serve` flag turns it on.
+fn not_found_text(path: &str) -> &'static str {
+    if path == "/ephemeral" || path.starts_with("/ephemeral/") {
+        "Ephemeral databases are not served here: start the server with --ephemeral \
+         (kv serve --ephemeral) to serve /ephemeral/..."
+    } else {
+        "Resource not found."
+    }
+}
+
+/// The 404 text for `/db/NAME` when this server has no such database.
+const NO_NAMED_DATABASE: &str = "No such database: /db/NAME is served only from a database \
+                                 directory; start the server with --db-dir DIR \
+                                 (kv serve --db-dir DIR)";
+
+// ---- access ---------------------------------------------------------------------------------------
+
+/// Checks `authorization: Bearer <token>` (scheme case-insensitive, token in constant time).
+fn authorize(headers: &HeaderMap, access: &Access) -> Result<(), Failure> {
+    let Access::Token(expected) = access else {
+        return Ok(());
+    };
+    let malformed = || Failure::new(StatusCode::UNAUTHORIZED, "Malformed authorization header.");
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .ok_or_else(malformed)?
+        .as_bytes();
+    let space = value
+        .iter()
+        .position(|b| *b == b' ')
+        .ok_or_else(malformed)?;
+    let (scheme, token) = (&value[..space], &value[space + 1..]);
+    let scheme_ok = scheme.eq_ignore_ascii_case(b"bearer");
+    // ct_eq on slices of different lengths is false (the length is not secret).
+    let token_ok: bool = token.ct_eq(expected.as_bytes()).into();
+    if scheme_ok && token_ok {
+        Ok(())
+    } else {
+        Err(Failure::new(
+            StatusCode::UNAUTHORIZED,
+            "Invalid access token.",
+        ))
+    }
+}
+
+// ---- bodies -----------------------------------------------------------------------------------------
+
+/// A request body read whole, holding its share of the server's body memory budget
+/// ([`crate::ResourceLimits::max_body_memory`]) until dropped.
+pub(crate) struct ReadBody {
+    bytes: Vec<u8>,
+    _budget: OwnedSemaphorePermit,
+}
+
+impl std::ops::Deref for ReadBody {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// Reads the whole body: at most [`crate::ServerConfig::max_body_bytes`] (413 beyond), within
+/// [`crate::ResourceLimits::body_timeout`] (408 after), and only while the server's body memory
+/// budget lasts (503 once it is spent: the bytes are counted as they arrive).
+async fn read_body(request: Request<Incoming>, shared: &Shared) -> Result<ReadBody, Failure> {
+    let limits = &shared.config.resources;
+    let timeout = limits.body_timeout;
+    let over_budget = || {
+        Failure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "The server is buffering too many request bodies at once (the cap is {} bytes); \
+                 try again later.",
+                limits.max_body_memory
+            ),
+        )
+    };
+    let budget = shared.budgets.body_bytes(0).ok_or_else(over_budget)?;
+    let read = read_body_within(request, shared.config.max_body_bytes, budget, |bytes| {
+        shared.budgets.body_bytes(bytes).ok_or_else(over_budget)
+    });
+    tokio::time::timeout(timeout, read).await.map_err(|_| {
+        Failure::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "Request body not received within {} seconds.",
+                timeout.as_secs_f64()
+            ),
+        )
+    })?
+}
+
+/// Reads frames into one buffer, at most `max` bytes, taking budget for each frame first.
+async fn read_body_within(
+    request: Request<Incoming>,
+    max: usize,
+    mut budget: OwnedSemaphorePermit,
+    mut take_budget: impl FnMut(usize) -> Result<OwnedSemaphorePermit, Failure>,
+) -> Result<ReadBody, Failure> {
+    let too_large = || {
+        Failure::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("Request body too large (max {max} bytes)."),
+        )
+    };
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > max as u64)
+        || request
+            .body()
+            .size_hint()
+            .exact()
+            .is_some_and(|len| len > max as u64)
+    {
+        return Err(too_large());
+    }
+    let mut body = Limited::new(request.into_body(), max);
+    let mut bytes = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(err) if err.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
+            Err(_) => return Err(Failure::bad_request("Failed to read the request body.")),
+        };
+        if let Ok(data) = frame.into_data() {
+            budget.merge(take_budget(data.len())?);
+            bytes.extend_from_slice(&data);
+        }
+    }
+    Ok(ReadBody {
+        bytes,
+        _budget: budget,
+    })
+}
+
+// ---- metadata exchange ------------------------------------------------------------------------------
+
+async fn metadata_exchange(
+    request: Request<Incoming>,
+    database: DatabaseRef,
+    shared: &Shared,
+    connection: &ConnectionDatabases,
+) -> Result<Response<ResponseBody>, Failure> {
+    // Access first: a stranger learns nothing about versions or databases.
+    authorize(request.headers(), &shared.config.access)?;
+    let extensions = offered_extensions(request.headers());
+    let body = read_body(request, shared).await?;
+    let exchange =
+        MetadataExchangeRequest::parse(&body).map_err(|e| Failure::bad_request(e.message))?;
+    let version = negotiate_version(&exchange.supported_versions)
+        .ok_or_else(|| Failure::bad_request(TEXT_NO_COMMON_VERSION))?;
+    let database_id = match database {
+        DatabaseRef::Default => Uuid::nil(),
+        DatabaseRef::Named(name) => opened(shared, shared.databases.named(&name), || {
+            Failure::new(StatusCode::NOT_FOUND, NO_NAMED_DATABASE)
+        })?,
+        DatabaseRef::Ephemeral(key) => connection.ephemeral(&key),
+        DatabaseRef::Scratch(rest) => shared.databases.scratch(&rest).ok_or_else(|| {
+            Failure::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "Too many scratch databases on this server.",
+            )
+        })?,
+    };
+    let token = match &shared.config.access {
+        Access::Token(token) => token.clone(),
+        Access::Open => "open".to_owned(),
+    };
+    let ttl = chrono::TimeDelta::from_std(shared.config.metadata_ttl)
+        .unwrap_or(chrono::TimeDelta::days(1));
+    let metadata = DatabaseMetadata {
+        version,
+        database_id,
+        endpoints: vec![EndpointInfo {
+            url: ENDPOINT.to_owned(),
+            consistency: "strong".to_owned(),
+        }],
+        token,
+        expires_at: Utc::now() + ttl,
+    };
+    Ok(bytes_response(
+        "application/json",
+        with_extensions(metadata.to_json(), &extensions),
+    ))
+}
+
+/// The extensions to offer in the metadata: those the client asked for in its
+/// [`ext::EXT_HEADER`] header(s), none for a client that did not ask (every stock client).
+fn offered_extensions(headers: &HeaderMap) -> Vec<&'static str> {
+    let asked: Vec<&str> = headers
+        .get_all(ext::EXT_HEADER)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    if asked.is_empty() {
+        return Vec::new();
+    }
+    ext::Extensions::negotiate(Some(&asked.join(",")), &ext::EXTENSIONS)
+}
+
+/// The metadata JSON, with the extra [`ext::METADATA_FIELD`] listing `extensions` when there
+/// are any. With none it is exactly the protocol's fields: `@deno/kv` refuses anything more.
+fn with_extensions(json: Vec<u8>, extensions: &[&'static str]) -> Vec<u8> {
+    if extensions.is_empty() {
+        return json;
+    }
+    match serde_json::from_slice::<serde_json::Value>(&json) {
+        Ok(serde_json::Value::Object(mut fields)) => {
+            fields.insert(ext::METADATA_FIELD.to_owned(), extensions.to_vec().into());
+            serde_json::to_vec(&fields).unwrap_or(json)
+        }
+        _ => json,
+    }
+}
+
+// ---- data path --------------------------------------------------------------------------------------
+
+async fn data_path(
+    request: Request<Incoming>,
+    method: DataMethod,
+    shared: &Shared,
+    connection: &ConnectionDatabases,
+) -> Result<Response<ResponseBody>, Failure> {
+    authorize(request.headers(), &shared.config.access)?;
+    let headers = request.headers();
+    let version = headers.get("x-denokv-version").map(HeaderValue::as_bytes);
+    if !matches!(version, Some(b"2" | b"3")) {
+        return Err(Failure::bad_request("Expected protocol version 2."));
+    }
+    let invalid_id = || Failure::bad_request("Invalid database id.");
+    let database = headers
+        .get("x-denokv-database-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| Uuid::parse_str(v).ok())
+        .ok_or_else(invalid_id)?;
+    let backend = match connection.by_id(&database) {
+        Some(backend) => backend,
+        None => opened(shared, shared.databases.by_id(&database), invalid_id)?,
+    };
+    let expiry = ext::requested(headers, ext::EXPIRY);
+    let body = read_body(request, shared).await?;
+    match method {
+        DataMethod::SnapshotRead => snapshot_read(&body, backend.as_ref(), shared, expiry).await,
+        DataMethod::AtomicWrite => atomic_write(&body, backend.as_ref(), shared).await,
+        DataMethod::Watch => watch(&body, backend, shared, expiry),
+        DataMethod::Queue(method) => {
+            crate::queue::handle(method, &body, backend, database, shared).await
+        }
+    }
+}
+
+async fn snapshot_read(
+    body: &[u8],
+    backend: &dyn Backend,
+    shared: &Shared,
+    expiry: bool,
+) -> Result<Response<ResponseBody>, Failure> {
+    let read = convert::decode_snapshot_read(body).map_err(|e| Failure::bad_request(e.message))?;
+    shared
+        .config
+        .limits
+        .validate_snapshot_read(&read)
+        .map_err(|e| kv_failure(shared, &e))?;
+    let ranges = backend
+        .snapshot_read(read)
+        .await
+        .map_err(|e| kv_failure(shared, &e))?;
+    let mut output = convert::snapshot_read_output(&ranges).encode_to_vec();
+    if expiry {
+        // The `expiry/1` extension: one more field after the standard message.
+        let times = ext::SnapshotReadExpiry::of(&ranges);
+        output.extend_from_slice(&times.encode_to_vec());
+    }
+    Ok(bytes_response(PROTOBUF, output))
+}
+
+async fn atomic_write(
+    body: &[u8],
+    backend: &dyn Backend,
+    shared: &Shared,
+) -> Result<Response<ResponseBody>, Failure> {
+    let mut write =
+        convert::decode_atomic_write(body).map_err(|e| Failure::bad_request(e.message))?;
+    // The `enqueue-no-retry/1` extension (absent in other clients' bodies).
+    let extension = ext::AtomicWriteExt::decode(body)
+        .map_err(|e| Failure::bad_request(format!("Request protobuf is invalid: {e}")))?;
+    for index in extension.enqueues_without_retries {
+        let enqueue = usize::try_from(index)
+            .ok()
+            .and_then(|i| write.enqueues.get_mut(i))
+            .ok_or_else(|| Failure::bad_request("Invalid enqueue index in extension."))?;
+        enqueue.backoff_schedule = Some(Vec::new());
+    }
+    shared
+        .config
+        .limits
+        .validate_atomic_write(&write, Utc::now())
+        .map_err(|e| kv_failure(shared, &e))?;
+    let result = backend
+        .atomic_write(write)
+        .await
+        .map_err(|e| kv_failure(shared, &e))?;
+    // Backends do not say which check failed; the list stays empty (Deno ignores it).
+    let output = convert::atomic_write_output(result, Vec::new());
+    Ok(bytes_response(PROTOBUF, output.encode_to_vec()))
+}
+
+/// Starts a watch stream; it holds a slot under [`crate::ResourceLimits::max_watches`] (429
+/// beyond: a 4xx, so Deno's client reports an error instead of retrying) and keeps `backend`
+/// open while it runs.
+fn watch(
+    body: &[u8],
+    backend: Arc<dyn Backend>,
+    shared: &Shared,
+    expiry: bool,
+) -> Result<Response<ResponseBody>, Failure> {
+    let keys = convert::decode_watch(body).map_err(|e| Failure::bad_request(e.message))?;
+    shared
+        .config
+        .limits
+        .validate_watch(&keys)
+        .map_err(|e| kv_failure(shared, &e))?;
+    let slot = shared.budgets.watch().ok_or_else(|| {
+        Failure::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "Too many watches on this server (the cap is {}); close some and try again.",
+                shared.config.resources.max_watches
+            ),
+        )
+    })?;
+    let stream = if keys.is_empty() {
+        None
+    } else {
+        Some(
+            backend
+                .watch(keys.clone())
+                .map_err(|e| kv_failure(shared, &e))?,
+        )
+    };
+    let body = crate::watch::watch_body(
+        stream,
+        keys.len(),
+        crate::watch::WatchOptions {
+            keep_alive_every: shared.config.keep_alive_interval,
+            shutdown: shared.shutdown.clone(),
+            expiry,
+            held: (slot, backend),
+        },
+    );
+    let mut response = Response::new(body);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    Ok(response)
+}
+
+// ---- database lookups ------------------------------------------------------------------------------
+
+/// What a database lookup found, as the database or the answer to give instead: `unknown()`
+/// when there is no such database, `503` naming the cap when too many are open.
+fn opened<T>(
+    shared: &Shared,
+    lookup: Result<Opened<T>, KvError>,
+    unknown: impl FnOnce() -> Failure,
+) -> Result<T, Failure> {
+    match lookup {
+        Ok(Opened::Ready(found)) => Ok(found),
+        Ok(Opened::Unknown) => Err(unknown()),
+        Ok(Opened::TooManyOpen { cap }) => Err(Failure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("Too many databases open on this server (the cap is {cap}); try again later."),
+        )),
+        Err(err) => Err(internal(shared, &err)),
+    }
+}

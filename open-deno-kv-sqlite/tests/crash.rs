@@ -1,0 +1,26 @@
+//! open-deno-kv-sqlite under `kill -9`: the crash harness of open-deno-kv-conformance (see `open_deno_kv_conformance::crash`)
+//! kills a child process committing sums, multi-key writes, overwrites and enqueues at random
+//! moments, reopens the file, and checks that every acknowledged commit is there, whole, with its
+//! message delivered exactly once.
+//!
+//! ```sh
+//! cargo test -p open-deno-kv-sqlite --test crash                                   # 3 trials
+//! KV_CRASH_TRIALS=20 cargo test --release -p open-deno-kv-sqlite --test crash      # a deep run
+//! ```
+//!
+//! Durability is [`Durability::Full`] (the default): every commit group is synced before it is
+//! acknowledged.
+use std::path::Path;
+use std::sync::Arc;
+
+use open_deno_kv_proto::Backend;
+use open_deno_kv_sqlite::{Durability, FileEngine, SqliteBackend, SqliteOptions};
+
+open_deno_kv_conformance::crash_main!(|dir: &Path| {
+    let options = SqliteOptions {
+        durability: Durability::Full,
+        ..Default::default()
+    };
+    let opened = SqliteBackend::open_with(dir.join("kv.sqlite3"), options);
+    async move { Ok(Arc::new(opened?) as Arc<dyn Backend>) }
+});
