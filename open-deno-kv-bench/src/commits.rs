@@ -24,6 +24,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use open_deno_kv_bench_harness::child::runtime;
 use open_deno_kv_bench_harness::workloads::{Kv, w1_sequential_sets};
 use open_deno_kv_sqlite::{FileEngine, SqliteBackend, SqliteOptions};
 use rusqlite::{Connection, params};
@@ -158,16 +159,7 @@ fn time_sets(way: Way, dir: &Path, keys: &Arc<KeyTable>) -> Result<f64> {
         }
         Way::KvSqliteWorker | Way::KvSqliteCurrent => {
             let kv = open_kv_sqlite(&path)?;
-            let runtime = if way == Way::KvSqliteWorker {
-                tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .enable_all()
-                    .build()?
-            } else {
-                tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()?
-            };
+            let runtime = runtime(way == Way::KvSqliteWorker)?;
             let sets = w1_sequential_sets(kv.clone(), keys.clone(), bench_prefix_end()?);
             let outcome = if way == Way::KvSqliteWorker {
                 runtime.block_on(runtime.spawn(sets))??
@@ -197,9 +189,7 @@ impl DenoLayout {
     /// Lets open-deno-kv-sqlite create the file (Deno's schema), then opens it raw.
     fn create(path: &Path) -> Result<Self> {
         let kv = open_kv_sqlite(path)?;
-        tokio::runtime::Builder::new_current_thread()
-            .build()?
-            .block_on(kv.close())?;
+        runtime(false)?.block_on(kv.close())?;
         let conn = Connection::open(path)?;
         conn.execute_batch("pragma journal_mode = wal; pragma synchronous = full;")?;
         Ok(DenoLayout { conn })
@@ -288,9 +278,7 @@ fn account_pages(way: Way, dir: &Path) -> Result<PageAccount> {
         }
         Way::KvSqliteWorker | Way::KvSqliteCurrent => {
             let kv = open_kv_sqlite(&path)?;
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
+            let runtime = runtime(false)?;
             let end = bench_prefix_end()?;
             runtime.block_on(w1_sequential_sets(kv.clone(), Arc::new(first), end.clone()))?;
             truncate(&path)?;

@@ -73,59 +73,58 @@ fn main() {
     std::process::exit(code);
 }
 
-/// `diagnose-memory [--keys N] [--gets N]`: the cost of a point get in open-deno-kv-memory's data
+/// `diagnose-memory [--keys N] [--gets N]`: the cost of a point get in kv-memory's data
 /// structure and in alternatives (see [`diag`]).
 fn diagnose_main(args: &[String]) -> i32 {
-    let mut keys = 100_000;
-    let mut gets = 1_000_000;
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let value = it
-            .next()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|&n| n > 0);
-        match (flag.as_str(), value) {
-            ("--keys", Some(n)) => keys = n,
-            ("--gets", Some(n)) => gets = n,
-            _ => {
-                eprintln!("usage: open-deno-kv-bench diagnose-memory [--keys N] [--gets N]");
-                return 2;
-            }
-        }
-    }
-    match diag::memory(keys, gets) {
-        Ok(()) => 0,
-        Err(err) => {
-            eprintln!("open-deno-kv-bench diagnose-memory: {err}");
-            1
-        }
+    let usage = "usage: open-deno-kv-bench diagnose-memory [--keys N] [--gets N]";
+    match counts(args, [("--keys", 100_000), ("--gets", 1_000_000)], usage) {
+        Ok([keys, gets]) => report("diagnose-memory", diag::memory(keys, gets)),
+        Err(code) => code,
     }
 }
 
-/// `diagnose-commits [--sets N] [--rounds N]`: what one durable set costs open-deno-kv-sqlite against the
+/// `diagnose-commits [--sets N] [--rounds N]`: what one durable set costs kv-sqlite against the
 /// raw floors, and the pages each commit writes (see [`commits`]).
 fn diagnose_commits_main(args: &[String]) -> i32 {
-    let mut sets = 5_000;
-    let mut rounds = 3;
+    let usage = "usage: open-deno-kv-bench diagnose-commits [--sets N] [--rounds N]";
+    match counts(args, [("--sets", 5_000), ("--rounds", 3)], usage) {
+        Ok([sets, rounds]) => report("diagnose-commits", commits::run(sets, rounds)),
+        Err(code) => code,
+    }
+}
+
+/// A diagnostic's flags, each a positive count with its default; prints `usage` and gives exit
+/// code 2 for anything else.
+fn counts<const N: usize>(
+    args: &[String],
+    flags: [(&str, usize); N],
+    usage: &str,
+) -> Result<[usize; N], i32> {
+    let mut values = flags.map(|(_, default)| default);
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let value = it
             .next()
             .and_then(|v| v.parse::<usize>().ok())
             .filter(|&n| n > 0);
-        match (flag.as_str(), value) {
-            ("--sets", Some(n)) => sets = n,
-            ("--rounds", Some(n)) => rounds = n,
+        let slot = flags.iter().position(|(name, _)| name == flag);
+        match (slot.and_then(|i| values.get_mut(i)), value) {
+            (Some(slot), Some(n)) => *slot = n,
             _ => {
-                eprintln!("usage: open-deno-kv-bench diagnose-commits [--sets N] [--rounds N]");
-                return 2;
+                eprintln!("{usage}");
+                return Err(2);
             }
         }
     }
-    match commits::run(sets, rounds) {
+    Ok(values)
+}
+
+/// A diagnostic's exit code: 0, or 1 with its error on stderr.
+fn report(name: &str, outcome: data::Result<()>) -> i32 {
+    match outcome {
         Ok(()) => 0,
         Err(err) => {
-            eprintln!("open-deno-kv-bench diagnose-commits: {err}");
+            eprintln!("open-deno-kv-bench {name}: {err}");
             1
         }
     }

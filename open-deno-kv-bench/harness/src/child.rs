@@ -285,6 +285,19 @@ where
 }
 
 /// Runs a backend target's workloads in the spec's driving mode, opening each store with
+/// A tokio runtime with every driver: multi-thread (a worker per core) or current-thread.
+pub fn runtime(multi_thread: bool) -> std::io::Result<tokio::runtime::Runtime> {
+    if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    }
+}
+
 /// `stores`: the read workloads on one preloaded, reopened and warmed data set, every write
 /// workload on a fresh store of its own. Returns one [`report`] per workload.
 pub fn run_backend(spec: &ChildSpec, stores: &impl Stores) -> Result<Vec<Value>> {
@@ -294,15 +307,7 @@ pub fn run_backend(spec: &ChildSpec, stores: &impl Stores) -> Result<Vec<Value>>
     // Workloads run as a spawned task only in the multi mode; otherwise on the polling thread.
     let spawn = multi_thread && spec.mode == Mode::Multi;
     let mode = spec.mode;
-    let runtime = if multi_thread {
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?
-    } else {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-    };
+    let runtime = runtime(multi_thread)?;
     runtime.block_on(async {
         let mut results = Vec::new();
         let mut reads: Option<(Kv, ReadSet)> = None;
