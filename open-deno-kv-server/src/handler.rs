@@ -74,7 +74,7 @@ pub(crate) async fn handle(
         method = %method,
         endpoint = endpoint.label(),
         status = status.as_u16(),
-        duration_ms = elapsed.as_secs_f64() * 1000.0,
+        duration_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
         "request"
     );
     Ok(response)
