@@ -1,6 +1,7 @@
 //! `GET /metrics` (issue 19): after a known workload over KV Connect (the metadata exchange,
 //! sets, gets, checked writes of which some fail, a watch, an enqueue, a network delivery),
-//! every counter and gauge is exactly what the workload implies; without
+//! every counter and gauge is exactly what the workload implies; network deliveries are
+//! counted by outcome; a backend failure counts as a storage error; without
 //! `ServerConfig::metrics` the path is a 404; with it no token is needed.
 //!
 //! Run: `cargo test -p open-deno-kv-server --test metrics`.
@@ -361,5 +362,37 @@ async fn metrics_are_off_unless_asked_for() {
     )
     .await;
     assert_eq!(reply.status, StatusCode::METHOD_NOT_ALLOWED);
+    running.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn backend_failures_count_as_storage_errors() {
+    // Every /db/NAME fails to open: a backend failure, answered 500.
+    let failing: open_deno_kv_server::DatabaseOpener = std::sync::Arc::new(|_name: &str| {
+        Err(open_deno_kv_proto::KvError::Storage {
+            source: std::sync::Arc::new(std::io::Error::other("disk on fire")),
+        })
+    });
+    let mut config = config();
+    config.metrics = true;
+    let running = start_with(config, Databases::new(memory()).with_opener(failing)).await;
+    for _ in 0..2 {
+        let reply = post(
+            &running,
+            "/db/broken",
+            &[("authorization", BEARER)],
+            OFFER.to_vec(),
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(
+            !reply.text().contains("disk on fire"),
+            "the cause stays in the log"
+        );
+    }
+    let samples = scrape(&running).await;
+    assert_eq!(value(&samples, "kv_storage_errors_total"), 2.0);
+    assert_eq!(value(&samples, &requests("metadata", 500)), 2.0);
+    assert_eq!(value(&samples, "kv_databases_open"), 1.0);
     running.shutdown().await.unwrap();
 }
