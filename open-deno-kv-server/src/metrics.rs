@@ -3,8 +3,8 @@
 //! without the access token, as Prometheus scrapers usually carry none (it shows counts, never
 //! keys, values or tokens).
 //!
-//! The handlers report through a narrow API ([`Metrics::request`], [`Metrics::commit`],
-//! [`Metrics::delivery`], [`Metrics::storage_error`]); the gauges (connections, watches and
+//! The handlers report through a narrow, crate-private API (`Metrics::request`, `commit`,
+//! `delivery`, `storage_error`); the gauges (connections, watches and
 //! databases open, queue depth) are read at scrape time from what the server already keeps, so
 //! nothing has to remember to decrement them.
 //!
