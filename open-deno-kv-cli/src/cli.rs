@@ -225,9 +225,45 @@ pub struct ServeArgs {
     /// DENO_KV_PATH_PREFIX=http://HOST:PORT/ephemeral/).
     #[arg(long)]
     pub ephemeral: bool,
+    /// Also serve GET /metrics: request, commit, queue, watch, connection and database counts
+    /// in the Prometheus text format. It is served WITHOUT the access token (Prometheus
+    /// scrapers carry none), so turn it on only where who can reach the address is controlled.
+    #[arg(long)]
+    pub metrics: bool,
+    /// The least severe events written on stderr: debug adds one line per request (method,
+    /// endpoint, status, duration). Tokens, keys and values are never logged.
+    #[arg(long, value_enum, default_value_t = LogLevel::Info)]
+    pub log_level: LogLevel,
+    /// text: one readable line per event; json: one JSON object per line.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// Resource limits that protect the server from hostile or broken clients.
     #[command(flatten)]
     pub limits: ServeLimits,
+}
+
+/// `kv serve --log-level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogLevel {
+    /// Only errors.
+    Error,
+    /// Errors and warnings.
+    Warn,
+    /// And start, stop and reload notices.
+    Info,
+    /// And one line per request.
+    Debug,
+    /// Everything the server and `kv` emit.
+    Trace,
+}
+
+/// `kv serve --log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// `kv serve`'s resource policy (see the open-deno-kv-server crate's `resources` module). A client over a

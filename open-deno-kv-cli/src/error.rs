@@ -49,6 +49,10 @@ pub enum CliError {
         target: String,
     },
 
+    /// `kv serve`'s log output could not be set up.
+    #[error("cannot set up the log output: {0}")]
+    Logging(String),
+
     /// A line of a dump file that does not parse.
     #[error("{file}, line {line}: {reason}")]
     BadDumpLine {

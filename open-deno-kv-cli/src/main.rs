@@ -14,6 +14,7 @@ mod commands;
 mod dump;
 mod error;
 mod key_syntax;
+mod logging;
 mod output_file;
 mod plain_json;
 mod progress;

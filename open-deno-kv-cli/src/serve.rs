@@ -26,7 +26,9 @@ use crate::store::parse_url;
 const DENO_ACCESS_TOKEN_ENV: &str = "DENO_KV_ACCESS_TOKEN";
 
 /// Runs the server until Ctrl-C or SIGTERM, then shuts down gracefully and closes the database.
+/// Its notices and the server's events go to stderr through [`crate::logging`].
 pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
+    crate::logging::init(args.log_level, args.log_format)?;
     // --token, else KV_ACCESS_TOKEN (both through clap), else Deno's variable; --open-loopback
     // conflicts only with a token given as a flag or KV_ACCESS_TOKEN.
     let token = match (args.token, args.open_loopback) {
@@ -67,6 +69,7 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
     config.ephemeral = args.ephemeral;
     config.resources = resource_limits(&args.limits, raise_open_file_limit())?;
     config.tls = tls.clone();
+    config.metrics = args.metrics;
     let open = config.access == Access::Open;
     let limits = config.resources.clone();
     let server = Server::new(config, databases)?;
@@ -81,18 +84,20 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
     if let Some(tls) = &tls {
         reload_on_sighup(tls.clone());
     } else if !local.ip().is_loopback() {
-        eprintln!(
-            "kv serve: WARNING: serving plaintext HTTP on {local}, which is not a loopback \
-             address: the access token and every value cross the network in the clear. Give \
-             --tls-cert and --tls-key to serve HTTPS."
+        tracing::warn!(
+            "WARNING: serving plaintext HTTP on {local}, which is not a loopback address: the \
+             access token and every value cross the network in the clear. Give --tls-cert and \
+             --tls-key to serve HTTPS."
         );
     }
-    eprintln!(
-        "kv serve: at most {} connections, {} watches, {} --db-dir databases open",
-        limits.max_connections, limits.max_watches, limits.max_open_databases
+    tracing::info!(
+        "at most {} connections, {} watches, {} --db-dir databases open",
+        limits.max_connections,
+        limits.max_watches,
+        limits.max_open_databases
     );
-    eprintln!(
-        "kv serve: serving {db} at {}://{local}/ ({}){}{}",
+    tracing::info!(
+        "serving {db} at {}://{local}/ ({}){}{}{}",
         if tls.is_some() { "https" } else { "http" },
         if open {
             "open, no token"
@@ -108,9 +113,14 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
         } else {
             ""
         },
+        if args.metrics {
+            ", GET /metrics on (no token)"
+        } else {
+            ""
+        },
     );
     let outcome = server.serve(listener, shutdown_signal()).await;
-    eprintln!("kv serve: stopped");
+    tracing::info!("stopped");
     let closed = default.close().await;
     outcome.map_err(serving)?;
     Ok(closed?)
@@ -122,7 +132,7 @@ fn raise_open_file_limit() -> Option<u64> {
     match rlimit::increase_nofile_limit(u64::MAX) {
         Ok(limit) => Some(limit),
         Err(err) => {
-            eprintln!("kv serve: cannot raise the open-file limit: {err}");
+            tracing::warn!(error = %err, "cannot raise the open-file limit");
             rlimit::getrlimit(rlimit::Resource::NOFILE)
                 .ok()
                 .map(|(soft, _)| soft)
@@ -194,21 +204,24 @@ fn reload_on_sighup(tls: Tls) {
                 tokio::spawn(async move {
                     while hangups.recv().await.is_some() {
                         match tls.reload() {
-                            Ok(()) => eprintln!(
-                                "kv serve: SIGHUP: reloaded the TLS certificate {} and key {}; \
-                                 new connections use them",
+                            Ok(()) => tracing::info!(
+                                "SIGHUP: reloaded the TLS certificate {} and key {}; new \
+                                 connections use them",
                                 tls.cert_path().display(),
                                 tls.key_path().display()
                             ),
-                            Err(err) => eprintln!(
-                                "kv serve: SIGHUP: TLS reload refused, still serving the \
-                                 previous certificate: {err}"
+                            Err(err) => tracing::error!(
+                                error = %err,
+                                "SIGHUP: TLS reload refused, still serving the previous \
+                                 certificate"
                             ),
                         }
                     }
                 });
             }
-            Err(err) => eprintln!("kv serve: cannot listen for SIGHUP (no TLS reload): {err}"),
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot listen for SIGHUP (no TLS reload)");
+            }
         }
     }
     #[cfg(not(unix))]

@@ -136,7 +136,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, _slot: OwnedSe
         .map_or_else(|_| "a client".to_owned(), |a| a.to_string());
     let log = |message: String| {
         if shared.config.log_errors {
-            eprintln!("open-deno-kv-server: {peer}: {message}");
+            tracing::warn!(peer = %peer, "{message}");
         }
     };
     let Some(tls) = shared.config.tls.clone() else {

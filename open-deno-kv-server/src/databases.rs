@@ -340,6 +340,31 @@ impl Databases {
         Some(id)
     }
 
+    /// Every database open in the table now, with the name metrics give it: `default`,
+    /// `db/NAME` (fixed or opened from the directory) or `scratch/PATH`.
+    pub(crate) fn open_databases(&self) -> crate::metrics::OpenDatabases {
+        let state = self.lock();
+        let mut names: HashMap<Uuid, String> = HashMap::new();
+        for (name, id) in &state.named {
+            names.insert(*id, format!("db/{name}"));
+        }
+        for (rest, id) in &state.scratch {
+            names.insert(*id, format!("scratch/{rest}"));
+        }
+        state
+            .open
+            .iter()
+            .map(|(id, slot)| {
+                let name = if id.is_nil() {
+                    "default".to_owned()
+                } else {
+                    names.remove(id).unwrap_or_else(|| id.to_string())
+                };
+                (name, slot.backend.clone())
+            })
+            .collect()
+    }
+
     /// How many databases the opener opened are open now.
     pub fn open_named_count(&self) -> usize {
         self.lock().open_closable()

@@ -2,6 +2,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Instant;
 
 use chrono::Utc;
 use http_body_util::{BodyExt, Limited};
@@ -20,6 +21,7 @@ use uuid::Uuid;
 
 use crate::databases::{ConnectionDatabases, DatabaseRef, Opened};
 use crate::ext;
+use crate::metrics::Endpoint;
 use crate::queue::QueueMethod;
 use crate::response::{
     Failure, PROTOBUF, ResponseBody, bytes_response, internal, kv_failure, method_not_allowed,
@@ -40,12 +42,50 @@ enum DataMethod {
     Queue(QueueMethod),
 }
 
-/// Entry point for every request.
+impl DataMethod {
+    /// The endpoint it is counted under.
+    fn endpoint(self) -> Endpoint {
+        match self {
+            DataMethod::SnapshotRead => Endpoint::SnapshotRead,
+            DataMethod::AtomicWrite => Endpoint::AtomicWrite,
+            DataMethod::Watch => Endpoint::Watch,
+            DataMethod::Queue(QueueMethod::Dequeue) => Endpoint::QueueDequeue,
+            DataMethod::Queue(QueueMethod::Finish) => Endpoint::QueueFinish,
+            DataMethod::Queue(QueueMethod::KeepAlive) => Endpoint::QueueKeepAlive,
+        }
+    }
+}
+
+/// Entry point for every request: routes it, then counts it ([`crate::metrics`]) and logs it
+/// at debug level (method, endpoint, status, duration; never the path's query, a header or a
+/// body).
 pub(crate) async fn handle(
     request: Request<Incoming>,
     shared: Arc<Shared>,
     connection: Arc<ConnectionDatabases>,
 ) -> Result<Response<ResponseBody>, Infallible> {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let (endpoint, response) = route(request, &shared, &connection).await;
+    let elapsed = started.elapsed();
+    let status = response.status();
+    shared.metrics.request(endpoint, status, elapsed);
+    tracing::debug!(
+        method = %method,
+        endpoint = endpoint.label(),
+        status = status.as_u16(),
+        duration_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+        "request"
+    );
+    Ok(response)
+}
+
+/// Answers `request`, and says which endpoint it was for.
+async fn route(
+    request: Request<Incoming>,
+    shared: &Shared,
+    connection: &ConnectionDatabases,
+) -> (Endpoint, Response<ResponseBody>) {
     let path = request.uri().path().to_owned();
     let data_method = match path.strip_prefix(ENDPOINT) {
         Some("/snapshot_read") => Some(DataMethod::SnapshotRead),
@@ -54,31 +94,54 @@ pub(crate) async fn handle(
         Some(rest) => QueueMethod::parse(rest).map(DataMethod::Queue),
         None => None,
     };
-    let response = if path == "/health" {
-        match *request.method() {
+    if path == "/health" {
+        let response = match *request.method() {
             Method::GET | Method::HEAD => text_response(StatusCode::OK, "ok\n".into()),
             _ => method_not_allowed("GET, HEAD"),
-        }
+        };
+        (Endpoint::Health, response)
+    } else if path == "/metrics" && shared.config.metrics {
+        let response = match *request.method() {
+            Method::GET | Method::HEAD => metrics(shared).await,
+            _ => method_not_allowed("GET, HEAD"),
+        };
+        (Endpoint::Metrics, response)
     } else if let Some(method) = data_method {
-        if request.method() != Method::POST {
+        let response = if request.method() != Method::POST {
             method_not_allowed("POST")
         } else {
-            data_path(request, method, &shared, &connection)
+            data_path(request, method, shared, connection)
                 .await
                 .unwrap_or_else(Failure::into_response)
-        }
+        };
+        (method.endpoint(), response)
     } else if let Some(database) = DatabaseRef::parse(&path, shared.config.ephemeral) {
-        if request.method() != Method::POST {
+        let response = if request.method() != Method::POST {
             method_not_allowed("POST")
         } else {
-            metadata_exchange(request, database, &shared, &connection)
+            metadata_exchange(request, database, shared, connection)
                 .await
                 .unwrap_or_else(Failure::into_response)
-        }
+        };
+        (Endpoint::Metadata, response)
     } else {
-        text_response(StatusCode::NOT_FOUND, not_found_text(&path).into())
-    };
-    Ok(response)
+        let response = text_response(StatusCode::NOT_FOUND, not_found_text(&path).into());
+        (Endpoint::Other, response)
+    }
+}
+
+/// `GET /metrics`: the exposition, or 500 if it could not be written.
+async fn metrics(shared: &Shared) -> Response<ResponseBody> {
+    match shared.metrics.render(shared).await {
+        Ok(text) => bytes_response(crate::metrics::CONTENT_TYPE, text.into_bytes()),
+        Err(err) => {
+            tracing::error!(error = %err, "metrics: cannot encode the exposition");
+            text_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "An internal server error occurred.".into(),
+            )
+        }
+    }
 }
 
 /// The 404 text for a path that names no database: a path this server could serve when started
@@ -87,6 +150,9 @@ fn not_found_text(path: &str) -> &'static str {
     if path == "/ephemeral" || path.starts_with("/ephemeral/") {
         "Ephemeral databases are not served here: start the server with --ephemeral \
          (kv serve --ephemeral) to serve /ephemeral/..."
+    } else if path == "/metrics" {
+        "Metrics are not served here: start the server with --metrics (kv serve --metrics) \
+         to serve GET /metrics."
     } else {
         "Resource not found."
     }
@@ -388,6 +454,7 @@ async fn atomic_write(
         .atomic_write(write)
         .await
         .map_err(|e| kv_failure(shared, &e))?;
+    shared.metrics.commit(result.is_some());
     // Backends do not say which check failed; the list stays empty (Deno ignores it).
     let output = convert::atomic_write_output(result, Vec::new());
     Ok(bytes_response(PROTOBUF, output.encode_to_vec()))

@@ -17,6 +17,9 @@
 //!   keep-alives every [`ServerConfig::keep_alive_interval`], and every key in every frame with
 //!   `changed = true` and its full entry (Deno 2.9.6 reads `changed = false` as "deleted");
 //! - `GET /health`: `200 ok`, no token needed;
+//! - `GET /metrics`: counters, gauges and latency histograms in the Prometheus text format, no
+//!   token needed, served only when [`ServerConfig::metrics`] is set (404 otherwise; see
+//!   [`metrics`] for the families);
 //! - protocol extensions for this workspace's `open-deno-kv-remote` client, offered in the metadata's
 //!   extra `"kvExtensions"` field only to a client that asks for them with the
 //!   `x-kv-extensions` request header, so Deno, denokv's clients and Node's `@deno/kv` (which
@@ -24,6 +27,10 @@
 //!   times in answers (`expiry/1`), "never retry" enqueues (`enqueue-no-retry/1`), and queue
 //!   consumption over the network, `POST /v2/queue/dequeue|finish|keepalive` with at-least-once
 //!   delivery through leases ([`queue`]).
+//!
+//! Logs: [`tracing`] events, never a token, a key or a value: one per request at debug level
+//! (method, endpoint, status, duration), internal and connection errors at warn or error with
+//! their cause. The program that runs the server installs the subscriber (`kv serve` does).
 //!
 //! Access: a bearer token compared in constant time, never logged; without one the server only
 //! starts when told to run open ([`Access::Open`]) on a loopback address. Request bodies larger
@@ -51,6 +58,7 @@ mod connection;
 pub mod databases;
 pub mod ext;
 mod handler;
+pub mod metrics;
 pub mod queue;
 mod quick_ack;
 pub mod resources;
@@ -119,8 +127,12 @@ pub struct ServerConfig {
     pub ephemeral: bool,
     /// How long shutdown waits for in-flight requests before dropping connections.
     pub shutdown_grace: Duration,
-    /// Print internal errors (never tokens or data) on stderr.
+    /// Emit internal and connection errors (never tokens or data) as `tracing` events at warn
+    /// or error level (the per-request debug events are emitted either way).
     pub log_errors: bool,
+    /// Serve `GET /metrics` ([`metrics`]), without the access token (off by default: turn it
+    /// on only where the listener's reachability is what protects the counts).
+    pub metrics: bool,
     /// How long a queue message handed out over the network (the `queue/1` extension, see
     /// [`queue`]) stays held without a keep-alive before it counts as a failed delivery (5 s,
     /// Deno's message deadline).
@@ -146,6 +158,7 @@ impl ServerConfig {
             ephemeral: false,
             shutdown_grace: Duration::from_secs(10),
             log_errors: true,
+            metrics: false,
             queue_lease: open_deno_kv_proto::queue::MESSAGE_DEADLINE,
             queue_max_wait: Duration::from_secs(25),
             resources: ResourceLimits::default(),
@@ -192,6 +205,8 @@ pub(crate) struct Shared {
     pub(crate) deliveries: queue::Deliveries,
     /// What clients hold of the [`ResourceLimits`].
     pub(crate) budgets: resources::Budgets,
+    /// What the server counts, for `GET /metrics`.
+    pub(crate) metrics: metrics::Metrics,
 }
 
 /// A KV Connect server; see the [crate documentation](crate).
@@ -240,6 +255,7 @@ impl Server {
         let shared = Arc::new(Shared {
             deliveries: queue::Deliveries::new(self.config.queue_lease),
             budgets: resources::Budgets::new(&self.config.resources),
+            metrics: metrics::Metrics::new(),
             config: self.config,
             databases,
             shutdown: stopped,
@@ -263,7 +279,7 @@ impl Server {
                     Err(err) => {
                         // Out of file descriptors and the like: wait instead of spinning.
                         if shared.config.log_errors {
-                            eprintln!("open-deno-kv-server: accept failed: {err}");
+                            tracing::error!(error = %err, "accept failed; retrying in 100 ms");
                         }
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }

@@ -58,6 +58,7 @@ use crate::ext::{
     DequeueRequest, DequeueResponse, FinishRequest, FinishResponse, KeepAliveRequest,
     KeepAliveResponse,
 };
+use crate::metrics::Delivery;
 use crate::response::{Failure, ResponseBody, kv_failure, protobuf_response};
 
 /// The queue endpoints, after `<endpoint>/queue/`.
@@ -224,6 +225,9 @@ pub(crate) async fn sweep(shared: Arc<Shared>) {
             _ = shutdown.wait_for(|stop| *stop) => return,
         }
         let expired = shared.deliveries.expired(Instant::now());
+        for _ in &expired {
+            shared.metrics.delivery(Delivery::LeaseExpired);
+        }
         drop(expired);
     }
 }
@@ -305,6 +309,11 @@ pub(crate) async fn handle(
                         .finish(request.success)
                         .await
                         .map_err(|e| kv_failure(shared, &e))?;
+                    shared.metrics.delivery(if request.success {
+                        Delivery::Ok
+                    } else {
+                        Delivery::Failed
+                    });
                     true
                 }
                 None => false,

@@ -72,6 +72,10 @@ pub(crate) struct Budgets {
     connections: Arc<Semaphore>,
     body_bytes: Arc<Semaphore>,
     watches: Arc<Semaphore>,
+    /// The permits `connections` started with.
+    connection_cap: usize,
+    /// The permits `watches` started with.
+    watch_cap: usize,
 }
 
 /// Permits never exceed what a tokio semaphore can count.
@@ -81,10 +85,14 @@ fn semaphore(permits: usize) -> Arc<Semaphore> {
 
 impl Budgets {
     pub(crate) fn new(limits: &ResourceLimits) -> Self {
+        let connections = semaphore(limits.max_connections);
+        let watches = semaphore(limits.max_watches);
         Budgets {
-            connections: semaphore(limits.max_connections),
+            connection_cap: connections.available_permits(),
+            watch_cap: watches.available_permits(),
+            connections,
             body_bytes: semaphore(limits.max_body_memory),
-            watches: semaphore(limits.max_watches),
+            watches,
         }
     }
 
@@ -97,6 +105,18 @@ impl Budgets {
     pub(crate) fn body_bytes(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
         let bytes = u32::try_from(bytes).ok()?;
         self.body_bytes.clone().try_acquire_many_owned(bytes).ok()
+    }
+
+    /// How many connections hold a slot now.
+    pub(crate) fn connections_open(&self) -> usize {
+        self.connection_cap
+            .saturating_sub(self.connections.available_permits())
+    }
+
+    /// How many watch streams hold a slot now.
+    pub(crate) fn watches_open(&self) -> usize {
+        self.watch_cap
+            .saturating_sub(self.watches.available_permits())
     }
 
     /// A watch slot, or `None` when `max_watches` are open.

@@ -136,11 +136,12 @@ pub(crate) fn kv_failure(shared: &Shared, err: &KvError) -> Failure {
     }
 }
 
-/// A failure of the server's side: 500, logged when the server logs errors (the text says
-/// nothing of the cause to the client).
+/// A failure of the server's side: 500, counted as a storage error, and logged with its cause
+/// when the server logs errors (the text says nothing of the cause to the client).
 pub(crate) fn internal(shared: &Shared, err: &KvError) -> Failure {
+    shared.metrics.storage_error();
     if shared.config.log_errors {
-        eprintln!("open-deno-kv-server: internal error: {err}");
+        tracing::error!(error = %err, "internal error: answered 500");
     }
     Failure::new(
         StatusCode::INTERNAL_SERVER_ERROR,

@@ -1,0 +1,316 @@
+//! `GET /metrics`: what the server counts, and its answer in the Prometheus text exposition
+//! format (version 0.0.4). Off unless [`crate::ServerConfig::metrics`] is set; then it is served
+//! without the access token, as Prometheus scrapers usually carry none (it shows counts, never
+//! keys, values or tokens).
+//!
+//! The handlers report through a narrow, crate-private API (`Metrics::request`, `commit`,
+//! `delivery`, `storage_error`); the gauges (connections, watches and
+//! databases open, queue depth) are read at scrape time from what the server already keeps, so
+//! nothing has to remember to decrement them.
+//!
+//! | Family | Type | Labels | Meaning |
+//! |---|---|---|---|
+//! | `kv_requests_total` | counter | `endpoint`, `status` | requests answered |
+//! | `kv_request_duration_seconds` | histogram | `endpoint` | time to the response head (a watch: until its stream starts) |
+//! | `kv_commits_total` | counter | | atomic writes committed |
+//! | `kv_failed_checks_total` | counter | | atomic writes refused because a check failed |
+//! | `kv_queue_depth` | gauge | `database` | messages queued, waiting or being delivered |
+//! | `kv_queue_deliveries_total` | counter | `outcome` | network deliveries settled: `ok`, `failed`, `lease_expired` |
+//! | `kv_watches_open` | gauge | | watch streams open |
+//! | `kv_connections_open` | gauge | | client connections open |
+//! | `kv_databases_open` | gauge | | databases open in the server's table |
+//! | `kv_storage_errors_total` | counter | | requests answered 500 for a backend failure |
+//!
+//! Queue depth calls [`Backend::queued_messages`] on every open database with queue
+//! inspection: that reads every queued message (payloads included), so a scrape costs time in
+//! proportion to the queues' length. Deliveries are only those the server hands out over the
+//! network (the `queue/1` extension, [`crate::queue`]); whether a failed one is retried or
+//! dead-lettered is decided inside the engine, which the server does not see.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::StatusCode;
+use open_deno_kv_proto::Backend;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::Shared;
+
+/// The content type of the answer (Prometheus text format 0.0.4).
+pub(crate) const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// What a request asked for, as the `endpoint` label (a fixed set, so that no client can
+/// create label values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Endpoint {
+    /// `GET /health`.
+    Health,
+    /// `GET /metrics`.
+    Metrics,
+    /// The metadata exchange (`POST` to a database path).
+    Metadata,
+    /// `POST /v2/snapshot_read`.
+    SnapshotRead,
+    /// `POST /v2/atomic_write`.
+    AtomicWrite,
+    /// `POST /v2/watch`.
+    Watch,
+    /// `POST /v2/queue/dequeue`.
+    QueueDequeue,
+    /// `POST /v2/queue/finish`.
+    QueueFinish,
+    /// `POST /v2/queue/keepalive`.
+    QueueKeepAlive,
+    /// Anything else (answered 404 or 405).
+    Other,
+}
+
+impl Endpoint {
+    /// The label value.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Endpoint::Health => "health",
+            Endpoint::Metrics => "metrics",
+            Endpoint::Metadata => "metadata",
+            Endpoint::SnapshotRead => "snapshot_read",
+            Endpoint::AtomicWrite => "atomic_write",
+            Endpoint::Watch => "watch",
+            Endpoint::QueueDequeue => "queue_dequeue",
+            Endpoint::QueueFinish => "queue_finish",
+            Endpoint::QueueKeepAlive => "queue_keepalive",
+            Endpoint::Other => "other",
+        }
+    }
+}
+
+/// How a queue message handed out over the network was settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Delivery {
+    /// The consumer reported success: the message is gone.
+    Ok,
+    /// The consumer reported failure: the engine retries it or dead-letters it.
+    Failed,
+    /// The consumer went silent past its lease: a failed delivery, as above.
+    LeaseExpired,
+}
+
+impl Delivery {
+    fn label(self) -> &'static str {
+        match self {
+            Delivery::Ok => "ok",
+            Delivery::Failed => "failed",
+            Delivery::LeaseExpired => "lease_expired",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    endpoint: &'static str,
+    status: u16,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabels {
+    endpoint: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DatabaseLabels {
+    database: String,
+}
+
+/// Latency buckets: 0.5 ms doubling to about 16 s.
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+/// The server's metric families (one set per running server).
+pub(crate) struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<EndpointLabels, Histogram, fn() -> Histogram>,
+    commits: Counter,
+    failed_checks: Counter,
+    deliveries: Family<OutcomeLabels, Counter>,
+    storage_errors: Counter,
+    queue_depth: Family<DatabaseLabels, Gauge>,
+    watches_open: Gauge,
+    connections_open: Gauge,
+    databases_open: Gauge,
+    /// One scrape at a time: a scrape sets the gauges, then encodes them.
+    scraping: tokio::sync::Mutex<()>,
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Self {
+        let mut registry = Registry::with_prefix("kv");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Requests answered, by endpoint and HTTP status",
+            requests.clone(),
+        );
+        let latency: Family<EndpointLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register_with_unit(
+            "request_duration",
+            "Time from a request's arrival to its response head, by endpoint (a watch: until \
+             its stream starts)",
+            Unit::Seconds,
+            latency.clone(),
+        );
+        let commits = Counter::default();
+        registry.register("commits", "Atomic writes committed", commits.clone());
+        let failed_checks = Counter::default();
+        registry.register(
+            "failed_checks",
+            "Atomic writes refused because one of their checks failed",
+            failed_checks.clone(),
+        );
+        let queue_depth = Family::<DatabaseLabels, Gauge>::default();
+        registry.register(
+            "queue_depth",
+            "Queue messages waiting or being delivered, per open database that can list them",
+            queue_depth.clone(),
+        );
+        let deliveries = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "queue_deliveries",
+            "Queue messages handed out over the network and settled, by outcome (ok; failed \
+             or lease_expired: the engine retries or dead-letters them)",
+            deliveries.clone(),
+        );
+        let watches_open = Gauge::default();
+        registry.register("watches_open", "Watch streams open", watches_open.clone());
+        let connections_open = Gauge::default();
+        registry.register(
+            "connections_open",
+            "Client connections open",
+            connections_open.clone(),
+        );
+        let databases_open = Gauge::default();
+        registry.register(
+            "databases_open",
+            "Databases open in the server's table (default, named, --db-dir and scratch; not \
+             per-connection ephemeral ones)",
+            databases_open.clone(),
+        );
+        let storage_errors = Counter::default();
+        registry.register(
+            "storage_errors",
+            "Requests answered 500 because the backend failed",
+            storage_errors.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            latency,
+            commits,
+            failed_checks,
+            deliveries,
+            storage_errors,
+            queue_depth,
+            watches_open,
+            connections_open,
+            databases_open,
+            scraping: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// A request to `endpoint` was answered `status` after `elapsed`.
+    pub(crate) fn request(&self, endpoint: Endpoint, status: StatusCode, elapsed: Duration) {
+        let endpoint = endpoint.label();
+        self.requests
+            .get_or_create(&RequestLabels {
+                endpoint,
+                status: status.as_u16(),
+            })
+            .inc();
+        self.latency
+            .get_or_create(&EndpointLabels { endpoint })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// An atomic write was committed (`true`) or refused by a failed check (`false`).
+    pub(crate) fn commit(&self, committed: bool) {
+        if committed {
+            self.commits.inc();
+        } else {
+            self.failed_checks.inc();
+        }
+    }
+
+    /// A delivery over the network was settled.
+    pub(crate) fn delivery(&self, outcome: Delivery) {
+        self.deliveries
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.label(),
+            })
+            .inc();
+    }
+
+    /// A request failed because the backend did.
+    pub(crate) fn storage_error(&self) {
+        self.storage_errors.inc();
+    }
+
+    /// The exposition: reads the gauges from `shared`, then encodes every family.
+    pub(crate) async fn render(&self, shared: &Shared) -> Result<String, std::fmt::Error> {
+        let _one_at_a_time = self.scraping.lock().await;
+        self.connections_open
+            .set(gauge_value(shared.budgets.connections_open()));
+        self.watches_open
+            .set(gauge_value(shared.budgets.watches_open()));
+        let open = shared.databases.open_databases();
+        self.databases_open.set(gauge_value(open.len()));
+        self.queue_depth.clear();
+        for (database, backend) in open {
+            if let Some(depth) = queue_depth(&database, backend.as_ref()).await {
+                self.queue_depth
+                    .get_or_create(&DatabaseLabels { database })
+                    .set(gauge_value(depth));
+            }
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry)?;
+        // A scrape answer ends with a newline in every case (an empty registry included).
+        if !text.ends_with('\n') {
+            text.write_char('\n')?;
+        }
+        Ok(text)
+    }
+}
+
+/// The messages queued in `backend`, if it can list them (a failure is logged, and the
+/// database left out of this scrape).
+async fn queue_depth(database: &str, backend: &dyn Backend) -> Option<usize> {
+    if !backend.capabilities().queue_inspection {
+        return None;
+    }
+    match backend.queued_messages().await {
+        Ok(messages) => Some(messages.len()),
+        Err(err) => {
+            tracing::warn!(database, error = %err, "metrics: cannot read the queue depth");
+            None
+        }
+    }
+}
+
+fn gauge_value(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Every database open in the server's table, by the name the `database` label gives it.
+pub(crate) type OpenDatabases = Vec<(String, Arc<dyn Backend>)>;
