@@ -585,20 +585,8 @@ async fn watch_streams_frames_and_ends_on_shutdown() {
         .await
         .unwrap();
     let body = convert::encode_watch(&[k("w1"), k("w2")]).encode_to_vec();
-    let mut request = hyper::Request::builder()
-        .method("POST")
-        .uri(url(&running, "/v2/watch"));
-    for (n, v) in &headers {
-        request = request.header(*n, *v);
-    }
-    let response = http1_client()
-        .request(
-            request
-                .body(http_body_util::Full::new(Bytes::from(body)))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let watch_url = url(&running, "/v2/watch");
+    let response = open(&http1_client(), "POST", watch_url, &headers, body).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(
         response.headers()["content-type"],

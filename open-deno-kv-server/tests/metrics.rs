@@ -13,7 +13,6 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use bytes::Bytes;
 use chrono::Utc;
 use common::*;
 use http_body_util::BodyExt;
@@ -195,20 +194,9 @@ async fn metrics_count_a_known_workload_exactly() {
 
     // A watch, kept open until its first frame has arrived and the scrape is done.
     let body = convert::encode_watch(&[k("n0")]).encode_to_vec();
-    let mut request = hyper::Request::builder()
-        .method("POST")
-        .uri(url(&running, "/v2/watch"));
-    for (name, value) in data_headers() {
-        request = request.header(name, value);
-    }
-    let watch = http1_client()
-        .request(
-            request
-                .body(http_body_util::Full::new(Bytes::from(body)))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let headers = data_headers();
+    let watch_url = url(&running, "/v2/watch");
+    let watch = open(&http1_client(), "POST", watch_url, &headers, body).await;
     assert_eq!(watch.status(), StatusCode::OK);
     let mut watch_body = watch.into_body();
     let mut decoder = FrameDecoder::default();

@@ -90,6 +90,25 @@ impl Reply {
     }
 }
 
+/// Sends a request and returns the response with its body still to read (a watch's stream).
+pub async fn open(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    method: &str,
+    url: String,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> hyper::Response<hyper::body::Incoming> {
+    let mut request = Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    client
+        .request(request.body(Full::new(Bytes::from(body))).unwrap())
+        .await
+        .unwrap()
+}
+
+/// Sends a request and reads the whole response.
 pub async fn send(
     client: &Client<HttpConnector, Full<Bytes>>,
     method: &str,
@@ -97,14 +116,7 @@ pub async fn send(
     headers: &[(&str, &str)],
     body: Vec<u8>,
 ) -> Reply {
-    let mut request = Request::builder().method(method).uri(url);
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let response = client
-        .request(request.body(Full::new(Bytes::from(body))).unwrap())
-        .await
-        .unwrap();
+    let response = open(client, method, url, headers, body).await;
     let status = response.status();
     let headers = response.headers().clone();
     let body = response.into_body().collect().await.unwrap().to_bytes();
