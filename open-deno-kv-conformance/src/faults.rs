@@ -161,6 +161,20 @@ impl Backend for FaultyBackend {
         self.inner.queued_messages().await
     }
 
+    async fn count_range(
+        &self,
+        range: open_deno_kv_proto::KeyRange,
+    ) -> Result<open_deno_kv_proto::RangeCount, KvError> {
+        self.inner.count_range(range).await
+    }
+
+    fn watch_range(
+        &self,
+        range: open_deno_kv_proto::KeyRange,
+    ) -> Result<open_deno_kv_proto::RangeWatchStream, KvError> {
+        self.inner.watch_range(range)
+    }
+
     async fn snapshot_read(&self, mut read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError> {
         let limits: Vec<u32> = read.ranges.iter().map(|r| r.limit).collect();
         if self.fault == Fault::ExceedsReadLimit {

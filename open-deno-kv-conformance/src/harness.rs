@@ -126,6 +126,12 @@ pub struct Needs {
     pub integrity_check: bool,
     /// Reopening the same data ([`BackendFactory::can_reopen`]).
     pub reopen: bool,
+    /// Range deletes ([`open_deno_kv_proto::Capabilities::range_delete`]).
+    pub range_delete: bool,
+    /// Counting a range ([`open_deno_kv_proto::Capabilities::count`]).
+    pub count: bool,
+    /// Watching a range ([`open_deno_kv_proto::Capabilities::watch_range`]).
+    pub watch_range: bool,
 }
 
 impl Needs {
@@ -136,6 +142,9 @@ impl Needs {
         watch: false,
         integrity_check: false,
         reopen: false,
+        range_delete: false,
+        count: false,
+        watch_range: false,
     };
     /// Queues.
     pub const QUEUES: Needs = Needs {
@@ -164,6 +173,21 @@ impl Needs {
     };
     /// Queues and reopen.
     pub const QUEUES_REOPEN: Needs = Needs::QUEUES.and(Needs::REOPEN);
+    /// Range deletes.
+    pub const RANGE_DELETE: Needs = Needs {
+        range_delete: true,
+        ..Needs::NOTHING
+    };
+    /// Counting a range.
+    pub const COUNT: Needs = Needs {
+        count: true,
+        ..Needs::NOTHING
+    };
+    /// Watching a range.
+    pub const WATCH_RANGE: Needs = Needs {
+        watch_range: true,
+        ..Needs::NOTHING
+    };
 
     /// Everything `self` needs and everything `other` needs.
     pub const fn and(self, other: Needs) -> Needs {
@@ -173,6 +197,9 @@ impl Needs {
             watch: self.watch || other.watch,
             integrity_check: self.integrity_check || other.integrity_check,
             reopen: self.reopen || other.reopen,
+            range_delete: self.range_delete || other.range_delete,
+            count: self.count || other.count,
+            watch_range: self.watch_range || other.watch_range,
         }
     }
 
@@ -183,6 +210,9 @@ impl Needs {
             && (!self.watch || features.watch)
             && (!self.integrity_check || features.integrity_check)
             && (!self.reopen || features.reopen)
+            && (!self.range_delete || features.range_delete)
+            && (!self.count || features.count)
+            && (!self.watch_range || features.watch_range)
     }
 }
 
@@ -199,6 +229,12 @@ pub struct Features {
     pub integrity_check: bool,
     /// Opening twice on one context gives the same data.
     pub reopen: bool,
+    /// Range deletes are accepted.
+    pub range_delete: bool,
+    /// `count_range` works.
+    pub count: bool,
+    /// `watch_range` works.
+    pub watch_range: bool,
 }
 
 impl Features {
@@ -210,6 +246,9 @@ impl Features {
             watch: capabilities.watch,
             integrity_check: capabilities.integrity_check,
             reopen: can_reopen,
+            range_delete: capabilities.range_delete,
+            count: capabilities.count,
+            watch_range: capabilities.watch_range,
         }
     }
 }

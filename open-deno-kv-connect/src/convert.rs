@@ -346,7 +346,12 @@ fn mutation_to_pb(mutation: &Mutation) -> pb::Mutation {
     };
     let (kind, value) = match &mutation.kind {
         MutationKind::Set(v) => (pb::MutationType::MSet, Some(v)),
-        MutationKind::Delete => (pb::MutationType::MDelete, None),
+        // KV Connect has no range delete: it travels as a delete of its start, which the
+        // `range-delete/1` extension of the same body turns back into the range (see
+        // `crate::ext`). A client sends it only to a server that offered that extension.
+        MutationKind::Delete | MutationKind::DeleteRange { .. } => {
+            (pb::MutationType::MDelete, None)
+        }
         MutationKind::Sum {
             value,
             min_v8,

@@ -37,8 +37,9 @@ use std::sync::Arc;
 
 use open_deno_kv_proto::{
     Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, IntegrityReport, KvError,
-    Limits, QueueMessageHandle, QueuedMessage, ReadRangeOutput, SystemClock, ValidatedRead,
-    ValidatedWatch, ValidatedWrite, WatchReader, WatchStream, watch_stream,
+    Limits, QueueMessageHandle, QueuedMessage, RangeCount, RangeWatchStream, ReadRangeOutput,
+    SystemClock, ValidatedRange, ValidatedRead, ValidatedWatch, ValidatedWrite, WatchReader,
+    WatchStream, range_watch_stream, watch_stream,
 };
 
 pub use store::MemoryStore;
@@ -87,6 +88,16 @@ impl MemoryBackend {
     pub fn store(&self) -> &MemoryStore {
         &self.store
     }
+
+    /// Reads watched keys' current entries, for key and range watches.
+    fn watch_reader(&self) -> WatchReader {
+        let store = self.store.clone();
+        let clock = self.clock.clone();
+        Arc::new(move |keys| {
+            let current = store.read_watched(&keys, clock.now());
+            Box::pin(async move { Ok(current) })
+        })
+    }
 }
 
 impl Engine for MemoryBackend {
@@ -96,6 +107,7 @@ impl Engine for MemoryBackend {
             .with_queue_inspection(true)
             .with_watch(true)
             .with_integrity_check(true)
+            .with_beyond_deno(true)
     }
 
     async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
@@ -120,17 +132,23 @@ impl Engine for MemoryBackend {
     }
 
     fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {
-        let store = self.store.clone();
-        let clock = self.clock.clone();
-        let reader: WatchReader = Arc::new(move |keys| {
-            let current = store.read_watched(&keys, clock.now());
-            Box::pin(async move { Ok(current) })
-        });
         Ok(watch_stream(
             keys.into_inner(),
-            reader,
+            self.watch_reader(),
             &self.signal,
             self.clock.clone(),
+        ))
+    }
+
+    async fn count_range(&self, range: ValidatedRange) -> Result<RangeCount, KvError> {
+        Ok(self.store.count_range(&range, self.clock.now()))
+    }
+
+    fn watch_range(&self, range: ValidatedRange) -> Result<RangeWatchStream, KvError> {
+        Ok(range_watch_stream(
+            range.into_inner(),
+            self.watch_reader(),
+            &self.signal,
         ))
     }
 

@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use chrono::{DateTime, Utc};
 use open_deno_kv_proto::queue::{DeliveryOutcome, IdMap, Leases, QueuedMessage, Settlement};
 use open_deno_kv_proto::{
-    ChangeSignal, CommitResult, Effects, IntegrityReport, KvEntry, KvError, Notifier, ReadRange,
-    ReadRangeOutput, StoredEntry, ValidatedWrite, Versionstamp, WatchedEntry, is_expired,
-    stage_atomic_write,
+    ChangeSignal, CommitResult, Effects, IntegrityReport, KeyRange, KvEntry, KvError, Notifier,
+    RangeCount, ReadRange, ReadRangeOutput, StoredEntry, ValidatedWrite, Versionstamp,
+    WatchedEntry, is_expired, stage_atomic_write,
 };
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -102,6 +102,11 @@ impl MemoryStore {
                 entries: state.read_range(range, now),
             })
             .collect()
+    }
+
+    /// Counts `range` from one snapshot (the lock is held throughout).
+    pub(crate) fn count_range(&self, range: &KeyRange, now: DateTime<Utc>) -> RangeCount {
+        self.lock().count_range(range, now)
     }
 
     pub(crate) fn read_watched(&self, keys: &[Vec<u8>], now: DateTime<Utc>) -> Vec<WatchedEntry> {
@@ -257,7 +262,10 @@ impl State {
             queue: !staged.enqueued.is_empty(),
             ..Effects::default()
         };
-        effects.changed.extend(staged.writes.keys().cloned());
+        effects.changed = staged.changed();
+        for range in &staged.deleted_ranges {
+            self.delete_range(range);
+        }
         for (key, entry) in staged.writes {
             self.store(key, entry);
         }
@@ -288,6 +296,40 @@ impl State {
                 self.expiries.remove(&(at, key));
             }
         }
+    }
+
+    /// Removes every entry in `range` by cutting the map twice and joining the ends again: the
+    /// cost is the cuts plus the entries removed, not a lookup per key.
+    fn delete_range(&mut self, range: &KeyRange) {
+        if range.is_empty() {
+            return;
+        }
+        let mut inside = self.entries.split_off(range.start.as_slice());
+        let mut after = inside.split_off(range.end.as_slice());
+        self.entries.append(&mut after);
+        for (key, entry) in inside {
+            if let Some(at) = entry.expires_at {
+                self.expiries.remove(&(at, key));
+            }
+        }
+    }
+
+    /// Counts the visible entries of `range` and their sizes.
+    fn count_range(&self, range: &KeyRange, now: DateTime<Utc>) -> RangeCount {
+        let mut count = RangeCount::default();
+        if range.is_empty() {
+            return count;
+        }
+        let bounds = (
+            Bound::Included(range.start.as_slice()),
+            Bound::Excluded(range.end.as_slice()),
+        );
+        for (key, entry) in self.entries.range::<[u8], _>(bounds) {
+            if !entry.is_expired(now) {
+                count.add(key.len(), entry.value.encoded_len());
+            }
+        }
+        count
     }
 
     /// Ends the delivery of running message `id` as `outcome` says: forgets it, requeues it, or

@@ -8,9 +8,9 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use open_deno_kv_proto::queue::{QueueMessageHandle, QueuedMessage};
 use open_deno_kv_proto::{
-    Capabilities, Checked, CommitResult, Consistency, Engine, IntegrityReport, KvError,
-    ReadRangeOutput, ValidatedRead, ValidatedWatch, ValidatedWrite, WatchReader, WatchStream,
-    watch_stream,
+    Capabilities, Checked, CommitResult, Consistency, Engine, IntegrityReport, KvError, RangeCount,
+    RangeWatchStream, ReadRangeOutput, ValidatedRange, ValidatedRead, ValidatedWatch,
+    ValidatedWrite, WatchReader, WatchStream, range_watch_stream, watch_stream,
 };
 use tokio::task::JoinHandle;
 use tokio_postgres::{Config, NoTls};
@@ -132,6 +132,17 @@ impl PostgresBackend {
         Ok(Checked::new(engine, limits, clock))
     }
 
+    /// Reads watched keys' current entries from the primary, for key and range watches.
+    fn watch_reader(&self) -> WatchReader {
+        let pool = self.pool.clone();
+        let sql = self.sql.clone();
+        let clock = self.options.clock.clone();
+        Arc::new(move |keys| {
+            let (pool, sql, now) = (pool.clone(), sql.clone(), clock.now());
+            Box::pin(async move { reader::read_watched(&pool, &sql, &keys, now).await })
+        })
+    }
+
     /// The replica an eventual read goes to next, if there are any.
     fn next_replica(&self) -> Option<&Pool> {
         if self.replicas.is_empty() {
@@ -185,6 +196,7 @@ impl Engine for PostgresBackend {
             .with_queue_inspection(true)
             .with_watch(true)
             .with_integrity_check(true)
+            .with_beyond_deno(true)
     }
 
     /// Strong reads go to the primary. Eventual reads go to a replica when there is one, in
@@ -241,18 +253,23 @@ impl Engine for PostgresBackend {
     }
 
     fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {
-        let pool = self.pool.clone();
-        let sql = self.sql.clone();
-        let clock = self.options.clock.clone();
-        let reader: WatchReader = Arc::new(move |keys| {
-            let (pool, sql, now) = (pool.clone(), sql.clone(), clock.now());
-            Box::pin(async move { reader::read_watched(&pool, &sql, &keys, now).await })
-        });
         Ok(watch_stream(
             keys.into_inner(),
-            reader,
+            self.watch_reader(),
             &self.events.signal,
             self.options.clock.clone(),
+        ))
+    }
+
+    async fn count_range(&self, range: ValidatedRange) -> Result<RangeCount, KvError> {
+        reader::count_range(&self.pool, &self.sql, &range, self.options.clock.now()).await
+    }
+
+    fn watch_range(&self, range: ValidatedRange) -> Result<RangeWatchStream, KvError> {
+        Ok(range_watch_stream(
+            range.into_inner(),
+            self.watch_reader(),
+            &self.events.signal,
         ))
     }
 

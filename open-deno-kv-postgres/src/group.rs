@@ -34,8 +34,8 @@ use chrono::{DateTime, Utc};
 use futures::future::try_join_all;
 use open_deno_kv_proto::queue::QueuedMessage;
 use open_deno_kv_proto::{
-    ChangedKeys, CommitResult, Effects, KvError, MutationKind, StoredEntry, ValidatedWrite,
-    Versionstamp, stage_atomic_write,
+    ChangedKeys, CommitResult, Effects, KeyRange, KvError, MutationKind, StoredEntry,
+    ValidatedWrite, Versionstamp, stage_atomic_write,
 };
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Config, Statement};
@@ -85,6 +85,7 @@ struct Prepared {
     read_keys: Statement,
     upsert: Statement,
     delete: Statement,
+    delete_range: Statement,
     enqueue: Statement,
     notify: Statement,
 }
@@ -156,6 +157,7 @@ impl WriteGroup {
                 read_keys: client.prepare(&sql.read_keys).await?,
                 upsert: client.prepare(&sql.upsert).await?,
                 delete: client.prepare(&sql.delete).await?,
+                delete_range: client.prepare(&sql.delete_range).await?,
                 enqueue: client.prepare(&sql.enqueue).await?,
                 notify: client.prepare(&sql.notify).await?,
                 client,
@@ -222,6 +224,11 @@ impl WriteGroup {
             tx.rollback().await?;
             return Ok(answers);
         }
+        // The ranges go first: the writes kept in `outcome.writes` are those made after them.
+        for range in &outcome.deleted_ranges {
+            tx.execute(&conn.delete_range, &[&range.start, &range.end])
+                .await?;
+        }
         let mut columns = EntryColumns::default();
         let mut deleted: Vec<&[u8]> = Vec::new();
         for (key, entry) in &outcome.writes {
@@ -273,7 +280,7 @@ impl WriteGroup {
         }));
         let note = payload(
             &origin,
-            !outcome.writes.is_empty(),
+            !outcome.writes.is_empty() || !outcome.deleted_ranges.is_empty(),
             !outcome.enqueued.is_empty(),
         );
         let notify_params: [&(dyn ToSql + Sync); 2] = [&channel, &note];
@@ -350,6 +357,8 @@ fn keys_read(items: &[WriteRequest]) -> BTreeSet<&[u8]> {
 /// What the surviving writes of a group leave to store.
 #[derive(Default)]
 struct Staged {
+    /// The ranges deleted as a whole, deleted before `writes` are stored.
+    deleted_ranges: Vec<KeyRange>,
     /// The final state of every key written: `None` deletes.
     writes: BTreeMap<Vec<u8>, Option<StoredEntry>>,
     enqueued: Vec<QueuedMessage>,
@@ -358,7 +367,7 @@ struct Staged {
 
 impl Staged {
     fn is_empty(&self) -> bool {
-        self.writes.is_empty() && self.enqueued.is_empty()
+        self.writes.is_empty() && self.enqueued.is_empty() && self.deleted_ranges.is_empty()
     }
 
     /// Runs one write through open-deno-kv-proto's path over `state` (the rows read under the lock, with
@@ -379,7 +388,19 @@ impl Staged {
         let Some(staged) = stage_atomic_write(read, &item.write, stamp, item.now)? else {
             return Ok(None);
         };
-        self.changed.extend(staged.writes.keys().cloned());
+        self.changed.merge(staged.changed());
+        for range in staged.deleted_ranges {
+            if range.is_empty() {
+                continue; // `BTreeMap::range_mut` refuses an inverted range
+            }
+            // What earlier survivors wrote inside the range goes with it, and the rows read under
+            // the lock are gone for the writes after this one.
+            self.writes.retain(|key, _| !range.contains(key));
+            for (_, entry) in state.range_mut(range.start.clone()..range.end.clone()) {
+                *entry = None;
+            }
+            self.deleted_ranges.push(range);
+        }
         for (key, entry) in staged.writes {
             state.insert(key.clone(), entry.clone());
             self.writes.insert(key, entry);

@@ -18,7 +18,9 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Object, Pool, Transaction};
 use futures::future::try_join_all;
 use open_deno_kv_proto::queue::QueuedMessage;
-use open_deno_kv_proto::{KvEntry, KvError, ReadRange, ReadRangeOutput, WatchedEntry};
+use open_deno_kv_proto::{
+    KeyRange, KvEntry, KvError, RangeCount, ReadRange, ReadRangeOutput, WatchedEntry,
+};
 use tokio_postgres::IsolationLevel;
 use tokio_postgres::types::ToSql;
 
@@ -228,6 +230,35 @@ pub(crate) async fn read_watched(
             WatchedEntry::from(live.map(|stored| KvEntry::from_stored(key.clone(), stored)))
         })
         .collect())
+}
+
+/// How many entries of `range` are visible at `now`, and their sizes: one aggregate statement
+/// (one snapshot) that reads lengths, not values.
+pub(crate) async fn count_range(
+    pool: &Pool,
+    sql: &Sql,
+    range: &KeyRange,
+    now: DateTime<Utc>,
+) -> Result<RangeCount, KvError> {
+    if range.is_empty() {
+        return Ok(RangeCount::default());
+    }
+    let now = codec::ms(now);
+    let row = with_fresh_retry(pool, |client| async move {
+        let statement = client.prepare_cached(&sql.count_range).await.map_err(pg)?;
+        let params: [&(dyn ToSql + Sync); 3] = [&range.start, &range.end, &now];
+        client.query_one(&statement, &params).await.map_err(pg)
+    })
+    .await?;
+    let column = |i: usize| -> Result<u64, KvError> {
+        let n: i64 = row.try_get(i).map_err(pg)?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    };
+    Ok(RangeCount {
+        entries: column(0)?,
+        key_bytes: column(1)?,
+        value_bytes: column(2)?,
+    })
 }
 
 /// Every message, by ready time; a message a consumer holds counts as ready `now`.

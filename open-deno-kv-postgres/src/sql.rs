@@ -31,6 +31,10 @@ pub(crate) struct Sql {
     pub(crate) upsert: String,
     /// Deletes the keys in `$1`.
     pub(crate) delete: String,
+    /// Every entry in `[$1, $2)`, in one statement (a range delete).
+    pub(crate) delete_range: String,
+    /// The visible entries in `[$1, $2)` at `$3`: how many, and their key and value bytes.
+    pub(crate) count_range: String,
     /// Deletes up to 1000 entries expired at `$1`.
     pub(crate) sweep_expired: String,
     /// `pg_notify($1, $2)`.
@@ -118,6 +122,12 @@ impl Sql {
                  vs = excluded.vs, expires_at = excluded.expires_at"
             ),
             delete: format!("DELETE FROM {kv} WHERE k = ANY($1)"),
+            delete_range: format!("DELETE FROM {kv} WHERE k >= $1 AND k < $2"),
+            count_range: format!(
+                "SELECT count(*), coalesce(sum(octet_length(k)), 0)::int8, \
+                 coalesce(sum(octet_length(v)), 0)::int8 \
+                 FROM {kv} WHERE k >= $1 AND k < $2 AND {visible} $3)"
+            ),
             sweep_expired: format!(
                 "DELETE FROM {kv} WHERE k IN (SELECT k FROM {kv} WHERE expires_at <= $1 \
                  ORDER BY expires_at LIMIT 1000 FOR UPDATE SKIP LOCKED) AND expires_at <= $1"

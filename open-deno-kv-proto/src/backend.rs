@@ -23,9 +23,10 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use crate::queue::{QueueMessageHandle, QueuedMessage};
+use crate::watch::RangeWatchEvent;
 use crate::{
-    AtomicWrite, CommitResult, IntegrityReport, KvError, ReadRangeOutput, SnapshotRead,
-    WatchKeyOutput,
+    AtomicWrite, CommitResult, IntegrityReport, KeyRange, KvError, RangeCount, ReadRangeOutput,
+    SnapshotRead, WatchKeyOutput,
 };
 
 /// What a backend offers beyond reads and writes, so a conformance suite (or a program) knows
@@ -56,6 +57,13 @@ pub struct Capabilities {
     pub watch: bool,
     /// [`Backend::check_integrity`] works.
     pub integrity_check: bool,
+    /// [`crate::MutationKind::DeleteRange`] is accepted in atomic writes (an extension of this
+    /// project; a write holding one is refused otherwise).
+    pub range_delete: bool,
+    /// [`Backend::count_range`] works.
+    pub count: bool,
+    /// [`Backend::watch_range`] works.
+    pub watch_range: bool,
     /// The handle was opened read-only: writes and dequeues fail with [`KvError::ReadOnly`]
     /// (reads, watches, queue inspection and integrity checks still work).
     pub read_only: bool,
@@ -71,6 +79,9 @@ impl Capabilities {
             queue_inspection: false,
             watch: false,
             integrity_check: false,
+            range_delete: false,
+            count: false,
+            watch_range: false,
             read_only: false,
         }
     }
@@ -105,15 +116,42 @@ impl Capabilities {
         self
     }
 
+    /// Sets [`Capabilities::range_delete`].
+    pub const fn with_range_delete(mut self, yes: bool) -> Self {
+        self.range_delete = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::count`].
+    pub const fn with_count(mut self, yes: bool) -> Self {
+        self.count = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::watch_range`].
+    pub const fn with_watch_range(mut self, yes: bool) -> Self {
+        self.watch_range = yes;
+        self
+    }
+
+    /// The three operations beyond Deno KV ([`Capabilities::range_delete`],
+    /// [`Capabilities::count`], [`Capabilities::watch_range`]), all on or all off.
+    pub const fn with_beyond_deno(self, yes: bool) -> Self {
+        self.with_range_delete(yes)
+            .with_count(yes)
+            .with_watch_range(yes)
+    }
+
     /// Sets [`Capabilities::read_only`].
     pub const fn with_read_only(mut self, yes: bool) -> Self {
         self.read_only = yes;
         self
     }
 
-    /// A durable store that offers every optional method (open-deno-kv-sqlite, open-deno-kv-redb): a read-only open
-    /// reports [`Capabilities::read_only`] and consumes no queue, but still lists the queue,
-    /// watches and checks its integrity.
+    /// A durable store that offers every optional method (open-deno-kv-sqlite,
+    /// open-deno-kv-redb, open-deno-kv-postgres): a read-only open reports
+    /// [`Capabilities::read_only`] and consumes no queue, but still lists the queue, watches,
+    /// counts and checks its integrity (a range delete is a write, refused as every write is).
     ///
     /// ```
     /// use open_deno_kv_proto::Capabilities;
@@ -127,6 +165,7 @@ impl Capabilities {
             .with_queue_inspection(true)
             .with_watch(true)
             .with_integrity_check(true)
+            .with_beyond_deno(true)
             .with_read_only(read_only)
     }
 }
@@ -139,6 +178,9 @@ pub(crate) enum Optional {
     QueueInspection,
     Watch,
     IntegrityCheck,
+    RangeDelete,
+    Count,
+    WatchRange,
 }
 
 impl Optional {
@@ -149,6 +191,9 @@ impl Optional {
             Optional::QueueInspection => capabilities.queue_inspection,
             Optional::Watch => capabilities.watch,
             Optional::IntegrityCheck => capabilities.integrity_check,
+            Optional::RangeDelete => capabilities.range_delete,
+            Optional::Count => capabilities.count,
+            Optional::WatchRange => capabilities.watch_range,
         }
     }
 
@@ -159,6 +204,9 @@ impl Optional {
             Optional::QueueInspection => "queue inspection",
             Optional::Watch => "watch",
             Optional::IntegrityCheck => "integrity checks",
+            Optional::RangeDelete => "range deletes",
+            Optional::Count => "counting a range",
+            Optional::WatchRange => "watching a range",
         };
         KvError::Unsupported { feature }
     }
@@ -167,6 +215,10 @@ impl Optional {
 /// Emissions of a watch: one `Vec` per change, with one [`WatchKeyOutput`] per watched key in the
 /// order the keys were given. The stream ends when the backend closes.
 pub type WatchStream = BoxStream<'static, Result<Vec<WatchKeyOutput>, KvError>>;
+
+/// Events of a range watch ([`Backend::watch_range`]); see [`crate::watch::RangeWatchEvent`]
+/// for what they mean. The stream ends when the backend closes.
+pub type RangeWatchStream = BoxStream<'static, Result<RangeWatchEvent, KvError>>;
 
 /// A Deno KV store as a program uses it.
 ///
@@ -216,6 +268,18 @@ pub trait Backend: Send + Sync {
     /// after commits that change any of them (intermediate states may be coalesced).
     /// [`Capabilities::watch`] says whether it works.
     fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError>;
+
+    /// Counts the visible entries of `range` and sums their key and value sizes, from one
+    /// snapshot, without transferring values. Not part of Deno KV.
+    /// [`Capabilities::count`] says whether it works.
+    async fn count_range(&self, range: KeyRange) -> Result<RangeCount, KvError>;
+
+    /// Watches every key in `range`: first [`RangeWatchEvent::Reread`], then the keys that
+    /// commits change, with their new states, coalesced; a consumer that falls behind, or a
+    /// change that cannot be named key by key, gets [`RangeWatchEvent::Reread`] again (see
+    /// [`crate::watch::RangeWatchEvent`]). Not part of Deno KV.
+    /// [`Capabilities::watch_range`] says whether it works.
+    fn watch_range(&self, range: KeyRange) -> Result<RangeWatchStream, KvError>;
 
     /// Reads the whole store and reports what is damaged: the engine's structural check, then
     /// every entry and queued message decoded (see [`IntegrityReport`]). Problems found are the

@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use crate::backend::Optional;
 use crate::queue::{QueueMessageHandle, QueuedMessage};
 use crate::{
-    AtomicWrite, Backend, Capabilities, Clock, CommitResult, Engine, IntegrityReport, KvError,
-    Limits, ReadRangeOutput, SnapshotRead, WatchStream,
+    AtomicWrite, Backend, Capabilities, Clock, CommitResult, Engine, IntegrityReport, KeyRange,
+    KvError, Limits, RangeCount, RangeWatchStream, ReadRangeOutput, SnapshotRead, WatchStream,
 };
 
 /// An [`Engine`] behind the correctness layer: the [`Backend`] every engine of this workspace
@@ -152,6 +152,9 @@ impl<E: Engine> Backend for Checked<E> {
     async fn atomic_write(&self, write: AtomicWrite) -> Result<Option<CommitResult>, KvError> {
         self.ensure_open()?;
         self.ensure_writable()?;
+        if write.mutations.iter().any(|m| m.range().is_some()) {
+            self.ensure_offered(Optional::RangeDelete)?;
+        }
         let write = self.limits.accept_atomic_write(write, self.clock.now())?;
         self.engine.atomic_write(write).await
     }
@@ -176,6 +179,20 @@ impl<E: Engine> Backend for Checked<E> {
         self.ensure_offered(Optional::Watch)?;
         let keys = self.limits.accept_watch(keys)?;
         self.engine.watch(keys)
+    }
+
+    async fn count_range(&self, range: KeyRange) -> Result<RangeCount, KvError> {
+        self.ensure_open()?;
+        self.ensure_offered(Optional::Count)?;
+        let range = self.limits.accept_range(range)?;
+        self.engine.count_range(range).await
+    }
+
+    fn watch_range(&self, range: KeyRange) -> Result<RangeWatchStream, KvError> {
+        self.ensure_open()?;
+        self.ensure_offered(Optional::WatchRange)?;
+        let range = self.limits.accept_range(range)?;
+        self.engine.watch_range(range)
     }
 
     async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {

@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 
 use crate::queue::QueuedMessage;
 use crate::rules::{MinMax, SumBounds, apply_min_max, apply_sum, versionstamped_key};
-use crate::{KvError, KvValue, MutationKind, ValidatedWrite, Versionstamp};
+use crate::{KeyRange, KvError, KvValue, MutationKind, ValidatedWrite, Versionstamp};
 
 /// An entry as a backend stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +53,12 @@ pub trait WriteTransaction {
     fn put(&mut self, key: &[u8], entry: StoredEntry) -> Result<(), KvError>;
     /// Removes an entry if present.
     fn delete(&mut self, key: &[u8]) -> Result<(), KvError>;
+    /// Removes every entry in `range` (expired or not), natively: one statement or one range
+    /// drain, not a loop over reads. Only called for a write holding a
+    /// [`MutationKind::DeleteRange`], which [`crate::Checked`] lets through only when the engine
+    /// sets [`crate::Capabilities::range_delete`]; an engine that does not can answer
+    /// [`KvError::Unsupported`].
+    fn delete_range(&mut self, range: &KeyRange) -> Result<(), KvError>;
     /// Stores a new queue message.
     fn enqueue(&mut self, message: QueuedMessage) -> Result<(), KvError>;
 }
@@ -67,6 +73,8 @@ pub enum WriteOutcome {
         /// Every encoded key the write set or deleted, in mutation order (may repeat), for watch
         /// notifications.
         changed_keys: Vec<Vec<u8>>,
+        /// Every range the write deleted as a whole ([`MutationKind::DeleteRange`]), in order.
+        changed_ranges: Vec<KeyRange>,
         /// Whether the write enqueued messages, so the backend can wake its consumers.
         enqueued: bool,
     },
@@ -90,6 +98,7 @@ pub fn apply_atomic_write(
     }
 
     let mut changed_keys = Vec::with_capacity(write.mutations.len());
+    let mut changed_ranges = Vec::new();
     for mutation in &write.mutations {
         let stamp = |value: KvValue, expires_at| StoredEntry {
             value,
@@ -111,6 +120,14 @@ pub fn apply_atomic_write(
                 txn.put(&key, stamp(value.clone(), mutation.expire_at))?;
             }
             MutationKind::Delete => txn.delete(&key)?,
+            MutationKind::DeleteRange { end } => {
+                let range = KeyRange::new(key, end.clone());
+                if !range.is_empty() {
+                    txn.delete_range(&range)?;
+                    changed_ranges.push(range);
+                }
+                continue;
+            }
             MutationKind::Sum {
                 value,
                 min_v8,
@@ -145,6 +162,7 @@ pub fn apply_atomic_write(
     }
     Ok(WriteOutcome::Committed {
         changed_keys,
+        changed_ranges,
         enqueued: !write.enqueues.is_empty(),
     })
 }

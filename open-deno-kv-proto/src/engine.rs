@@ -3,8 +3,8 @@
 use crate::backend::Optional;
 use crate::queue::{QueueMessageHandle, QueuedMessage};
 use crate::{
-    Capabilities, CommitResult, IntegrityReport, KvError, ReadRangeOutput, ValidatedRead,
-    ValidatedWatch, ValidatedWrite, WatchStream,
+    Capabilities, CommitResult, IntegrityReport, KvError, RangeCount, RangeWatchStream,
+    ReadRangeOutput, ValidatedRange, ValidatedRead, ValidatedWatch, ValidatedWrite, WatchStream,
 };
 
 /// A storage engine, below the [`crate::Checked`] layer.
@@ -143,6 +143,25 @@ pub trait Engine: Send + Sync {
     fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {
         let _ = keys;
         Err(Optional::Watch.refusal())
+    }
+
+    /// Counts the visible entries of `range` and their sizes from one snapshot, natively (one
+    /// `COUNT`, one scan of keys and value lengths), without reading values out. Called only when
+    /// [`Capabilities::count`] is on.
+    fn count_range(
+        &self,
+        range: ValidatedRange,
+    ) -> impl Future<Output = Result<RangeCount, KvError>> + Send {
+        let _ = range;
+        async { Err(Optional::Count.refusal()) }
+    }
+
+    /// Watches every key of `range` (usually with [`crate::range_watch_stream`], over the same
+    /// reader and signal as [`Engine::watch`]); the stream ends when the engine closes. Called
+    /// only when [`Capabilities::watch_range`] is on.
+    fn watch_range(&self, range: ValidatedRange) -> Result<RangeWatchStream, KvError> {
+        let _ = range;
+        Err(Optional::WatchRange.refusal())
     }
 
     /// The engine's integrity check (see [`crate::Backend::check_integrity`]). Called only when

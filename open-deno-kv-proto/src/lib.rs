@@ -70,6 +70,7 @@ mod limits;
 mod notifier;
 pub mod pool;
 pub mod queue;
+mod range;
 mod read;
 pub mod rules;
 mod schema;
@@ -82,7 +83,7 @@ mod versionstamp;
 pub mod watch;
 mod write;
 
-pub use backend::{Backend, Capabilities, WatchStream};
+pub use backend::{Backend, Capabilities, RangeWatchStream, WatchStream};
 pub use blocking::{IN_PLACE_READ_ENTRIES, run_blocking, run_read};
 pub use checked::Checked;
 pub use clock::{Clock, ManualClock, SystemClock, ms_to_datetime};
@@ -96,16 +97,18 @@ pub use key_codec::{KeyError, MAX_INT_MAGNITUDE_BYTES, decode_key, encode_key, e
 pub use limits::{LimitError, LimitKind, Limits};
 pub use notifier::{Effects, Notifier};
 pub use queue::{QueueMessageHandle, QueuedMessage};
+pub use range::{KeyRange, RangeCount};
 pub use read::{Consistency, KvEntry, ReadRange, ReadRangeOutput, SnapshotRead, WatchKeyOutput};
 pub use rules::MutationError;
 pub use schema::SchemaTooNew;
 pub use selector::ListSelector;
 pub use staged::{StagedCommit, stage_atomic_write};
-pub use validated::{Validated, ValidatedRead, ValidatedWatch, ValidatedWrite};
+pub use validated::{Validated, ValidatedRange, ValidatedRead, ValidatedWatch, ValidatedWrite};
 pub use value::{KvValue, ValueEncoding, ValueError};
 pub use versionstamp::{Versionstamp, VersionstampParseError};
 pub use watch::{
-    ChangeSignal, ChangedKeys, WatchReader, WatchedEntry, blocking_watch_stream, watch_stream,
+    ChangeSignal, ChangedKeys, RangeChange, RangeWatchEvent, WatchReader, WatchedEntry,
+    blocking_range_watch_stream, blocking_watch_stream, range_watch_stream, watch_stream,
 };
 pub use write::{
     AtomicWrite, Check, CommitResult, DEFAULT_BACKOFF_SCHEDULE, Enqueue, Mutation, MutationKind,

@@ -22,8 +22,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 use thiserror::Error;
 
 use crate::{
-    AtomicWrite, Enqueue, KeyError, KvError, SnapshotRead, Validated, ValidatedRead,
-    ValidatedWatch, ValidatedWrite, decode_key,
+    AtomicWrite, Enqueue, KeyError, KeyRange, KvError, MutationKind, SnapshotRead, Validated,
+    ValidatedRange, ValidatedRead, ValidatedWatch, ValidatedWrite, decode_key,
 };
 
 /// Which limit a request broke.
@@ -174,6 +174,15 @@ impl Limits {
         Ok(Validated::vouched(keys))
     }
 
+    /// Validates the bounds of a range counted or watched as a whole (see
+    /// [`crate::Backend::count_range`]): each is sized like a read's range bound. An empty or
+    /// inverted range is valid and holds nothing.
+    pub fn accept_range(&self, range: KeyRange) -> Result<ValidatedRange, KvError> {
+        self.check_read_key(&range.start)?;
+        self.check_read_key(&range.end)?;
+        Ok(Validated::vouched(range))
+    }
+
     /// Validates a snapshot read: range count, each range's limit and bound sizes, then the total
     /// of the limits.
     pub fn validate_snapshot_read(&self, read: &SnapshotRead) -> Result<(), KvError> {
@@ -239,7 +248,15 @@ impl Limits {
             total_size += self.check_write_key(&check.key)?;
         }
         for mutation in &write.mutations {
-            total_size += self.check_write_key(&mutation.key)?;
+            total_size += match &mutation.kind {
+                // A range's bounds are read bounds (`prefix + 00`), not keys: sized as a read's.
+                MutationKind::DeleteRange { end } => {
+                    self.check_read_key(&mutation.key)?;
+                    self.check_read_key(end)?;
+                    mutation.key.len() + end.len()
+                }
+                _ => self.check_write_key(&mutation.key)?,
+            };
         }
         for mutation in &write.mutations {
             if let Some(value) = mutation.value() {

@@ -41,10 +41,14 @@ impl Effects {
     pub fn record(&mut self, outcome: &WriteOutcome) {
         if let WriteOutcome::Committed {
             changed_keys,
+            changed_ranges,
             enqueued,
         } = outcome
         {
             self.changed.extend(changed_keys.iter().cloned());
+            changed_ranges
+                .iter()
+                .for_each(|range| self.changed.extend_range(range.clone()));
             self.queue |= enqueued;
         }
     }

@@ -15,16 +15,34 @@ use chrono::{DateTime, Utc};
 
 use crate::commit::{StoredEntry, WriteOutcome, WriteTransaction, apply_atomic_write};
 use crate::queue::QueuedMessage;
-use crate::{KvError, ValidatedWrite, Versionstamp};
+use crate::{ChangedKeys, KeyRange, KvError, ValidatedWrite, Versionstamp};
 
-/// What a committed write leaves for the engine to store.
+/// What a committed write leaves for the engine to store: first delete every range of
+/// `deleted_ranges`, then store `writes`, then the messages.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct StagedCommit {
+    /// The ranges the write deleted as a whole ([`crate::MutationKind::DeleteRange`]), to delete
+    /// *before* storing `writes`: a key the write set after deleting its range is in `writes`,
+    /// and one it set before is not (the range took it). Empty unless the engine offers
+    /// [`crate::Capabilities::range_delete`].
+    pub deleted_ranges: Vec<KeyRange>,
     /// The final state of every key the write touched, in key order: `Some` to store, `None` to
     /// delete.
     pub writes: BTreeMap<Vec<u8>, Option<StoredEntry>>,
     /// The messages the write enqueued, in order.
     pub enqueued: Vec<QueuedMessage>,
+}
+
+impl StagedCommit {
+    /// The keys and ranges this commit changed, for the watches it must wake.
+    pub fn changed(&self) -> ChangedKeys {
+        let mut changed = ChangedKeys::new();
+        changed.extend(self.writes.keys().cloned());
+        self.deleted_ranges
+            .iter()
+            .for_each(|range| changed.extend_range(range.clone()));
+        changed
+    }
 }
 
 /// Runs [`apply_atomic_write`] over an overlay of the entries `read` returns (stored entries,
@@ -75,6 +93,7 @@ where
     fn get(&mut self, key: &[u8]) -> Result<Option<StoredEntry>, KvError> {
         match self.staged.writes.get(key) {
             Some(staged) => Ok(staged.clone()),
+            None if self.staged.deleted_ranges.iter().any(|r| r.contains(key)) => Ok(None),
             None => (self.read)(key),
         }
     }
@@ -86,6 +105,25 @@ where
 
     fn delete(&mut self, key: &[u8]) -> Result<(), KvError> {
         self.staged.writes.insert(key.to_vec(), None);
+        Ok(())
+    }
+
+    fn delete_range(&mut self, range: &KeyRange) -> Result<(), KvError> {
+        if range.is_empty() {
+            return Ok(()); // `BTreeMap::range` refuses an inverted range
+        }
+        // What the write staged in the range so far is deleted with it; what it stages later
+        // stays in `writes`, which the engine stores after deleting the ranges.
+        let inside: Vec<Vec<u8>> = self
+            .staged
+            .writes
+            .range(range.start.clone()..range.end.clone())
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in inside {
+            self.staged.writes.remove(&key);
+        }
+        self.staged.deleted_ranges.push(range.clone());
         Ok(())
     }
 
@@ -183,5 +221,49 @@ mod tests {
             stage_atomic_write(broken, &write, stamp, now()),
             Err(KvError::Closed)
         ));
+    }
+
+    /// A range delete in the overlay: it takes what the write staged inside it before, hides
+    /// the engine's entries inside it from later reads, and leaves what the write stages after
+    /// it; the engine deletes the ranges first, then stores the writes.
+    #[test]
+    fn a_range_delete_is_staged_in_order() {
+        let engine = BTreeMap::from([(b"b1".to_vec(), stored(10)), (b"c".to_vec(), stored(5))]);
+        let range = crate::KeyRange::new(b"b".to_vec(), b"c".to_vec());
+        let write = AtomicWrite {
+            mutations: vec![
+                Mutation::set(b"b2".to_vec(), KvValue::U64(1)),
+                Mutation::delete_range(range.clone()),
+                sum(b"b1", 1), // reads "absent" now: the range took the stored 10
+                sum(b"c", 1),
+            ],
+            ..Default::default()
+        };
+        let stamp = Versionstamp::from_version(2, 0);
+        let staged = stage_atomic_write(
+            |key| Ok(engine.get(key).cloned()),
+            &Validated::vouched(write),
+            stamp,
+            now(),
+        )
+        .expect("valid")
+        .expect("no checks");
+        assert_eq!(staged.deleted_ranges, vec![range.clone()]);
+        let values: Vec<(&[u8], Option<KvValue>)> = staged
+            .writes
+            .iter()
+            .map(|(k, e)| (k.as_slice(), e.as_ref().map(|e| e.value.clone())))
+            .collect();
+        assert_eq!(
+            values,
+            vec![
+                (b"b1".as_slice(), Some(KvValue::U64(1))),
+                (b"c".as_slice(), Some(KvValue::U64(6)))
+            ]
+        );
+        let mut expected = crate::ChangedKeys::new();
+        expected.extend([b"b1".to_vec(), b"c".to_vec()]);
+        expected.extend_range(range);
+        assert_eq!(staged.changed(), expected);
     }
 }

@@ -56,6 +56,10 @@ pub type ValidatedRead = Validated<SnapshotRead>;
 /// [`crate::Limits::accept_watch`].
 pub type ValidatedWatch = Validated<Vec<Vec<u8>>>;
 
+/// A key range whose bounds passed [`crate::Limits::accept_range`]: what an engine counts or
+/// watches as a whole.
+pub type ValidatedRange = Validated<crate::KeyRange>;
+
 impl<T> Validated<T> {
     /// Wraps a request that open-deno-kv-proto itself vouches for: one that just passed the limits, or one
     /// open-deno-kv-proto built from data that did (a dead-letter write from a stored message's

@@ -19,7 +19,7 @@
 //! Rapid commits may be coalesced into one emission, as Deno allows; an emission never shows a
 //! state older than the previous one.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -28,7 +28,15 @@ use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
 use tokio::sync::{Notify, Semaphore, watch};
 
-use crate::{Clock, KvEntry, KvError, Versionstamp, WatchKeyOutput, WatchStream};
+use crate::{Clock, KeyRange, KvEntry, KvError, Versionstamp, WatchKeyOutput, WatchStream};
+
+mod range;
+
+use range::RangeWatcher;
+pub use range::{
+    MAX_PENDING_RANGE_CHANGES, RangeChange, RangeWatchEvent, blocking_range_watch_stream,
+    range_watch_stream,
+};
 
 /// How many watch re-reads may run at the same time in one process (across every signal). A
 /// re-read of a blocking engine occupies a thread while it runs; this bounds those threads.
@@ -51,12 +59,17 @@ struct SignalShared {
     closed_sender: watch::Sender<bool>,
 }
 
-/// The live watchers, by id and by watched key.
+/// The live watchers, by id, by watched key, and (range watches) by watched range.
 #[derive(Debug, Default)]
 struct Registry {
     next_id: u64,
+    /// Every watcher, key or range, by id.
     watchers: HashMap<u64, Arc<Notify>>,
-    by_key: HashMap<Vec<u8>, HashMap<u64, Arc<Notify>>>,
+    /// Key watchers by key, ordered so a deleted range finds its watchers without a scan.
+    by_key: BTreeMap<Vec<u8>, HashMap<u64, Arc<Notify>>>,
+    /// Range watchers by id, each with the changes it has not read yet. A commit's key is
+    /// checked against every range: cheap while range watches are few, as they are meant to be.
+    ranges: HashMap<u64, Arc<RangeWatcher>>,
 }
 
 impl SignalShared {
@@ -92,17 +105,50 @@ impl ChangeSignal {
             return;
         }
         for key in keys {
-            if let Some(watchers) = registry.by_key.get(key.as_ref()) {
+            let key = key.as_ref();
+            if let Some(watchers) = registry.by_key.get(key) {
                 // A watcher woken twice still re-reads once: `notify_one` keeps one permit.
                 watchers.values().for_each(|wake| wake.notify_one());
+            }
+            for watcher in registry.ranges.values() {
+                if watcher.range.contains(key) {
+                    watcher.note_key(key);
+                }
+            }
+        }
+    }
+
+    /// Wakes the watchers of every key in these ranges: a commit deleted each range as a whole
+    /// ([`crate::MutationKind::DeleteRange`]). A range watch overlapping one is told to read its
+    /// range again ([`RangeWatchEvent::Reread`]): which of its keys existed is not known here.
+    pub fn notify_ranges<'r>(&self, ranges: impl IntoIterator<Item = &'r KeyRange>) {
+        let registry = self.shared.registry();
+        if registry.watchers.is_empty() {
+            return;
+        }
+        for range in ranges {
+            if range.is_empty() {
+                continue; // `BTreeMap::range` refuses an inverted range
+            }
+            for (_, watchers) in registry
+                .by_key
+                .range(range.start.clone()..range.end.clone())
+            {
+                watchers.values().for_each(|wake| wake.notify_one());
+            }
+            for watcher in registry.ranges.values() {
+                if watcher.range.overlaps(range) {
+                    watcher.note_reread();
+                }
             }
         }
     }
 
     /// Wakes every watcher: something changed and the keys are unknown (for example another
-    /// process committed to the same file).
+    /// process committed to the same file). Range watches are told to read their ranges again.
     pub fn notify_all(&self) {
         let registry = self.shared.registry();
+        registry.ranges.values().for_each(|w| w.note_reread());
         registry
             .watchers
             .values()
@@ -115,6 +161,7 @@ impl ChangeSignal {
             self.notify_all();
         } else {
             self.notify_keys(&changed.keys);
+            self.notify_ranges(&changed.ranges);
         }
     }
 
@@ -163,6 +210,24 @@ impl ChangeSignal {
             wake,
         }
     }
+
+    /// Registers a watcher of `range`; it is removed when the returned registration is dropped.
+    fn register_range(&self, range: KeyRange) -> (Registration, Arc<RangeWatcher>) {
+        let wake = Arc::new(Notify::new());
+        let watcher = Arc::new(RangeWatcher::new(range, wake.clone()));
+        let mut registry = self.shared.registry();
+        let id = registry.next_id;
+        registry.next_id += 1;
+        registry.watchers.insert(id, wake.clone());
+        registry.ranges.insert(id, watcher.clone());
+        let registration = Registration {
+            shared: self.shared.clone(),
+            id,
+            keys: Vec::new(),
+            wake,
+        };
+        (registration, watcher)
+    }
 }
 
 /// The keys a group of commits wrote, collected while the group runs and handed to
@@ -170,6 +235,7 @@ impl ChangeSignal {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ChangedKeys {
     keys: Vec<Vec<u8>>,
+    ranges: Vec<KeyRange>,
     all: bool,
 }
 
@@ -183,6 +249,7 @@ impl ChangedKeys {
     pub fn all() -> Self {
         ChangedKeys {
             keys: Vec::new(),
+            ranges: Vec::new(),
             all: true,
         }
     }
@@ -194,18 +261,29 @@ impl ChangedKeys {
         }
     }
 
+    /// Adds a range a commit deleted as a whole.
+    pub fn extend_range(&mut self, range: KeyRange) {
+        if !self.all && !range.is_empty() {
+            self.ranges.push(range);
+        }
+    }
+
     /// Adds everything `other` names.
     pub fn merge(&mut self, other: ChangedKeys) {
         if other.all {
             *self = ChangedKeys::all();
         } else {
             self.extend(other.keys);
+            other
+                .ranges
+                .into_iter()
+                .for_each(|range| self.extend_range(range));
         }
     }
 
     /// Whether no watcher needs waking.
     pub fn is_empty(&self) -> bool {
-        !self.all && self.keys.is_empty()
+        !self.all && self.keys.is_empty() && self.ranges.is_empty()
     }
 }
 
@@ -221,6 +299,7 @@ impl Drop for Registration {
     fn drop(&mut self) {
         let mut registry = self.shared.registry();
         registry.watchers.remove(&self.id);
+        registry.ranges.remove(&self.id);
         for key in &self.keys {
             if let Some(watchers) = registry.by_key.get_mut(key) {
                 watchers.remove(&self.id);
@@ -281,12 +360,19 @@ pub fn blocking_watch_stream(
     clock: Arc<dyn Clock>,
     read: impl Fn(&[Vec<u8>]) -> Result<Vec<WatchedEntry>, KvError> + Send + Sync + 'static,
 ) -> WatchStream {
+    watch_stream(keys, blocking_reader(read), signal, clock)
+}
+
+/// A [`WatchReader`] over a blocking read of the keys' entries (run through
+/// [`crate::run_blocking`]).
+fn blocking_reader(
+    read: impl Fn(&[Vec<u8>]) -> Result<Vec<WatchedEntry>, KvError> + Send + Sync + 'static,
+) -> WatchReader {
     let read = Arc::new(read);
-    let reader: WatchReader = Arc::new(move |keys| {
+    Arc::new(move |keys| {
         let read = read.clone();
         Box::pin(crate::run_blocking(move || read(&keys)))
-    });
-    watch_stream(keys, reader, signal, clock)
+    })
 }
 
 /// Builds the watch stream for `keys` over `reader`, woken by `signal` when a commit writes one

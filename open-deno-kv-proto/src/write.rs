@@ -15,7 +15,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::{KvValue, Versionstamp};
+use crate::{KeyRange, KvValue, Versionstamp};
 
 /// Deno's default retry schedule for queue messages, in milliseconds.
 pub const DEFAULT_BACKOFF_SCHEDULE: [u32; 5] = [100, 1_000, 5_000, 30_000, 60_000];
@@ -61,6 +61,31 @@ impl Mutation {
         }
     }
 
+    /// Deletes every entry in `range` (`[start, end)` over encoded keys), in one commit and with
+    /// no per-entry cost in the request, whatever the range holds. Not part of Deno KV: only a
+    /// backend whose [`crate::Capabilities::range_delete`] is on accepts it.
+    ///
+    /// ```
+    /// use open_deno_kv_proto::{key, KeyRange, Mutation};
+    /// let clear_users = Mutation::delete_range(KeyRange::prefix(&key!["users"]).unwrap());
+    /// assert_eq!(clear_users.range().map(|r| r.end.last().copied()), Some(Some(0xff)));
+    /// ```
+    pub fn delete_range(range: KeyRange) -> Self {
+        Mutation {
+            key: range.start,
+            kind: MutationKind::DeleteRange { end: range.end },
+            expire_at: None,
+        }
+    }
+
+    /// The range a [`MutationKind::DeleteRange`] deletes (`None` for every other kind).
+    pub fn range(&self) -> Option<KeyRange> {
+        match &self.kind {
+            MutationKind::DeleteRange { end } => Some(KeyRange::new(self.key.clone(), end.clone())),
+            _ => None,
+        }
+    }
+
     /// A plain sum (no bounds): wrapping for u64, exact for V8 numbers and bigints.
     pub fn sum(key: Vec<u8>, operand: KvValue) -> Self {
         Mutation {
@@ -83,7 +108,7 @@ impl Mutation {
             | MutationKind::Min(v)
             | MutationKind::Max(v)
             | MutationKind::SetSuffixVersionstampedKey(v) => Some(v),
-            MutationKind::Delete => None,
+            MutationKind::Delete | MutationKind::DeleteRange { .. } => None,
         }
     }
 }
@@ -95,6 +120,13 @@ pub enum MutationKind {
     Set(KvValue),
     /// Remove the key (no error if absent).
     Delete,
+    /// Remove every entry from the mutation's key (the range's inclusive start, which need not be
+    /// a valid key) up to `end` (exclusive). An extension of this project, not of Deno KV; see
+    /// [`Mutation::delete_range`].
+    DeleteRange {
+        /// The exclusive end of the range.
+        end: Vec<u8>,
+    },
     /// Add the operand to the stored value. u64 + u64 wraps modulo 2^64. A V8 number or bigint
     /// adds exactly, then `min_v8` / `max_v8` (V8-serialized bounds of the operand's type; empty
     /// means unbounded) either clamp the result (`clamp`) or make an out-of-range result an
@@ -120,11 +152,12 @@ pub enum MutationKind {
 
 impl MutationKind {
     /// Deno's name for the operation, as it appears in error texts (`set`, `delete`, `sum`,
-    /// `min`, `max`).
+    /// `min`, `max`; `deleteRange` for this project's range delete).
     pub fn name(&self) -> &'static str {
         match self {
             MutationKind::Set(_) | MutationKind::SetSuffixVersionstampedKey(_) => "set",
             MutationKind::Delete => "delete",
+            MutationKind::DeleteRange { .. } => "deleteRange",
             MutationKind::Sum { .. } => "sum",
             MutationKind::Min(_) => "min",
             MutationKind::Max(_) => "max",

@@ -118,6 +118,12 @@ impl<'a> EntryRecord<'a> {
         })
     }
 
+    /// The length of the encoded value (what [`KvValue::encoded_len`] gives for it), without
+    /// decoding or copying it.
+    pub(crate) fn value_len(&self) -> usize {
+        self.value.len()
+    }
+
     /// The value, copied out of the record.
     pub(crate) fn value(&self) -> Result<KvValue, KvError> {
         Ok(KvValue::decode(

@@ -78,8 +78,9 @@ use std::sync::Arc;
 
 use open_deno_kv_proto::{
     Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, IntegrityReport, KvError,
-    Limits, QueueMessageHandle, QueuedMessage, ReadRangeOutput, SystemClock, ValidatedRead,
-    ValidatedWatch, ValidatedWrite, WatchStream, blocking_watch_stream,
+    Limits, QueueMessageHandle, QueuedMessage, RangeCount, RangeWatchStream, ReadRangeOutput,
+    SystemClock, ValidatedRange, ValidatedRead, ValidatedWatch, ValidatedWrite, WatchStream,
+    blocking_range_watch_stream, blocking_watch_stream,
 };
 use open_deno_kv_proto::{run_blocking, run_read};
 
@@ -262,6 +263,28 @@ impl Engine for RedbBackend {
         };
         let (keys, clock) = (keys.into_inner(), self.clock.clone());
         Ok(blocking_watch_stream(keys, &self.signal, clock, read))
+    }
+
+    async fn count_range(&self, range: ValidatedRange) -> Result<RangeCount, KvError> {
+        let mut time = ReadTime::new(self.clock.clone());
+        let shared = self.shared.clone();
+        run_blocking(move || {
+            shared.with_entries(|entries| reader::count_range(entries, &range, &mut time))
+        })
+        .await
+    }
+
+    fn watch_range(&self, range: ValidatedRange) -> Result<RangeWatchStream, KvError> {
+        let (shared, clock) = (self.shared.clone(), self.clock.clone());
+        let read = move |keys: &[Vec<u8>]| {
+            let mut time = ReadTime::new(clock.clone());
+            shared.with_entries(|entries| reader::read_watched(entries, keys, &mut time))
+        };
+        Ok(blocking_range_watch_stream(
+            range.into_inner(),
+            &self.signal,
+            read,
+        ))
     }
 
     /// Closes this handle: its watch streams end, its waiting dequeues return `None`, and the

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use open_deno_kv_proto::queue::QueuedMessage;
 use open_deno_kv_proto::{
-    Clock, KvEntry, KvError, ReadRange, ReadRangeOutput, WatchedEntry, is_expired,
+    Clock, KeyRange, KvEntry, KvError, RangeCount, ReadRange, ReadRangeOutput, WatchedEntry,
+    is_expired,
 };
 use redb::{ReadableDatabase, ReadableTable};
 
@@ -56,6 +57,30 @@ pub(crate) fn read_ranges(
         });
     }
     Ok(outputs)
+}
+
+/// How many entries of `range` are visible, and their sizes, from one snapshot: one scan of
+/// the range that decodes each record's header and takes its value's length, never the value.
+pub(crate) fn count_range(
+    table: &EntriesSnapshot,
+    range: &KeyRange,
+    time: &mut ReadTime,
+) -> Result<RangeCount, KvError> {
+    let mut count = RangeCount::default();
+    if range.is_empty() {
+        return Ok(count);
+    }
+    let rows = table
+        .range::<&[u8]>(range.start.as_slice()..range.end.as_slice())
+        .map_err(storage)?;
+    for row in rows {
+        let (key, value) = row.map_err(storage)?;
+        let record = EntryRecord::decode(value.value())?;
+        if !time.expired(record.expires_at) {
+            count.add(key.value().len(), record.value_len());
+        }
+    }
+    Ok(count)
 }
 
 /// The current state of each watched key, from one snapshot.

@@ -22,7 +22,8 @@
 use chrono::{DateTime, Utc};
 use open_deno_kv_proto::queue::QueuedMessage;
 use open_deno_kv_proto::{
-    CommitResult, Effects, KvError, StoredEntry, ValidatedWrite, Versionstamp, stage_atomic_write,
+    CommitResult, Effects, KeyRange, KvError, StoredEntry, ValidatedWrite, Versionstamp,
+    stage_atomic_write,
 };
 use redb::{ReadableTable, Table};
 
@@ -159,6 +160,35 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
+    /// Deletes every entry in `range` with one range drain of the entries table (redb's
+    /// `retain_in`), then the expiry index rows of the drained entries that had an expiry.
+    fn delete_range(&mut self, range: &KeyRange) -> Result<(), Fatal> {
+        if range.is_empty() {
+            return Ok(());
+        }
+        self.dirty = true;
+        let mut indexed = Vec::new();
+        self.entries()
+            .map_err(fatal)?
+            .retain_in::<&[u8], _>(
+                range.start.as_slice()..range.end.as_slice(),
+                |key, record| {
+                    // A record that does not decode leaves at worst a stale index row, which the
+                    // sweep recognises.
+                    if let Some(at) = EntryRecord::decode(record).ok().and_then(|r| r.expires_at) {
+                        indexed.push(codec::expiry_key(at, key));
+                    }
+                    false
+                },
+            )
+            .map_err(fatal)?;
+        let index = self.expiry().map_err(fatal)?;
+        for row in indexed {
+            index.remove(row.as_slice()).map_err(fatal)?;
+        }
+        Ok(())
+    }
+
     /// Puts a message in the ready queue.
     pub(crate) fn insert_ready(&mut self, message: &QueuedMessage) -> Result<(), Fatal> {
         self.dirty = true;
@@ -246,6 +276,9 @@ pub(crate) fn commit_write(
         Ok(None) => return Ok(Ok(None)),
         Err(err) => return Ok(Err(err)),
     };
+    for range in &staged.deleted_ranges {
+        tables.delete_range(range)?;
+    }
     for (key, entry) in &staged.writes {
         tables.store_entry(key, entry.as_ref())?;
     }
@@ -255,7 +288,7 @@ pub(crate) fn commit_write(
     // Even a write with no mutations takes a versionstamp and counts as a commit.
     tables.dirty = true;
     *last_version = version;
-    effects.changed.extend(staged.writes.keys().cloned());
+    effects.changed.merge(staged.changed());
     effects.queue |= !staged.enqueued.is_empty();
     Ok(Ok(Some(CommitResult { versionstamp })))
 }

@@ -57,8 +57,9 @@ use std::sync::Arc;
 use open_deno_kv_proto::committer::SettleAtNow;
 use open_deno_kv_proto::{
     Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, IntegrityReport, KvError,
-    Limits, Notifier, QueueMessageHandle, QueuedMessage, ReadRangeOutput, SystemClock,
-    ValidatedRead, ValidatedWatch, ValidatedWrite, WatchStream, blocking_watch_stream,
+    Limits, Notifier, QueueMessageHandle, QueuedMessage, RangeCount, RangeWatchStream,
+    ReadRangeOutput, SystemClock, ValidatedRange, ValidatedRead, ValidatedWatch, ValidatedWrite,
+    WatchStream, blocking_range_watch_stream, blocking_watch_stream,
 };
 use thiserror::Error;
 
@@ -284,6 +285,21 @@ impl Engine for SqliteBackend {
         let read = move |keys: &[Vec<u8>]| readers.read_watched(keys, clock.now_ms());
         let (keys, clock) = (keys.into_inner(), self.clock.clone());
         Ok(blocking_watch_stream(keys, &self.signal, clock, read))
+    }
+
+    async fn count_range(&self, range: ValidatedRange) -> Result<RangeCount, KvError> {
+        let (readers, now_ms) = (self.readers.clone(), self.clock.now_ms());
+        run_blocking(move || readers.count_range(&range, now_ms)).await
+    }
+
+    fn watch_range(&self, range: ValidatedRange) -> Result<RangeWatchStream, KvError> {
+        let (readers, clock) = (self.readers.clone(), self.clock.clone());
+        let read = move |keys: &[Vec<u8>]| readers.read_watched(keys, clock.now_ms());
+        Ok(blocking_range_watch_stream(
+            range.into_inner(),
+            &self.signal,
+            read,
+        ))
     }
 
     async fn close(&self) -> Result<(), KvError> {

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use open_deno_kv_proto::pool::Pool;
 use open_deno_kv_proto::queue::QueuedMessage;
 use open_deno_kv_proto::{
-    IntegrityReport, KvEntry, KvError, ReadRange, ReadRangeOutput, StoredEntry, WatchedEntry,
+    IntegrityReport, KeyRange, KvEntry, KvError, RangeCount, ReadRange, ReadRangeOutput,
+    StoredEntry, WatchedEntry,
 };
 use rusqlite::Connection;
 
@@ -93,6 +94,27 @@ impl ReaderPool {
         self.with_connection(crate::integrity::check)
     }
 
+    /// How many entries of `range` are visible at `now_ms`, and their sizes: one statement
+    /// (one snapshot) over the primary key, which reads value lengths without the values.
+    pub(crate) fn count_range(&self, range: &KeyRange, now_ms: i64) -> Result<RangeCount, KvError> {
+        if range.is_empty() {
+            return Ok(RangeCount::default());
+        }
+        self.with_connection(|conn| {
+            let mut stmt = conn.prepare_cached(COUNT_SQL).map_err(storage)?;
+            let params = rusqlite::params![range.start, range.end, now_ms];
+            let (entries, key_bytes, value_bytes): (i64, i64, i64) = stmt
+                .query_row(params, |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+                .map_err(storage)?;
+            let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
+            Ok(RangeCount {
+                entries: unsigned(entries),
+                key_bytes: unsigned(key_bytes),
+                value_bytes: unsigned(value_bytes),
+            })
+        })
+    }
+
     /// The current entries of watched keys, from one snapshot.
     pub(crate) fn read_watched(
         &self,
@@ -116,6 +138,8 @@ const QUEUE_SQL: &str =
     "select ts, id, data, backoff_schedule, keys_if_undelivered from queue order by ts";
 const RUNNING_SQL: &str =
     "select ?1, id, data, backoff_schedule, keys_if_undelivered from queue_running";
+const COUNT_SQL: &str = "select count(*), coalesce(sum(length(k)), 0), coalesce(sum(length(v)), 0)
+    from kv where k >= ?1 and k < ?2 and (expiration_ms < 0 or expiration_ms > ?3)";
 const POINT_SQL: &str = "select v, v_encoding, version, seq, expiration_ms from kv
     where k = ?1 and (expiration_ms < 0 or expiration_ms > ?2)";
 const RANGE_ASC_SQL: &str = "select k, v, v_encoding, version, seq, expiration_ms from kv

@@ -6,8 +6,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use open_deno_kv_proto::queue::QueuedMessage;
 use open_deno_kv_proto::{
-    CommitResult, Effects, KvEntry, KvError, KvValue, StoredEntry, ValidatedWrite, Versionstamp,
-    WriteOutcome, WriteTransaction, apply_atomic_write, ms_to_datetime,
+    CommitResult, Effects, KeyRange, KvEntry, KvError, KvValue, StoredEntry, ValidatedWrite,
+    Versionstamp, WriteOutcome, WriteTransaction, apply_atomic_write, ms_to_datetime,
 };
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use rusqlite::{Connection, OpenFlags, Params, Row, params};
@@ -228,6 +228,12 @@ impl WriteTransaction for SqlTransaction<'_> {
 
     fn delete(&mut self, key: &[u8]) -> Result<(), KvError> {
         execute(self.conn, "delete from kv where k = ?1", [key])
+    }
+
+    /// One statement over the primary key's range, however many rows it removes.
+    fn delete_range(&mut self, range: &KeyRange) -> Result<(), KvError> {
+        let bounds = params![range.start, range.end];
+        execute(self.conn, "delete from kv where k >= ?1 and k < ?2", bounds)
     }
 
     fn enqueue(&mut self, message: QueuedMessage) -> Result<(), KvError> {

@@ -24,6 +24,10 @@ impl WriteTransaction for MapTxn {
         self.entries.remove(key);
         Ok(())
     }
+    fn delete_range(&mut self, range: &KeyRange) -> Result<(), KvError> {
+        self.entries.retain(|key, _| !range.contains(key));
+        Ok(())
+    }
     fn enqueue(&mut self, message: QueuedMessage) -> Result<(), KvError> {
         self.queue.push(message);
         Ok(())
@@ -113,6 +117,7 @@ fn matching_checks_commit_everything() {
         outcome,
         WriteOutcome::Committed {
             changed_keys: vec![k("b"), k("a")],
+            changed_ranges: vec![],
             enqueued: false
         }
     );
@@ -254,6 +259,7 @@ fn versionstamped_set_appends_the_commit_stamp() {
         outcome,
         WriteOutcome::Committed {
             changed_keys: vec![full.clone()],
+            changed_ranges: vec![],
             enqueued: false
         }
     );
@@ -298,6 +304,7 @@ fn enqueues_ride_in_the_commit() {
         outcome,
         WriteOutcome::Committed {
             changed_keys: vec![],
+            changed_ranges: vec![],
             enqueued: true
         }
     );
@@ -307,4 +314,52 @@ fn enqueues_ride_in_the_commit() {
         crate::DEFAULT_BACKOFF_SCHEDULE.to_vec()
     );
     assert_eq!(txn.queue[0].keys_if_undelivered, vec![k("dead")]);
+}
+
+#[test]
+fn a_range_delete_removes_the_range_in_order_with_the_other_mutations() {
+    let mut txn = MapTxn::default();
+    let user = |n: i64| encode_key(&key!["users", n]).unwrap();
+    let seed = AtomicWrite {
+        mutations: (1..=3)
+            .map(|n| Mutation::set(user(n), KvValue::U64(n as u64)))
+            .chain([Mutation::set(k("users"), KvValue::U64(0))])
+            .collect(),
+        ..Default::default()
+    };
+    apply_atomic_write(&mut txn, &valid(&seed), VS1, now()).unwrap();
+
+    let users = KeyRange::prefix(&key!["users"]).unwrap();
+    let write = AtomicWrite {
+        checks: vec![Check {
+            key: k("users"),
+            versionstamp: Some(VS1),
+        }],
+        mutations: vec![
+            Mutation::set(user(9), KvValue::U64(9)), // taken by the range after it
+            Mutation::delete_range(users.clone()),
+            Mutation::set(user(2), KvValue::U64(22)), // after it: stays
+            Mutation::delete_range(KeyRange::new(k("z"), k("a"))), // inverted: nothing
+        ],
+        ..Default::default()
+    };
+    let outcome = apply_atomic_write(&mut txn, &valid(&write), VS2, now()).unwrap();
+    assert_eq!(
+        outcome,
+        WriteOutcome::Committed {
+            changed_keys: vec![user(9), user(2)],
+            changed_ranges: vec![users],
+            enqueued: false
+        }
+    );
+    let left: Vec<(Vec<u8>, KvValue)> = txn
+        .entries
+        .iter()
+        .map(|(key, entry)| (key.clone(), entry.value.clone()))
+        .collect();
+    assert_eq!(
+        left,
+        vec![(k("users"), KvValue::U64(0)), (user(2), KvValue::U64(22))],
+        "the prefix itself is not under it"
+    );
 }
