@@ -2,6 +2,11 @@
 //! run against the backend and against a reference model; every result, every read and the final
 //! state must agree.
 //!
+//! Where the backend offers them, sequences also delete ranges (inside atomic writes, among the
+//! other mutations), count ranges, and watch one range for the whole sequence: the watch's events
+//! are applied to a mirror of the range as a consumer would (list the range on `Reread`, set or
+//! remove each changed key), and once the sequence ends the mirror must equal the model's range.
+//!
 //! The model is written independently and naively — a plain list of entries scanned in full, its
 //! own arithmetic for sum/min/max and its own expiry test. It shares open-deno-kv-proto's *types*
 //! (keys, values, versionstamps) but none of its rule code, so a bug in open-deno-kv-proto's rules shows up
@@ -16,9 +21,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use futures::{FutureExt, StreamExt};
 use open_deno_kv_proto::{
-    AtomicWrite, Check, Clock, Key, KvEntry, KvValue, Mutation, MutationKind, ReadRange,
-    SnapshotRead, Versionstamp, encode_key, key,
+    AtomicWrite, Check, Clock, Key, KeyRange, KvEntry, KvValue, Mutation, MutationKind, RangeCount,
+    RangeWatchEvent, RangeWatchStream, ReadRange, SnapshotRead, Versionstamp, encode_key, key,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
@@ -90,6 +96,8 @@ enum Expect {
 enum MutGen {
     Set(ValueGen, Option<u32>),
     Delete,
+    /// Deletes a range as a whole (only where the backend offers range deletes).
+    DeleteRange(RangeGen),
     SumU64(u64),
     SumNumber(i32),
     Min(u64),
@@ -104,6 +112,8 @@ enum Op {
         mutations: Vec<(usize, MutGen)>,
     },
     Get(usize),
+    /// Counts a range (only where the backend offers counts).
+    Count(RangeGen),
     List {
         from: usize,
         to: usize,
@@ -129,9 +139,48 @@ fn value_gen() -> impl Strategy<Value = ValueGen> {
     ]
 }
 
-fn mut_gen() -> impl Strategy<Value = MutGen> {
+/// A range over the key pool: everything under one pool key, or from one pool key to another
+/// (often inverted, so empty: a valid request that must do nothing).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum RangeGen {
+    Prefix(usize),
+    Between(usize, usize),
+}
+
+impl RangeGen {
+    fn range(self, pool: &[Vec<u8>]) -> KeyRange {
+        match self {
+            RangeGen::Prefix(k) => {
+                let mut start = pool[k].clone();
+                let mut end = start.clone();
+                start.push(0x00);
+                end.push(0xff);
+                KeyRange::new(start, end)
+            }
+            RangeGen::Between(from, to) => KeyRange::new(pool[from].clone(), pool[to].clone()),
+        }
+    }
+}
+
+fn range_gen() -> impl Strategy<Value = RangeGen> {
+    prop_oneof![
+        (0..POOL).prop_map(RangeGen::Prefix),
+        (0..POOL, 0..POOL).prop_map(|(from, to)| RangeGen::Between(from, to)),
+    ]
+}
+
+/// What the backend offers beyond Deno KV, so sequences use only that.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Beyond {
+    range_delete: bool,
+    count: bool,
+    watch_range: bool,
+}
+
+fn mut_gen(beyond: Beyond) -> impl Strategy<Value = MutGen> {
     let small = prop_oneof![Just(0u64), Just(1), Just(u64::MAX), 0u64..1000];
     prop_oneof![
+        (if beyond.range_delete { 1 } else { 0 }) => range_gen().prop_map(MutGen::DeleteRange),
         4 => (value_gen(), prop::option::weighted(0.3, 1u32..3000)).prop_map(|(v, e)| MutGen::Set(v, e)),
         2 => Just(MutGen::Delete),
         2 => small.clone().prop_map(MutGen::SumU64),
@@ -142,7 +191,7 @@ fn mut_gen() -> impl Strategy<Value = MutGen> {
     ]
 }
 
-fn op_gen(reopen: bool) -> impl Strategy<Value = Op> {
+fn op_gen(reopen: bool, beyond: Beyond) -> impl Strategy<Value = Op> {
     let expect = prop_oneof![
         Just(Expect::Current),
         Just(Expect::Absent),
@@ -150,7 +199,7 @@ fn op_gen(reopen: bool) -> impl Strategy<Value = Op> {
     ];
     let write = (
         prop::collection::vec((0..POOL, expect), 0..3),
-        prop::collection::vec((0..POOL, mut_gen()), 1..5),
+        prop::collection::vec((0..POOL, mut_gen(beyond)), 1..5),
     )
         .prop_map(|(checks, mutations)| Op::Write { checks, mutations });
     let list = (0..POOL, 0..POOL, 1u32..6, any::<bool>()).prop_map(|(from, to, limit, reverse)| {
@@ -164,6 +213,7 @@ fn op_gen(reopen: bool) -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => write,
         2 => (0..POOL).prop_map(Op::Get),
+        (if beyond.count { 1 } else { 0 }) => range_gen().prop_map(Op::Count),
         2 => list,
         2 => (1u32..2000).prop_map(Op::Advance),
         (if reopen { 1 } else { 0 }) => Just(Op::Reopen),
@@ -271,6 +321,9 @@ impl Model {
         match &m.kind {
             MutationKind::Set(v) => self.put(m.key.clone(), v.clone(), stamp, m.expire_at),
             MutationKind::Delete => self.entries.retain(|e| e.key != m.key),
+            MutationKind::DeleteRange { end } => {
+                self.entries.retain(|e| !(m.key <= e.key && e.key < *end))
+            }
             MutationKind::SetSuffixVersionstampedKey(v) => {
                 let mut key = m.key.clone();
                 key.push(0x02);
@@ -326,6 +379,24 @@ impl Model {
             other => return Err(format!("the model does not generate {other:?}")),
         }
         Ok(())
+    }
+
+    /// The live entries in `range` and their sizes, summed here by the model's own reading of
+    /// the encodings (a u64 is stored as 8 bytes, bytes and V8 values as they are).
+    fn count(&self, range: &KeyRange, now: DateTime<Utc>) -> RangeCount {
+        let mut count = RangeCount::default();
+        for e in self.live(now) {
+            if range.start <= e.key && e.key < range.end {
+                let value_len = match &e.value {
+                    KvValue::U64(_) => 8,
+                    KvValue::Bytes(b) | KvValue::V8(b) => b.len(),
+                };
+                count.entries += 1;
+                count.key_bytes += e.key.len() as u64;
+                count.value_bytes += value_len as u64;
+            }
+        }
+        count
     }
 
     fn read(
@@ -395,6 +466,7 @@ fn build_write(
                     expire.map(|ms| now + TimeDelta::milliseconds(i64::from(ms))),
                 ),
                 MutGen::Delete => (MutationKind::Delete, None),
+                MutGen::DeleteRange(range) => return Mutation::delete_range(range.range(pool)),
                 MutGen::SumU64(n) => (sum_kind(KvValue::U64(*n)), None),
                 MutGen::SumNumber(x) => (sum_kind(KvValue::V8(number_bytes(f64::from(*x)))), None),
                 MutGen::Min(n) => (MutationKind::Min(KvValue::U64(*n)), None),
@@ -430,15 +502,184 @@ fn sum_kind(value: KvValue) -> MutationKind {
     }
 }
 
-async fn run_sequence(env: &mut Env, ops: &[Op]) -> Result<(), Mismatch> {
+/// A consumer of one range watch: a copy of the range built from the watch's events alone (and
+/// the listing a `Reread` asks for), and the checks the events must pass on the way.
+struct Mirror {
+    range: KeyRange,
+    stream: RangeWatchStream,
+    entries: std::collections::BTreeMap<Vec<u8>, KvEntry>,
+    /// The newest versionstamp each key was emitted with: an event must never show an older one.
+    emitted: std::collections::BTreeMap<Vec<u8>, Versionstamp>,
+    /// Whether the first event (always `Reread`) has come.
+    started: bool,
+}
+
+/// How long a mirror may take to catch up with the sequence's last commit.
+const MIRROR_WAIT: Duration = Duration::from_secs(10);
+
+impl Mirror {
+    fn open(env: &Env, range: KeyRange) -> Result<Self, String> {
+        let stream = env
+            .kv
+            .watch_range(range.clone())
+            .map_err(|e| format!("watch_range refused: {e}"))?;
+        Ok(Mirror {
+            range,
+            stream,
+            entries: Default::default(),
+            emitted: Default::default(),
+            started: false,
+        })
+    }
+
+    async fn apply(&mut self, env: &Env, event: RangeWatchEvent) -> Result<(), String> {
+        match event {
+            RangeWatchEvent::Reread => {
+                self.started = true;
+                self.entries = list_all(env, &self.range).await?;
+            }
+            RangeWatchEvent::Changed(_) if !self.started => {
+                return Err("the first event of a range watch must be Reread".into());
+            }
+            RangeWatchEvent::Changed(changes) => {
+                for change in changes {
+                    if !self.range.contains(&change.key) {
+                        return Err(format!("change outside the watched range: {change:?}"));
+                    }
+                    match change.entry {
+                        Some(entry) => {
+                            let last = self
+                                .emitted
+                                .entry(change.key.clone())
+                                .or_insert(entry.versionstamp);
+                            if entry.versionstamp < *last {
+                                return Err(format!(
+                                    "key {:?} emitted at {} after {last}",
+                                    change.key, entry.versionstamp
+                                ));
+                            }
+                            *last = entry.versionstamp;
+                            self.entries.insert(change.key, entry);
+                        }
+                        None => {
+                            self.entries.remove(&change.key);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies every event already waiting, without waiting for more.
+    async fn drain_ready(&mut self, env: &Env) -> Result<(), String> {
+        loop {
+            match self.stream.next().now_or_never() {
+                Some(Some(Ok(event))) => self.apply(env, event).await?,
+                Some(Some(Err(e))) => return Err(format!("the range watch failed: {e}")),
+                Some(None) => return Err("the range watch ended while the backend is open".into()),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// The mirror as a consumer sees it at `now`: entries past their expiry are dropped.
+    fn visible(&self, now: DateTime<Utc>) -> Vec<KvEntry> {
+        self.entries
+            .values()
+            .filter(|e| e.expires_at.is_none_or(|at| now < at))
+            .cloned()
+            .collect()
+    }
+
+    /// Waits for events until the mirror equals `expected` (the model's range now).
+    async fn settle(&mut self, env: &Env, expected: &[KvEntry]) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + MIRROR_WAIT;
+        loop {
+            self.drain_ready(env).await?;
+            if self.visible(env.clock().now()) == expected {
+                return Ok(());
+            }
+            match tokio::time::timeout_at(deadline, self.stream.next()).await {
+                Ok(Some(Ok(event))) => self.apply(env, event).await?,
+                Ok(Some(Err(e))) => return Err(format!("the range watch failed: {e}")),
+                Ok(None) => return Err("the range watch ended while the backend is open".into()),
+                Err(_) => {
+                    return Err(format!(
+                        "the mirror of {:?} did not catch up within {MIRROR_WAIT:?}\n  model:  {expected:?}\n  mirror: {:?}",
+                        self.range,
+                        self.visible(env.clock().now())
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Every live entry of `range`, page by page (one snapshot per page: enough for a mirror, which
+/// later events correct).
+async fn list_all(
+    env: &Env,
+    range: &KeyRange,
+) -> Result<std::collections::BTreeMap<Vec<u8>, KvEntry>, String> {
+    let mut entries = std::collections::BTreeMap::new();
+    let mut start = range.start.clone();
+    loop {
+        if start >= range.end {
+            return Ok(entries);
+        }
+        let read = SnapshotRead {
+            ranges: vec![ReadRange {
+                start: start.clone(),
+                end: range.end.clone(),
+                limit: 1000,
+                reverse: false,
+            }],
+            ..Default::default()
+        };
+        let mut out = env
+            .kv
+            .snapshot_read(read)
+            .await
+            .map_err(|e| format!("listing the watched range failed: {e}"))?;
+        let page = out.pop().map(|r| r.entries).unwrap_or_default();
+        let Some(last) = page.last() else {
+            return Ok(entries);
+        };
+        start = last.key.clone();
+        start.push(0);
+        let full = page.len() == 1000;
+        entries.extend(page.into_iter().map(|e| (e.key.clone(), e)));
+        if !full {
+            return Ok(entries);
+        }
+    }
+}
+
+async fn run_sequence(
+    env: &mut Env,
+    watched: Option<RangeGen>,
+    ops: &[Op],
+) -> Result<(), Mismatch> {
     let pool: Vec<Vec<u8>> = key_pool()
         .iter()
         .map(|k| encode_key(k).expect("pool keys encode"))
         .collect();
     let mut model = Model::default();
     let fail = |step: usize, what: String| Err(Mismatch(format!("step {step}: {what}")));
+    let open_mirror = |env: &Env| match watched {
+        Some(range) => Mirror::open(env, range.range(&pool)).map(Some),
+        None => Ok(None),
+    };
+    let mut mirror = open_mirror(env).map_err(Mismatch)?;
     for (step, op) in ops.iter().enumerate() {
         let now = env.clock().now();
+        if let Some(mirror) = &mut mirror {
+            mirror
+                .drain_ready(env)
+                .await
+                .map_err(|m| Mismatch(format!("step {step}: {m}")))?;
+        }
         match op {
             Op::Write { checks, mutations } => {
                 let write = build_write(checks, mutations, &model, &pool, now);
@@ -473,6 +714,21 @@ async fn run_sequence(env: &mut Env, ops: &[Op]) -> Result<(), Mismatch> {
                     }
                 }
             }
+            Op::Count(range) => {
+                let range = range.range(&pool);
+                let expected = model.count(&range, now);
+                match env.kv.count_range(range.clone()).await {
+                    Ok(actual) if actual == expected => {}
+                    other => {
+                        return fail(
+                            step,
+                            format!(
+                                "count {range:?}: model says {expected:?}, backend said {other:?}"
+                            ),
+                        );
+                    }
+                }
+            }
             Op::Get(k) => {
                 let range = ReadRange::single_encoded_key(pool[*k].clone());
                 let expected = model.read(&range.start, &range.end, 1, false, now);
@@ -499,8 +755,18 @@ async fn run_sequence(env: &mut Env, ops: &[Op]) -> Result<(), Mismatch> {
                 if let Err(e) = env.reopen().await {
                     return fail(step, format!("reopen failed: {e}"));
                 }
+                // The old handle's watch ended with it; a consumer watches again.
+                mirror = open_mirror(env).map_err(|m| Mismatch(format!("step {step}: {m}")))?;
             }
         }
+    }
+    if let (Some(mirror), Some(range)) = (&mut mirror, watched) {
+        let range = range.range(&pool);
+        let expected = model.read(&range.start, &range.end, u32::MAX, false, env.clock().now());
+        mirror
+            .settle(env, &expected)
+            .await
+            .map_err(|m| Mismatch(format!("after step {}: {m}", ops.len())))?;
     }
     // The final state, everything at once.
     let everything = ReadRange {
@@ -589,6 +855,11 @@ async fn random_sequences_match_the_model(env: Env) {
     let seed = seed();
     let seed_hex: String = seed.iter().map(|b| format!("{b:02x}")).collect();
     let reopen = env.features.reopen;
+    let beyond = Beyond {
+        range_delete: env.features.range_delete,
+        count: env.features.count,
+        watch_range: env.features.watch_range,
+    };
     let env = Arc::new(env);
     let handle = tokio::runtime::Handle::current();
     let outcome = tokio::task::spawn_blocking(move || {
@@ -599,14 +870,22 @@ async fn random_sequences_match_the_model(env: Env) {
         };
         let mut runner =
             TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed));
-        let strategy = prop::collection::vec(op_gen(reopen), 1..40);
-        runner.run(&strategy, |ops| {
+        let watched = if beyond.watch_range {
+            prop::option::weighted(0.7, range_gen()).boxed()
+        } else {
+            Just(None).boxed()
+        };
+        let strategy = (
+            watched,
+            prop::collection::vec(op_gen(reopen, beyond), 1..40),
+        );
+        runner.run(&strategy, |(watched, ops)| {
             handle.block_on(async {
                 let mut fresh = env
                     .fresh()
                     .await
                     .map_err(|e| TestCaseError::fail(format!("open: {e}")))?;
-                let result = run_sequence(&mut fresh, &ops).await;
+                let result = run_sequence(&mut fresh, watched, &ops).await;
                 let _ = fresh.kv.close().await;
                 result.map_err(|m| TestCaseError::fail(m.0))
             })

@@ -14,6 +14,7 @@ mod list;
 mod mutations;
 mod ordering;
 mod queues;
+mod ranges;
 mod versionstamps;
 mod watch;
 
@@ -22,7 +23,7 @@ type CaseGroup = fn() -> Vec<Case>;
 
 /// Every scenario case.
 pub(crate) fn all() -> Vec<Case> {
-    let groups: [(&str, CaseGroup); 12] = [
+    let groups: [(&str, CaseGroup); 13] = [
         ("basics", basics::cases),
         ("ordering", ordering::cases),
         ("list", list::cases),
@@ -35,6 +36,7 @@ pub(crate) fn all() -> Vec<Case> {
         ("queues", queues::cases),
         ("watch", watch::cases),
         ("concurrency", concurrency::cases),
+        ("ranges", ranges::cases),
     ];
     groups
         .into_iter()
