@@ -81,6 +81,7 @@
 mod backend;
 pub mod ext;
 mod queue;
+mod range;
 mod tls;
 mod transport;
 mod watch;
