@@ -4,6 +4,9 @@
 
 #![allow(clippy::unwrap_used)]
 
+#[path = "support/conformance_server.rs"]
+mod conformance_server;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -371,4 +374,16 @@ async fn counts_and_range_watches_are_refused_when_not_offered() {
         Some(KvError::Unsupported { .. })
     ));
     lazy.close().await.unwrap();
+}
+
+/// The conformance suite runs its range delete, count and range watch cases on a backend only
+/// if it reports the capabilities: the remote backend of `tests/conformance.rs` must.
+#[test]
+fn the_conformance_backend_reports_the_range_capabilities() {
+    let factory: Arc<dyn open_deno_kv_conformance::BackendFactory> =
+        Arc::new(conformance_server::factory(None));
+    let features = open_deno_kv_conformance::probe_features(&factory).unwrap();
+    assert!(features.range_delete, "{features:?}");
+    assert!(features.count, "{features:?}");
+    assert!(features.watch_range, "{features:?}");
 }
