@@ -72,8 +72,8 @@ use open_deno_kv_proto::{
 use crate::ProtocolError;
 
 pub use range::{
-    RangeCountResponse, RangeDeleteExt, RangeRequest, RangeWatchAssembler, RangeWatchChange,
-    RangeWatchFrame, range_watch_frames,
+    RANGE_WATCH_FRAME_BYTES, RangeCountResponse, RangeDeleteExt, RangeRequest, RangeWatchAssembler,
+    RangeWatchChange, RangeWatchFrame, range_watch_frames,
 };
 
 /// The field number every extension uses inside a standard message: far above anything the
