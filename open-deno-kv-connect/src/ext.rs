@@ -237,12 +237,16 @@ impl AtomicWriteExt {
     /// empty back-off schedule, its range deletes). Empty ([`AtomicWriteExt::is_empty`]) for a
     /// write KV Connect expresses alone: then nothing is appended to the body.
     pub fn of(write: &AtomicWrite) -> Self {
+        // An index beyond u32 (far past any write the limits let through) travels as u32::MAX,
+        // which the server refuses: never dropped, which would turn a range delete into a
+        // single-key delete.
+        let index = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
         let enqueues_without_retries = write
             .enqueues
             .iter()
             .enumerate()
             .filter(|(_, e)| e.backoff_schedule.as_ref().is_some_and(Vec::is_empty))
-            .filter_map(|(i, _)| u32::try_from(i).ok())
+            .map(|(i, _)| index(i))
             .collect();
         let range_deletes = write
             .mutations
@@ -250,7 +254,7 @@ impl AtomicWriteExt {
             .enumerate()
             .filter_map(|(i, m)| match &m.kind {
                 MutationKind::DeleteRange { end } => Some(RangeDeleteExt {
-                    mutation: u32::try_from(i).ok()?,
+                    mutation: index(i),
                     end: end.clone(),
                 }),
                 _ => None,
