@@ -26,6 +26,28 @@
 //!   ([`DequeueRequest`] → [`DequeueResponse`] or 204), `queue/finish` ([`FinishRequest`] →
 //!   [`FinishResponse`]) and `queue/keepalive` ([`KeepAliveRequest`] → [`KeepAliveResponse`]);
 //!   open-deno-kv-server's `queue` module describes the delivery guarantees.
+//! - **`range-delete/1`**: KV Connect has no range delete. A client sends one as an `MDelete`
+//!   of the range's start (the placeholder), and adds to the same `atomic_write` body field
+//!   [`RANGE_DELETE_FIELD`] (1002, next to the enqueue list of [`AtomicWriteExt`]): one
+//!   [`RangeDeleteExt`] `{mutation: u32, end: bytes}` per range delete, naming the placeholder
+//!   by its index in `mutations` and giving the range's exclusive end. The server turns each
+//!   placeholder back into [`open_deno_kv_proto::MutationKind::DeleteRange`] before the write
+//!   reaches the backend ([`AtomicWriteExt::apply_to`]); an index out of range, an index named
+//!   twice, or one whose mutation is not an `MDelete` is refused (400) and nothing is applied.
+//!   A server that ignores the field would delete one key instead of a range, so a client sends
+//!   such a body only after the server **offered** `range-delete/1` in its metadata;
+//! - **`count/1`**: `POST <endpoint>/range/count` with a [`RangeRequest`] `{start, end}` answers
+//!   a [`RangeCountResponse`] `{entries, key_bytes, value_bytes}`: the visible (unexpired)
+//!   entries of `[start, end)` and their encoded sizes, from one snapshot;
+//! - **`watch-range/1`**: `POST <endpoint>/range/watch` with a [`RangeRequest`] answers a stream
+//!   framed as the KV Connect watch stream is (4-byte little-endian length, zero-length
+//!   keep-alives; [`crate::frames`]), each frame a [`RangeWatchFrame`]: `reread = true`
+//!   ("read the range again"; always the first frame of a stream), or `changes`, a list of
+//!   [`RangeWatchChange`] `{key, entry (absent once deleted), expires_at_ms}` in key order, the
+//!   entry in KV Connect's `KvEntry` encoding. A change list too large for one frame is split:
+//!   every frame of it but the last has `continues = true`, and a client applies the event only
+//!   once it has the whole list, so a consumer never sees half a snapshot. See
+//!   [`open_deno_kv_proto::RangeWatchEvent`] for what the events mean.
 //!
 //! Appending a field to an encoded message is valid protobuf (a message is a sequence of fields,
 //! and decoders merge them), so the standard messages are encoded by `open-deno-kv-connect` unchanged and
@@ -40,10 +62,19 @@
 //! assert_eq!(Extensions::negotiate(Some(&asked), &EXTENSIONS), EXTENSIONS.to_vec());
 //! ```
 
+mod range;
+
 use chrono::{DateTime, Utc};
-use open_deno_kv_proto::{KvEntry, ReadRangeOutput, WatchKeyOutput, ms_to_datetime};
+use open_deno_kv_proto::{
+    AtomicWrite, KvEntry, MutationKind, ReadRangeOutput, WatchKeyOutput, ms_to_datetime,
+};
 
 use crate::ProtocolError;
+
+pub use range::{
+    RANGE_WATCH_FRAME_BYTES, RangeCountResponse, RangeDeleteExt, RangeRequest, RangeWatchAssembler,
+    RangeWatchChange, RangeWatchFrame, range_watch_frames,
+};
 
 /// The field number every extension uses inside a standard message: far above anything the
 /// KV Connect schema uses, so it cannot collide with a future field.
@@ -60,13 +91,30 @@ pub const EXPIRY: &str = "expiry/1";
 pub const ENQUEUE_NO_RETRY: &str = "enqueue-no-retry/1";
 /// The extension name for the queue endpoints.
 pub const QUEUE: &str = "queue/1";
+/// The extension name for range deletes inside `atomic_write`.
+pub const RANGE_DELETE: &str = "range-delete/1";
+/// The extension name for the `range/count` endpoint.
+pub const COUNT: &str = "count/1";
+/// The extension name for the `range/watch` endpoint.
+pub const WATCH_RANGE: &str = "watch-range/1";
+
+/// The field number of the `range-delete/1` list inside an `atomic_write` body (next to
+/// [`EXT_FIELD`], which holds the enqueue list of `enqueue-no-retry/1`).
+pub const RANGE_DELETE_FIELD: u32 = 1002;
 
 /// The metadata response's extra JSON field listing the extensions a server offers to a client
 /// that asked for them with [`EXT_HEADER`]; absent otherwise.
 pub const METADATA_FIELD: &str = "kvExtensions";
 
 /// Every extension open-deno-kv-server offers (to a client that asks, see [`Extensions::negotiate`]).
-pub const EXTENSIONS: [&str; 3] = [QUEUE, EXPIRY, ENQUEUE_NO_RETRY];
+pub const EXTENSIONS: [&str; 6] = [
+    QUEUE,
+    EXPIRY,
+    ENQUEUE_NO_RETRY,
+    RANGE_DELETE,
+    COUNT,
+    WATCH_RANGE,
+];
 
 /// The expiry times of a `snapshot_read` answer (field [`EXT_FIELD`] of `SnapshotReadOutput`).
 #[derive(Clone, PartialEq, prost::Message)]
@@ -169,12 +217,126 @@ impl WatchExpiry {
     }
 }
 
-/// The enqueue extension of an `atomic_write` body (field [`EXT_FIELD`] of `AtomicWrite`).
+/// The extensions of an `atomic_write` body: decoded from the whole `AtomicWrite` bytes, whose
+/// standard fields it skips. Built by [`AtomicWriteExt::of`] (client), applied by
+/// [`AtomicWriteExt::apply_to`] (server).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct AtomicWriteExt {
-    /// Indexes into `enqueues` of the messages that must never be retried.
+    /// `enqueue-no-retry/1` (field [`EXT_FIELD`]): indexes into `enqueues` of the messages that
+    /// must never be retried.
     #[prost(uint32, repeated, tag = "1001")]
     pub enqueues_without_retries: Vec<u32>,
+    /// `range-delete/1` (field [`RANGE_DELETE_FIELD`]): the `MDelete` placeholders that are
+    /// range deletes, with their ends.
+    #[prost(message, repeated, tag = "1002")]
+    pub range_deletes: Vec<RangeDeleteExt>,
+}
+
+impl AtomicWriteExt {
+    /// The client side: the extension fields `write` needs (its enqueues with an explicitly
+    /// empty back-off schedule, its range deletes). Empty ([`AtomicWriteExt::is_empty`]) for a
+    /// write KV Connect expresses alone: then nothing is appended to the body.
+    pub fn of(write: &AtomicWrite) -> Self {
+        // An index beyond u32 (far past any write the limits let through) travels as u32::MAX,
+        // which the server refuses: never dropped, which would turn a range delete into a
+        // single-key delete.
+        let index = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
+        let enqueues_without_retries = write
+            .enqueues
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.backoff_schedule.as_ref().is_some_and(Vec::is_empty))
+            .map(|(i, _)| index(i))
+            .collect();
+        let range_deletes = write
+            .mutations
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| match &m.kind {
+                MutationKind::DeleteRange { end } => Some(RangeDeleteExt {
+                    mutation: index(i),
+                    end: end.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        AtomicWriteExt {
+            enqueues_without_retries,
+            range_deletes,
+        }
+    }
+
+    /// Whether no extension field is set.
+    pub fn is_empty(&self) -> bool {
+        self.enqueues_without_retries.is_empty() && self.range_deletes.is_empty()
+    }
+
+    /// The server side: applies the fields to `write`, decoded from the same body. Strict: an
+    /// enqueue index out of range, a range delete naming a mutation that does not exist, that
+    /// is not a delete, or that another range delete already named, is an error and `write`
+    /// must not be applied. `range_deletes_offered` is whether the server offers
+    /// `range-delete/1`: if not, a body carrying range deletes is refused rather than applied
+    /// as single-key deletes.
+    ///
+    /// ```
+    /// use open_deno_kv_connect::ext::{AtomicWriteExt, RangeDeleteExt};
+    /// use open_deno_kv_proto::{AtomicWrite, KeyRange, Mutation, MutationKind};
+    /// let range = KeyRange::new(vec![2, b'a', 0], vec![2, b'z', 0]);
+    /// let sent = AtomicWrite { mutations: vec![Mutation::delete_range(range)], ..Default::default() };
+    /// let ext = AtomicWriteExt::of(&sent);
+    /// // On the wire the mutation is a plain delete of the start...
+    /// let mut received = AtomicWrite { mutations: vec![Mutation::delete(vec![2, b'a', 0])], ..Default::default() };
+    /// ext.apply_to(&mut received, true).unwrap();
+    /// // ...and the extension makes it the range again.
+    /// assert_eq!(received, sent);
+    /// let bad = AtomicWriteExt { range_deletes: vec![RangeDeleteExt { mutation: 5, end: vec![] }], ..Default::default() };
+    /// assert!(bad.apply_to(&mut received, true).is_err());
+    /// ```
+    pub fn apply_to(
+        self,
+        write: &mut AtomicWrite,
+        range_deletes_offered: bool,
+    ) -> Result<(), ProtocolError> {
+        for index in self.enqueues_without_retries {
+            let enqueue = usize::try_from(index)
+                .ok()
+                .and_then(|i| write.enqueues.get_mut(i))
+                .ok_or_else(|| ProtocolError::new("Invalid enqueue index in extension."))?;
+            enqueue.backoff_schedule = Some(Vec::new());
+        }
+        if !self.range_deletes.is_empty() && !range_deletes_offered {
+            return Err(ProtocolError::new(format!(
+                "This server does not offer the {RANGE_DELETE} extension."
+            )));
+        }
+        for range in self.range_deletes {
+            let index = range.mutation;
+            let mutation = usize::try_from(index)
+                .ok()
+                .and_then(|i| write.mutations.get_mut(i))
+                .ok_or_else(|| {
+                    ProtocolError::new(format!(
+                        "Invalid range delete: mutation index {index} is out of range."
+                    ))
+                })?;
+            match mutation.kind {
+                MutationKind::Delete => {}
+                MutationKind::DeleteRange { .. } => {
+                    return Err(ProtocolError::new(format!(
+                        "Invalid range delete: mutation {index} is named twice."
+                    )));
+                }
+                _ => {
+                    return Err(ProtocolError::new(format!(
+                        "Invalid range delete: mutation {index} is not a delete."
+                    )));
+                }
+            }
+            mutation.kind = MutationKind::DeleteRange { end: range.end };
+            mutation.expire_at = None;
+        }
+        Ok(())
+    }
 }
 
 /// What a server offers, from its metadata.
@@ -186,6 +348,12 @@ pub struct Extensions {
     pub expiry: bool,
     /// `enqueue-no-retry/1`.
     pub enqueue_no_retry: bool,
+    /// `range-delete/1`.
+    pub range_delete: bool,
+    /// `count/1`.
+    pub count: bool,
+    /// `watch-range/1`.
+    pub watch_range: bool,
 }
 
 impl Extensions {
@@ -195,13 +363,23 @@ impl Extensions {
             queues: true,
             expiry: true,
             enqueue_no_retry: true,
+            range_delete: true,
+            count: true,
+            watch_range: true,
         }
     }
 
     /// The extension names, in [`EXTENSIONS`] order.
     pub fn names(&self) -> Vec<&'static str> {
-        let wanted = [self.queues, self.expiry, self.enqueue_no_retry];
-        [QUEUE, EXPIRY, ENQUEUE_NO_RETRY]
+        let wanted = [
+            self.queues,
+            self.expiry,
+            self.enqueue_no_retry,
+            self.range_delete,
+            self.count,
+            self.watch_range,
+        ];
+        EXTENSIONS
             .into_iter()
             .zip(wanted)
             .filter_map(|(name, on)| on.then_some(name))
@@ -224,6 +402,9 @@ impl Extensions {
             queues: names.contains(&QUEUE),
             expiry: names.contains(&EXPIRY),
             enqueue_no_retry: names.contains(&ENQUEUE_NO_RETRY),
+            range_delete: names.contains(&RANGE_DELETE),
+            count: names.contains(&COUNT),
+            watch_range: names.contains(&WATCH_RANGE),
         }
     }
 

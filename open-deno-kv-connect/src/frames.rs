@@ -69,12 +69,27 @@ pub fn encode_frame(frame: &WatchFrame) -> Vec<u8> {
     if let Some(expiry) = &frame.expiry {
         body.extend_from_slice(&expiry.encode_to_vec());
     }
-    // A WatchOutput of at most 10 keys is far below 4 GiB.
+    encode_payload(&body)
+}
+
+/// Any message framed as a watch stream frames it: its length (4 bytes, little-endian), then
+/// its bytes. The `watch-range/1` stream ([`crate::ext::RangeWatchFrame`]) uses it too.
+pub fn encode_payload(body: &[u8]) -> Vec<u8> {
+    // A frame is bounded far below 4 GiB (10 watched keys, or a split range watch event).
     let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
     let mut bytes = Vec::with_capacity(4 + body.len());
     bytes.extend_from_slice(&len.to_le_bytes());
-    bytes.extend_from_slice(&body);
+    bytes.extend_from_slice(body);
     bytes
+}
+
+/// A frame's bytes, before they are decoded as a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawFrame {
+    /// A keep-alive (length 0).
+    KeepAlive,
+    /// The bytes of one message.
+    Payload(Vec<u8>),
 }
 
 /// A decoded frame.
@@ -113,6 +128,27 @@ impl FrameDecoder {
     /// The next complete frame, `None` if more bytes are needed. An oversized or undecodable
     /// frame is an error (`Failed to decode watch output`).
     pub fn next_frame(&mut self) -> Result<Option<Frame>, ProtocolError> {
+        let frame = match self.next_payload()? {
+            None => return Ok(None),
+            Some(RawFrame::KeepAlive) => return Ok(Some(Frame::KeepAlive)),
+            Some(RawFrame::Payload(frame)) => frame,
+        };
+        let failed = |e: prost::DecodeError| {
+            ProtocolError::new(format!("Failed to decode watch output: {e}"))
+        };
+        let output = WatchOutput::decode(frame.as_slice()).map_err(failed)?;
+        let expiry = if self.expiry {
+            Some(WatchExpiry::decode(frame.as_slice()).map_err(failed)?)
+        } else {
+            None
+        };
+        Ok(Some(Frame::Output(WatchFrame { output, expiry })))
+    }
+
+    /// The next complete frame's bytes, undecoded (for streams of other messages framed the
+    /// same way, such as `watch-range/1`); `None` if more bytes are needed. A frame longer than
+    /// [`MAX_FRAME_BYTES`] is an error.
+    pub fn next_payload(&mut self) -> Result<Option<RawFrame>, ProtocolError> {
         let Some(prefix) = self.buffer.first_chunk::<4>() else {
             return Ok(None);
         };
@@ -127,18 +163,9 @@ impl FrameDecoder {
         }
         let frame: Vec<u8> = self.buffer.drain(..4 + len).skip(4).collect();
         if len == 0 {
-            return Ok(Some(Frame::KeepAlive));
+            return Ok(Some(RawFrame::KeepAlive));
         }
-        let failed = |e: prost::DecodeError| {
-            ProtocolError::new(format!("Failed to decode watch output: {e}"))
-        };
-        let output = WatchOutput::decode(frame.as_slice()).map_err(failed)?;
-        let expiry = if self.expiry {
-            Some(WatchExpiry::decode(frame.as_slice()).map_err(failed)?)
-        } else {
-            None
-        };
-        Ok(Some(Frame::Output(WatchFrame { output, expiry })))
+        Ok(Some(RawFrame::Payload(frame)))
     }
 
     /// Bytes received but not yet part of a complete frame.

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use open_deno_kv_connect::convert::{self, AtomicWriteResult};
 use open_deno_kv_connect::prost::Message;
 use open_deno_kv_proto::{
-    Capabilities, Checked, CommitResult, Engine, KvError, QueueMessageHandle, ReadRangeOutput,
-    ValidatedRead, ValidatedWatch, ValidatedWrite, WatchStream,
+    Capabilities, Checked, CommitResult, Engine, KvError, QueueMessageHandle, RangeCount,
+    RangeWatchStream, ReadRangeOutput, ValidatedRange, ValidatedRead, ValidatedWatch,
+    ValidatedWrite, WatchStream,
 };
 
 use crate::RemoteOptions;
@@ -45,8 +46,10 @@ impl RemoteBackend {
     /// Checks `url` but sends nothing: the metadata exchange happens on the first call (whose
     /// error then reports a wrong token). For callers that cannot wait at open, such as the
     /// synchronous `open_deno_kv::Kv::open_blocking`. Until then [`open_deno_kv_proto::Backend::capabilities`]
-    /// reports queues and watch as available; a server without the queue extension refuses the
-    /// first dequeue.
+    /// reports queues, watch, range deletes, counts and range watches as available; a server
+    /// without the queue extension refuses the first dequeue, and the range operations run the
+    /// metadata exchange first and fail with [`KvError::Unsupported`] if the server does not
+    /// offer them (nothing is sent).
     pub fn connect_lazy(url: &str, options: RemoteOptions) -> Result<Checked<Self>, KvError> {
         let (limits, clock) = (options.limits.clone(), options.clock.clone());
         let inner = Arc::new(Inner::new(url, options)?);
@@ -64,13 +67,24 @@ impl RemoteBackend {
 }
 
 impl Engine for RemoteBackend {
-    /// Watch always; queues when the server offers the `queue/1` extension (assumed until the
-    /// metadata is known). Never `durable`: durability is the server's business, and reopening
-    /// the same URL reaches the same data only if the server keeps it.
+    /// Watch always; queues, range deletes, counts and range watches when the server offers
+    /// their extensions (`queue/1`, `range-delete/1`, `count/1`, `watch-range/1`), assumed until
+    /// the metadata is known. Never `durable`: durability is the server's business, and
+    /// reopening the same URL reaches the same data only if the server keeps it.
+    ///
+    /// Assuming is safe for the range operations because it is never acted on: a write holding
+    /// a range delete, a count and a range watch each first make sure the metadata is known
+    /// (running the exchange if it is not) and refuse with [`KvError::Unsupported`] unless the
+    /// server offered the extension. A range delete must never reach a server that ignores
+    /// `range-delete/1`: it would delete the range's first key alone and report success.
     fn capabilities(&self) -> Capabilities {
+        let known = self.inner.known_extensions();
         Capabilities::none()
-            .with_queues(self.inner.known_extensions().is_none_or(|e| e.queues))
+            .with_queues(known.is_none_or(|e| e.queues))
             .with_watch(true)
+            .with_range_delete(known.is_none_or(|e| e.range_delete))
+            .with_count(known.is_none_or(|e| e.count))
+            .with_watch_range(known.is_none_or(|e| e.watch_range))
     }
 
     async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
@@ -121,23 +135,23 @@ impl Engine for RemoteBackend {
 
     async fn atomic_write(&self, write: ValidatedWrite) -> Result<Option<CommitResult>, KvError> {
         let mut body = convert::encode_atomic_write(&write).encode_to_vec();
-        let without_retries: Vec<u32> = write
-            .enqueues
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.backoff_schedule.as_ref().is_some_and(Vec::is_empty))
-            .filter_map(|(i, _)| u32::try_from(i).ok())
-            .collect();
-        if !without_retries.is_empty() {
+        let extension = AtomicWriteExt::of(&write);
+        if !extension.is_empty() {
             let session = self.inner.session(false, None).await?;
-            if !session.extensions.enqueue_no_retry {
+            if !extension.enqueues_without_retries.is_empty()
+                && !session.extensions.enqueue_no_retry
+            {
                 return Err(KvError::Unsupported {
                     feature: "enqueue with an empty backoff schedule over KV Connect",
                 });
             }
-            let extension = AtomicWriteExt {
-                enqueues_without_retries: without_retries,
-            };
+            // Sent only to a server that offered the extension: another would apply the
+            // placeholder as a delete of the range's first key.
+            if !extension.range_deletes.is_empty() && !session.extensions.range_delete {
+                return Err(KvError::Unsupported {
+                    feature: "range deletes (the server does not offer range-delete/1)",
+                });
+            }
             body.extend_from_slice(&extension.encode_to_vec());
         }
         let (_, bytes) = self
@@ -156,6 +170,14 @@ impl Engine for RemoteBackend {
 
     fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {
         crate::watch::watch(self.inner.clone(), keys.into_inner())
+    }
+
+    async fn count_range(&self, range: ValidatedRange) -> Result<RangeCount, KvError> {
+        crate::range::count(&self.inner, range.into_inner()).await
+    }
+
+    fn watch_range(&self, range: ValidatedRange) -> Result<RangeWatchStream, KvError> {
+        crate::range::watch(self.inner.clone(), range.into_inner())
     }
 
     /// Reports every queue message this client still holds as failed (so the server retries it

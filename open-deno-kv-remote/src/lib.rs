@@ -77,10 +77,19 @@
 //!   inside `atomic_write` as KV Connect defines. Against other servers
 //!   `dequeue_next_message` fails with [`KvError::Unsupported`]. `queued_messages` is not
 //!   available over the network (unsupported).
+//! - **Range deletes, counts, range watches:** only with a server offering `range-delete/1`,
+//!   `count/1` and `watch-range/1` (see [`mod@ext`]); the capabilities say so once the metadata
+//!   is known. Before a range delete, a count or a range watch is sent, the client makes sure the
+//!   server offered its extension, and otherwise fails with
+//!   [`open_deno_kv_proto::KvError::Unsupported`] having sent nothing: a server that ignored the
+//!   range delete field would delete the range's first key alone. A range watch reconnects as a key watch does, and every new stream starts with
+//!   [`open_deno_kv_proto::RangeWatchEvent::Reread`], so the consumer re-reads what it may
+//!   have missed while disconnected.
 
 mod backend;
 pub mod ext;
 mod queue;
+mod range;
 mod tls;
 mod transport;
 mod watch;

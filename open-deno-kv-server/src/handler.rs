@@ -23,6 +23,7 @@ use crate::databases::{ConnectionDatabases, DatabaseRef, Opened};
 use crate::ext;
 use crate::metrics::Endpoint;
 use crate::queue::QueueMethod;
+use crate::range::RangeMethod;
 use crate::response::{
     Failure, PROTOBUF, ResponseBody, bytes_response, internal, kv_failure, method_not_allowed,
     text_response,
@@ -40,6 +41,8 @@ enum DataMethod {
     Watch,
     /// The `queue/1` extension ([`crate::queue`]).
     Queue(QueueMethod),
+    /// The `count/1` and `watch-range/1` extensions ([`crate::range`]).
+    Range(RangeMethod),
 }
 
 impl DataMethod {
@@ -52,6 +55,8 @@ impl DataMethod {
             DataMethod::Queue(QueueMethod::Dequeue) => Endpoint::QueueDequeue,
             DataMethod::Queue(QueueMethod::Finish) => Endpoint::QueueFinish,
             DataMethod::Queue(QueueMethod::KeepAlive) => Endpoint::QueueKeepAlive,
+            DataMethod::Range(RangeMethod::Count) => Endpoint::RangeCount,
+            DataMethod::Range(RangeMethod::Watch) => Endpoint::RangeWatch,
         }
     }
 }
@@ -91,7 +96,9 @@ async fn route(
         Some("/snapshot_read") => Some(DataMethod::SnapshotRead),
         Some("/atomic_write") => Some(DataMethod::AtomicWrite),
         Some("/watch") => Some(DataMethod::Watch),
-        Some(rest) => QueueMethod::parse(rest).map(DataMethod::Queue),
+        Some(rest) => QueueMethod::parse(rest)
+            .map(DataMethod::Queue)
+            .or_else(|| RangeMethod::parse(rest).map(DataMethod::Range)),
         None => None,
     };
     if path == "/health" {
@@ -297,7 +304,7 @@ async fn metadata_exchange(
 ) -> Result<Response<ResponseBody>, Failure> {
     // Access first: a stranger learns nothing about versions or databases.
     authorize(request.headers(), &shared.config.access)?;
-    let extensions = offered_extensions(request.headers());
+    let extensions = offered_extensions(request.headers(), &shared.config.extensions);
     let body = read_body(request, shared).await?;
     let exchange =
         MetadataExchangeRequest::parse(&body).map_err(|e| Failure::bad_request(e.message))?;
@@ -338,9 +345,10 @@ async fn metadata_exchange(
     ))
 }
 
-/// The extensions to offer in the metadata: those the client asked for in its
-/// [`ext::EXT_HEADER`] header(s), none for a client that did not ask (every stock client).
-fn offered_extensions(headers: &HeaderMap) -> Vec<&'static str> {
+/// The extensions to offer in the metadata: those of `offered` (the server's configuration)
+/// the client asked for in its [`ext::EXT_HEADER`] header(s), none for a client that did not
+/// ask (every stock client).
+fn offered_extensions(headers: &HeaderMap, offered: &[&'static str]) -> Vec<&'static str> {
     let asked: Vec<&str> = headers
         .get_all(ext::EXT_HEADER)
         .iter()
@@ -349,7 +357,7 @@ fn offered_extensions(headers: &HeaderMap) -> Vec<&'static str> {
     if asked.is_empty() {
         return Vec::new();
     }
-    ext::Extensions::negotiate(Some(&asked.join(",")), &ext::EXTENSIONS)
+    ext::Extensions::negotiate(Some(&asked.join(",")), offered)
 }
 
 /// The metadata JSON, with the extra [`ext::METADATA_FIELD`] listing `extensions` when there
@@ -400,6 +408,7 @@ async fn data_path(
         DataMethod::Queue(method) => {
             crate::queue::handle(method, &body, backend, database, shared).await
         }
+        DataMethod::Range(method) => crate::range::handle(method, &body, backend, shared).await,
     }
 }
 
@@ -435,16 +444,13 @@ async fn atomic_write(
 ) -> Result<Response<ResponseBody>, Failure> {
     let mut write =
         convert::decode_atomic_write(body).map_err(|e| Failure::bad_request(e.message))?;
-    // The `enqueue-no-retry/1` extension (absent in other clients' bodies).
-    let extension = ext::AtomicWriteExt::decode(body)
-        .map_err(|e| Failure::bad_request(format!("Request protobuf is invalid: {e}")))?;
-    for index in extension.enqueues_without_retries {
-        let enqueue = usize::try_from(index)
-            .ok()
-            .and_then(|i| write.enqueues.get_mut(i))
-            .ok_or_else(|| Failure::bad_request("Invalid enqueue index in extension."))?;
-        enqueue.backoff_schedule = Some(Vec::new());
-    }
+    // The `enqueue-no-retry/1` and `range-delete/1` extensions (absent in other clients'
+    // bodies): applied strictly, so a body they do not fit is refused whole.
+    let range_deletes = shared.config.extensions.contains(&ext::RANGE_DELETE);
+    ext::AtomicWriteExt::decode(body)
+        .map_err(|e| Failure::bad_request(format!("Request protobuf is invalid: {e}")))?
+        .apply_to(&mut write, range_deletes)
+        .map_err(|e| Failure::bad_request(e.message))?;
     shared
         .config
         .limits

@@ -26,7 +26,9 @@
 //!   refuses unknown metadata fields) see the plain protocol ([`ext`]): entry expiry
 //!   times in answers (`expiry/1`), "never retry" enqueues (`enqueue-no-retry/1`), and queue
 //!   consumption over the network, `POST /v2/queue/dequeue|finish|keepalive` with at-least-once
-//!   delivery through leases ([`queue`]).
+//!   delivery through leases ([`queue`]), range deletes inside `atomic_write`
+//!   (`range-delete/1`), `POST /v2/range/count` (`count/1`) and `POST /v2/range/watch`
+//!   (`watch-range/1`, a frame stream like `watch`'s, under the same watch cap) ([`range`]).
 //!
 //! Logs: [`tracing`] events, never a token, a key or a value: one per request at debug level
 //! (method, endpoint, status, duration), internal and connection errors at warn or error with
@@ -61,6 +63,8 @@ mod handler;
 pub mod metrics;
 pub mod queue;
 mod quick_ack;
+pub mod range;
+mod range_watch;
 pub mod resources;
 mod response;
 mod tls;
@@ -144,6 +148,13 @@ pub struct ServerConfig {
     /// Serve HTTPS with this certificate (`None`: plaintext HTTP, the default). A TLS handshake
     /// must complete within [`ResourceLimits::header_timeout`].
     pub tls: Option<Tls>,
+    /// The protocol extensions this server offers to clients that ask ([`ext::EXTENSIONS`],
+    /// all of them, by default). One left out is not listed in the metadata, so
+    /// open-deno-kv-remote does not use it. The range extensions are also refused when used
+    /// anyway: a `range-delete/1` body is answered 400 instead of being applied as single-key
+    /// deletes, and the `count/1` and `watch-range/1` endpoints answer 404. (The older ones
+    /// stay served: their requests are harmless to a server that has them.)
+    pub extensions: Vec<&'static str>,
 }
 
 impl ServerConfig {
@@ -163,6 +174,7 @@ impl ServerConfig {
             queue_max_wait: Duration::from_secs(25),
             resources: ResourceLimits::default(),
             tls: None,
+            extensions: ext::EXTENSIONS.to_vec(),
         }
     }
 }

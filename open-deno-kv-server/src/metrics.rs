@@ -67,6 +67,10 @@ pub(crate) enum Endpoint {
     QueueFinish,
     /// `POST /v2/queue/keepalive`.
     QueueKeepAlive,
+    /// `POST /v2/range/count` (`count/1`).
+    RangeCount,
+    /// `POST /v2/range/watch` (`watch-range/1`).
+    RangeWatch,
     /// Anything else (answered 404 or 405).
     Other,
 }
@@ -84,6 +88,8 @@ impl Endpoint {
             Endpoint::QueueDequeue => "queue_dequeue",
             Endpoint::QueueFinish => "queue_finish",
             Endpoint::QueueKeepAlive => "queue_keepalive",
+            Endpoint::RangeCount => "range_count",
+            Endpoint::RangeWatch => "range_watch",
             Endpoint::Other => "other",
         }
     }

@@ -1,4 +1,5 @@
-//! Random and mutated request bodies sent to the running server's data path: every answer is
+//! Random and mutated request bodies sent to the running server's data path (the range
+//! extensions' `atomic_write` field and `range/count` included): every answer is
 //! 200 or a 4xx with a plain-text reason — never a 5xx, a panic or a dropped connection — and the
 //! server still answers `/health` afterwards.
 //!
@@ -12,6 +13,7 @@ mod common;
 use std::sync::OnceLock;
 
 use common::*;
+use open_deno_kv_connect::ext::{AtomicWriteExt, RangeDeleteExt, RangeRequest};
 use open_deno_kv_connect::pb;
 use open_deno_kv_connect::prost::Message;
 use proptest::prelude::*;
@@ -89,9 +91,33 @@ fn valid_bodies() -> Vec<(&'static str, Vec<u8>)> {
             reverse: true,
         }],
     };
+    // `range-delete/1`: a delete placeholder and the field naming it.
+    let mut range_delete = pb::AtomicWrite {
+        mutations: vec![pb::Mutation {
+            key: vec![2, b'r', 0],
+            mutation_type: pb::MutationType::MDelete as i32,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let extension = AtomicWriteExt {
+        enqueues_without_retries: vec![],
+        range_deletes: vec![RangeDeleteExt {
+            mutation: 0,
+            end: vec![2, b's', 0],
+        }],
+    };
+    range_delete.extend_from_slice(&extension.encode_to_vec());
+    let count = RangeRequest {
+        start: vec![0],
+        end: vec![0xff],
+    };
     vec![
         ("/v2/atomic_write", write.encode_to_vec()),
         ("/v2/snapshot_read", read.encode_to_vec()),
+        ("/v2/atomic_write", range_delete),
+        ("/v2/range/count", count.encode_to_vec()),
     ]
 }
 
@@ -118,14 +144,14 @@ proptest! {
     #[test]
     fn random_bodies_get_200_or_4xx(
         body in prop::collection::vec(any::<u8>(), 0..200),
-        path in prop::sample::select(vec!["/v2/atomic_write", "/v2/snapshot_read"]),
+        path in prop::sample::select(vec!["/v2/atomic_write", "/v2/snapshot_read", "/v2/range/count"]),
     ) {
         assert_acceptable(&post(path, body))?;
     }
 
     #[test]
     fn mutated_bodies_get_200_or_4xx(
-        which in 0usize..2,
+        which in 0usize..4,
         flips in prop::collection::vec((any::<usize>(), 1u8..=255), 0..4),
         cut in any::<usize>(),
         truncate in any::<bool>(),

@@ -232,6 +232,42 @@ async fn metadata_offers_extensions_only_when_asked() {
         json["kvExtensions"],
         serde_json::json!(["queue/1", "expiry/1"])
     );
+
+    // The range extensions too are listed only when asked for, and only those asked for.
+    let ranged = send(
+        &client,
+        "POST",
+        url(&running, "/"),
+        &[
+            ("authorization", BEARER),
+            ("x-kv-extensions", "watch-range/1,count/1, range-delete/1"),
+        ],
+        OFFER.to_vec(),
+    )
+    .await;
+    let json: serde_json::Value = serde_json::from_slice(&ranged.body).unwrap();
+    assert_eq!(
+        json["kvExtensions"],
+        serde_json::json!(["range-delete/1", "count/1", "watch-range/1"])
+    );
+    // What a stock client sends (no header) still gets the protocol's five fields alone, with
+    // every extension this server has on offer.
+    assert_eq!(
+        open_deno_kv_server::ServerConfig::new(open_deno_kv_server::Access::Open).extensions,
+        open_deno_kv_connect::ext::EXTENSIONS.to_vec()
+    );
+    let plain_again = send(
+        &client,
+        "POST",
+        url(&running, "/"),
+        &[("authorization", BEARER), ("x-kv-extensions", "")],
+        OFFER.to_vec(),
+    )
+    .await;
+    assert_eq!(
+        fields(&plain_again),
+        ["databaseId", "endpoints", "expiresAt", "token", "version"]
+    );
     running.shutdown().await.unwrap();
 }
 
