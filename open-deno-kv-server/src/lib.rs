@@ -20,6 +20,8 @@
 //! - `GET /metrics`: counters, gauges and latency histograms in the Prometheus text format, no
 //!   token needed, served only when [`ServerConfig::metrics`] is set (404 otherwise; see
 //!   [`metrics`] for the families);
+//! - `GET /ui`: the web explorer, served only when [`ServerConfig::ui`] is set; its JSON calls
+//!   under `/ui/api/` need the token (see [`ui`]);
 //! - protocol extensions for this workspace's `open-deno-kv-remote` client, offered in the metadata's
 //!   extra `"kvExtensions"` field only to a client that asks for them with the
 //!   `x-kv-extensions` request header, so Deno, denokv's clients and Node's `@deno/kv` (which
@@ -64,6 +66,7 @@ mod quick_ack;
 pub mod resources;
 mod response;
 mod tls;
+pub mod ui;
 mod watch;
 
 use std::future::Future;
@@ -79,6 +82,7 @@ pub use connection::HTTP2_PING_INTERVAL;
 pub use databases::{DatabaseOpener, Databases, Opened};
 pub use resources::ResourceLimits;
 pub use tls::Tls;
+pub use ui::Explorer;
 
 /// The largest request body accepted (413 above it): 1 MiB plus 64 KiB. The largest valid
 /// request is an atomic write within Deno's limits: 819 200 bytes of keys and values (check keys
@@ -144,6 +148,9 @@ pub struct ServerConfig {
     /// Serve HTTPS with this certificate (`None`: plaintext HTTP, the default). A TLS handshake
     /// must complete within [`ResourceLimits::header_timeout`].
     pub tls: Option<Tls>,
+    /// Serve the web explorer at `/ui` ([`ui`]), read-only or read-write ([`Explorer::Off`] by
+    /// default). Its data calls need the access token, as the API does.
+    pub ui: Explorer,
 }
 
 impl ServerConfig {
@@ -163,6 +170,7 @@ impl ServerConfig {
             queue_max_wait: Duration::from_secs(25),
             resources: ResourceLimits::default(),
             tls: None,
+            ui: Explorer::Off,
         }
     }
 }

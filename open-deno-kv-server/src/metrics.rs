@@ -67,6 +67,10 @@ pub(crate) enum Endpoint {
     QueueFinish,
     /// `POST /v2/queue/keepalive`.
     QueueKeepAlive,
+    /// The explorer's page, script and style (`GET /ui...`).
+    Ui,
+    /// The explorer's JSON calls and event streams (`POST /ui/api/...`).
+    UiApi,
     /// Anything else (answered 404 or 405).
     Other,
 }
@@ -84,6 +88,8 @@ impl Endpoint {
             Endpoint::QueueDequeue => "queue_dequeue",
             Endpoint::QueueFinish => "queue_finish",
             Endpoint::QueueKeepAlive => "queue_keepalive",
+            Endpoint::Ui => "ui",
+            Endpoint::UiApi => "ui_api",
             Endpoint::Other => "other",
         }
     }
