@@ -1,7 +1,8 @@
 //! The explorer's JSON API (`kv serve --ui`, issue 19): paging by prefix with a cursor both ways,
 //! rendering of keys and values, the token on every call (401 without), 403 for writes unless
 //! the explorer is read-write, 409 on a stale versionstamp with the store unchanged, counts, the
-//! live event stream, and a 404 naming the flag when the explorer is off.
+//! live event stream, a 404 naming the flag when the explorer is off, and the same behaviour on
+//! SQLite as on the in-memory store.
 //!
 //! Run: `cargo test -p open-deno-kv-server --test ui_api`.
 
@@ -18,6 +19,7 @@ use open_deno_kv_proto::{
     AtomicWrite, Backend, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key, v8,
 };
 use open_deno_kv_server::{Databases, Explorer};
+use open_deno_kv_sqlite::FileEngine;
 use serde_json::{Value as Json, json};
 
 async fn start_ui(mode: Explorer) -> Running {
@@ -471,4 +473,59 @@ async fn the_event_stream_follows_more_than_ten_keys() {
     assert_eq!(next_change(&mut body, &mut buffer, &id).await, Json::Null);
     drop(body);
     running.shutdown().await.unwrap();
+}
+
+/// The explorer goes through the same `Arc<dyn Backend>` as KV Connect: on SQLite it pages,
+/// refuses a stale write and counts exactly as on the in-memory store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_works_the_same_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite: std::sync::Arc<dyn Backend> = std::sync::Arc::new(
+        open_deno_kv_sqlite::SqliteBackend::open(dir.path().join("kv.sqlite3")).unwrap(),
+    );
+    let mut config = config();
+    config.ui = Explorer::ReadWrite;
+    let running = start_with(config, Databases::new(sqlite)).await;
+    seed(running.backend.as_ref()).await;
+
+    let (_, first) = api(
+        &running,
+        "list",
+        json!({"prefix": "[\"users\"]", "limit": 20}),
+    )
+    .await;
+    assert_eq!(keys_of(&first), users(0..20));
+    let (_, rest) = api(
+        &running,
+        "list",
+        json!({"prefix": "[\"users\"]", "limit": 20, "cursor": first["cursor"]}),
+    )
+    .await;
+    assert_eq!(keys_of(&rest), users(20..25));
+    let seen = first["entries"][4].clone();
+    let (status, _) = api(
+        &running,
+        "set",
+        json!({"id": seen["id"], "versionstamp": seen["versionstamp"], "type": "json", "text": "1"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, conflict) = api(
+        &running,
+        "set",
+        json!({"id": seen["id"], "versionstamp": seen["versionstamp"], "type": "json", "text": "2"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(conflict["current"]["value"], "1");
+    assert_eq!(
+        stored(running.backend.as_ref(), &key!["users", 4]).await,
+        Some(js_value(json!(1)))
+    );
+    let (_, stats) = api(&running, "stats", json!({"prefix": "[]"})).await;
+    assert_eq!(stats["entries"], 27);
+    assert_eq!(stats["queueDepth"], 0);
+    running.shutdown().await.unwrap();
+    // The directory outlives the server that used it.
+    drop(dir);
 }
