@@ -67,8 +67,17 @@ impl Drop for Driver {
             if let Ok(mut stream) = std::net::TcpStream::connect(&address) {
                 use std::io::{Read, Write};
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                // Wait for the answer's head (the browser has quit by then); chromedriver may
+                // keep the connection open after it.
                 if stream.write_all(request.as_bytes()).is_ok() {
-                    let _ = stream.read_to_end(&mut Vec::new());
+                    let mut answer = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut chunk) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => answer.extend_from_slice(&chunk[..n]),
+                        }
+                    }
                 }
             }
         }
