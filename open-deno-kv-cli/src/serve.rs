@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use open_deno_kv::BackendUrl;
 use open_deno_kv_proto::{Backend, Clock, SystemClock};
-use open_deno_kv_server::{Access, Databases, ResourceLimits, Server, ServerConfig, Tls};
+use open_deno_kv_server::{Access, Databases, Explorer, ResourceLimits, Server, ServerConfig, Tls};
 
 use crate::cli::{ServeArgs, ServeLimits};
 use crate::error::CliError;
@@ -70,6 +70,11 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
     config.resources = resource_limits(&args.limits, raise_open_file_limit())?;
     config.tls = tls.clone();
     config.metrics = args.metrics;
+    config.ui = match (args.ui, args.ui_write) {
+        (false, _) => Explorer::Off,
+        (true, false) => Explorer::ReadOnly,
+        (true, true) => Explorer::ReadWrite,
+    };
     let open = config.access == Access::Open;
     let limits = config.resources.clone();
     let server = Server::new(config, databases)?;
@@ -97,7 +102,7 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
         limits.max_open_databases
     );
     tracing::info!(
-        "serving {db} at {}://{local}/ ({}){}{}{}",
+        "serving {db} at {}://{local}/ ({}){}{}{}{}",
         if tls.is_some() { "https" } else { "http" },
         if open {
             "open, no token"
@@ -117,6 +122,11 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
             ", GET /metrics on (no token)"
         } else {
             ""
+        },
+        match (args.ui, args.ui_write) {
+            (false, _) => "",
+            (true, false) => ", explorer at /ui (read-only)",
+            (true, true) => ", explorer at /ui (read-write)",
         },
     );
     let outcome = server.serve(listener, shutdown_signal()).await;

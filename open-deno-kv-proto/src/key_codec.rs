@@ -82,6 +82,12 @@ pub enum KeyError {
         /// Where the part starts.
         offset: usize,
     },
+    /// A key written as a JavaScript literal that does not parse ([`crate::parse_key_literal`]).
+    #[error("invalid key literal: {reason}")]
+    Literal {
+        /// What is wrong, and at which character.
+        reason: String,
+    },
 }
 
 /// Encodes a key into its ordered byte form.

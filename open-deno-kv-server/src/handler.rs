@@ -131,6 +131,11 @@ async fn route(
                 .unwrap_or_else(Failure::into_response)
         };
         (Endpoint::Metadata, response)
+    } else if shared.config.ui.enabled() && crate::ui::owns(&path) {
+        (
+            crate::ui::endpoint(&path),
+            crate::ui::handle(request, shared).await,
+        )
     } else {
         let response = text_response(StatusCode::NOT_FOUND, not_found_text(&path).into());
         (Endpoint::Other, response)
@@ -160,6 +165,9 @@ fn not_found_text(path: &str) -> &'static str {
     } else if path == "/metrics" {
         "Metrics are not served here: start the server with --metrics (kv serve --metrics) \
          to serve GET /metrics."
+    } else if crate::ui::owns(path) {
+        "The explorer is not served here: start the server with --ui (kv serve --ui) to serve \
+         it at /ui."
     } else {
         "Resource not found."
     }
@@ -173,7 +181,7 @@ const NO_NAMED_DATABASE: &str = "No such database: /db/NAME is served only from 
 // ---- access ---------------------------------------------------------------------------------------
 
 /// Checks `authorization: Bearer <token>` (scheme case-insensitive, token in constant time).
-fn authorize(headers: &HeaderMap, access: &Access) -> Result<(), Failure> {
+pub(crate) fn authorize(headers: &HeaderMap, access: &Access) -> Result<(), Failure> {
     let Access::Token(expected) = access else {
         return Ok(());
     };
@@ -220,7 +228,10 @@ impl std::ops::Deref for ReadBody {
 /// Reads the whole body: at most [`crate::ServerConfig::max_body_bytes`] (413 beyond), within
 /// [`crate::ResourceLimits::body_timeout`] (408 after), and only while the server's body memory
 /// budget lasts (503 once it is spent: the bytes are counted as they arrive).
-async fn read_body(request: Request<Incoming>, shared: &Shared) -> Result<ReadBody, Failure> {
+pub(crate) async fn read_body(
+    request: Request<Incoming>,
+    shared: &Shared,
+) -> Result<ReadBody, Failure> {
     let limits = &shared.config.resources;
     let timeout = limits.body_timeout;
     let over_budget = || {

@@ -20,6 +20,8 @@
 //! - `GET /metrics`: counters, gauges and latency histograms in the Prometheus text format, no
 //!   token needed, served only when [`ServerConfig::metrics`] is set (404 otherwise; see
 //!   [`metrics`] for the families);
+//! - `GET /ui`: the web explorer, served only when [`ServerConfig::ui`] is set; its JSON calls
+//!   under `/ui/api/` need the token (see [`ui`]);
 //! - protocol extensions for this workspace's `open-deno-kv-remote` client, offered in the metadata's
 //!   extra `"kvExtensions"` field only to a client that asks for them with the
 //!   `x-kv-extensions` request header, so Deno, denokv's clients and Node's `@deno/kv` (which
@@ -68,6 +70,7 @@ mod range_watch;
 pub mod resources;
 mod response;
 mod tls;
+pub mod ui;
 mod watch;
 
 use std::future::Future;
@@ -83,6 +86,7 @@ pub use connection::HTTP2_PING_INTERVAL;
 pub use databases::{DatabaseOpener, Databases, Opened};
 pub use resources::ResourceLimits;
 pub use tls::Tls;
+pub use ui::Explorer;
 
 /// The largest request body accepted (413 above it): 1 MiB plus 64 KiB. The largest valid
 /// request is an atomic write within Deno's limits: 819 200 bytes of keys and values (check keys
@@ -155,6 +159,9 @@ pub struct ServerConfig {
     /// deletes, and the `count/1` and `watch-range/1` endpoints answer 404. (The older ones
     /// stay served: their requests are harmless to a server that has them.)
     pub extensions: Vec<&'static str>,
+    /// Serve the web explorer at `/ui` ([`ui`]), read-only or read-write ([`Explorer::Off`] by
+    /// default). Its data calls need the access token, as the API does.
+    pub ui: Explorer,
 }
 
 impl ServerConfig {
@@ -175,6 +182,7 @@ impl ServerConfig {
             resources: ResourceLimits::default(),
             tls: None,
             extensions: ext::EXTENSIONS.to_vec(),
+            ui: Explorer::Off,
         }
     }
 }

@@ -71,6 +71,10 @@ pub(crate) enum Endpoint {
     RangeCount,
     /// `POST /v2/range/watch` (`watch-range/1`).
     RangeWatch,
+    /// The explorer's page, script and style (`GET /ui...`).
+    Ui,
+    /// The explorer's JSON calls and event streams (`POST /ui/api/...`).
+    UiApi,
     /// Anything else (answered 404 or 405).
     Other,
 }
@@ -90,6 +94,8 @@ impl Endpoint {
             Endpoint::QueueKeepAlive => "queue_keepalive",
             Endpoint::RangeCount => "range_count",
             Endpoint::RangeWatch => "range_watch",
+            Endpoint::Ui => "ui",
+            Endpoint::UiApi => "ui_api",
             Endpoint::Other => "other",
         }
     }

@@ -1,0 +1,140 @@
+//! How many entries lie under a prefix, and how many bytes their keys and values take.
+//!
+//! One function, [`count_prefix`], lists the prefix (up to a cap). A `count` operation is being
+//! added to the `Backend` trait; when it lands it replaces this function's body, and nothing
+//! else in the explorer changes.
+
+use open_deno_kv_proto::{Backend, KvError, ReadRange, SnapshotRead};
+
+/// The most entries [`count_prefix`] lists before it stops and reports "at least".
+pub(super) const COUNT_CAP: u64 = 100_000;
+
+/// Entries read per snapshot read while counting (Deno's per-read maximum).
+const PAGE: u32 = 1000;
+
+/// What lies under a prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct PrefixCount {
+    /// Entries found (all of them when `complete`, else the first `cap`).
+    pub(super) entries: u64,
+    /// Their encoded keys' and stored values' bytes.
+    pub(super) bytes: u64,
+    /// `false`: the cap was reached and there may be more ("at least").
+    pub(super) complete: bool,
+}
+
+/// Counts the entries strictly under the encoded `prefix`, listing at most `cap` of them.
+pub(super) async fn count_prefix(
+    backend: &dyn Backend,
+    prefix: &[u8],
+    cap: u64,
+) -> Result<PrefixCount, KvError> {
+    let mut start = prefix.to_vec();
+    start.push(0x00);
+    let mut end = prefix.to_vec();
+    end.push(0xff);
+    let mut count = PrefixCount {
+        entries: 0,
+        bytes: 0,
+        complete: true,
+    };
+    loop {
+        let left = cap - count.entries;
+        if left == 0 {
+            // Full: complete only if nothing is left after the last entry counted.
+            let probe = ReadRange {
+                start: start.clone(),
+                end: end.clone(),
+                limit: 1,
+                reverse: false,
+            };
+            let more = backend
+                .snapshot_read(SnapshotRead {
+                    ranges: vec![probe],
+                    ..SnapshotRead::default()
+                })
+                .await?;
+            count.complete = more.iter().all(|range| range.entries.is_empty());
+            return Ok(count);
+        }
+        let limit = u32::try_from(left).unwrap_or(PAGE).min(PAGE);
+        let range = ReadRange {
+            start: start.clone(),
+            end: end.clone(),
+            limit,
+            reverse: false,
+        };
+        let output = backend
+            .snapshot_read(SnapshotRead {
+                ranges: vec![range],
+                ..SnapshotRead::default()
+            })
+            .await?;
+        let entries = output
+            .into_iter()
+            .next()
+            .map(|r| r.entries)
+            .unwrap_or_default();
+        for entry in &entries {
+            count.entries += 1;
+            count.bytes += (entry.key.len() + entry.value.encoded_len()) as u64;
+        }
+        match entries.last() {
+            Some(last) if entries.len() == limit as usize => {
+                start = last.key.clone();
+                start.push(0x00);
+            }
+            _ => return Ok(count),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use open_deno_kv_proto::{AtomicWrite, KvValue, Mutation, encode_key, key};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn counts_under_the_prefix_and_says_at_least_beyond_the_cap() {
+        let backend = crate::databases::new_memory_database();
+        let mut write = AtomicWrite::default();
+        for i in 0..25 {
+            let key = encode_key(&key!["a", i]).unwrap_or_default();
+            write
+                .mutations
+                .push(Mutation::set(key, KvValue::Bytes(vec![0; 3])));
+        }
+        let outside = encode_key(&key!["b"]).unwrap_or_default();
+        write
+            .mutations
+            .push(Mutation::set(outside, KvValue::U64(1)));
+        assert!(matches!(backend.atomic_write(write).await, Ok(Some(_))));
+        let prefix = encode_key(&key!["a"]).unwrap_or_default();
+        let bytes: u64 = (0..25)
+            .map(|i| encode_key(&key!["a", i]).unwrap_or_default().len() as u64 + 3)
+            .sum();
+
+        let all = count_prefix(backend.as_ref(), &prefix, 1000).await;
+        assert_eq!(
+            all.ok(),
+            Some(PrefixCount {
+                entries: 25,
+                bytes,
+                complete: true
+            })
+        );
+        let exact = count_prefix(backend.as_ref(), &prefix, 25).await;
+        assert_eq!(
+            exact.ok().map(|c| (c.entries, c.complete)),
+            Some((25, true))
+        );
+        let capped = count_prefix(backend.as_ref(), &prefix, 10).await;
+        assert_eq!(
+            capped.ok().map(|c| (c.entries, c.complete)),
+            Some((10, false))
+        );
+        let everything = count_prefix(backend.as_ref(), &[], 1000).await;
+        assert_eq!(everything.ok().map(|c| c.entries), Some(26));
+    }
+}
