@@ -235,6 +235,15 @@ fn mutation_from_pb(mutation: pb::Mutation) -> Result<Mutation, ProtocolError> {
         ms if ms < -1 => return Err(ProtocolError::new(TEXT_BAD_EXPIRE_AT)),
         ms => Some(ms_to_datetime(ms).ok_or_else(|| ProtocolError::new(TEXT_BAD_EXPIRE_AT))?),
     };
+    // A range delete's placeholder (`range-delete/1`): its end comes from the extension field
+    // (`ext::AtomicWriteExt::apply_to`), which refuses the write if it does not supply one.
+    if mutation.mutation_type == crate::ext::RANGE_DELETE_MUTATION_TYPE {
+        return Ok(Mutation {
+            key: mutation.key,
+            kind: MutationKind::DeleteRange { end: Vec::new() },
+            expire_at: None,
+        });
+    }
     let kind = pb::MutationType::try_from(mutation.mutation_type)
         .map_err(|_| ProtocolError::new(TEXT_BAD_MUTATION))?;
     // Deno sends a delete with an empty BYTES value: accepted and ignored.
@@ -346,11 +355,13 @@ fn mutation_to_pb(mutation: &Mutation) -> pb::Mutation {
     };
     let (kind, value) = match &mutation.kind {
         MutationKind::Set(v) => (pb::MutationType::MSet, Some(v)),
-        // KV Connect has no range delete: it travels as a delete of its start, which the
-        // `range-delete/1` extension of the same body turns back into the range (see
-        // `crate::ext`). A client sends it only to a server that offered that extension.
-        MutationKind::Delete | MutationKind::DeleteRange { .. } => {
-            (pb::MutationType::MDelete, None)
+        MutationKind::Delete => (pb::MutationType::MDelete, None),
+        // KV Connect has no range delete: it travels as a placeholder of a mutation type the
+        // protocol does not have (other servers refuse the write), keyed by its start; the
+        // `range-delete/1` field of the same body carries its end (see `crate::ext`).
+        MutationKind::DeleteRange { .. } => {
+            out.mutation_type = crate::ext::RANGE_DELETE_MUTATION_TYPE;
+            return out;
         }
         MutationKind::Sum {
             value,

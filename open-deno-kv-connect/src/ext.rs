@@ -26,16 +26,18 @@
 //!   ([`DequeueRequest`] → [`DequeueResponse`] or 204), `queue/finish` ([`FinishRequest`] →
 //!   [`FinishResponse`]) and `queue/keepalive` ([`KeepAliveRequest`] → [`KeepAliveResponse`]);
 //!   open-deno-kv-server's `queue` module describes the delivery guarantees.
-//! - **`range-delete/1`**: KV Connect has no range delete. A client sends one as an `MDelete`
-//!   of the range's start (the placeholder), and adds to the same `atomic_write` body field
-//!   [`RANGE_DELETE_FIELD`] (1002, next to the enqueue list of [`AtomicWriteExt`]): one
+//! - **`range-delete/1`**: KV Connect has no range delete. A client sends one as a placeholder
+//!   mutation of type [`RANGE_DELETE_MUTATION_TYPE`] (1002, outside the protocol's
+//!   `MutationType` enum) keyed by the range's start, and adds to the same `atomic_write` body
+//!   field [`RANGE_DELETE_FIELD`] (1002, next to the enqueue list of [`AtomicWriteExt`]): one
 //!   [`RangeDeleteExt`] `{mutation: u32, end: bytes}` per range delete, naming the placeholder
 //!   by its index in `mutations` and giving the range's exclusive end. The server turns each
 //!   placeholder back into [`open_deno_kv_proto::MutationKind::DeleteRange`] before the write
-//!   reaches the backend ([`AtomicWriteExt::apply_to`]); an index out of range, an index named
-//!   twice, or one whose mutation is not an `MDelete` is refused (400) and nothing is applied.
-//!   A server that ignores the field would delete one key instead of a range, so a client sends
-//!   such a body only after the server **offered** `range-delete/1` in its metadata;
+//!   reaches the backend ([`AtomicWriteExt::apply_to`]); an index out of range or named twice,
+//!   one that is not a placeholder, or a placeholder left without an end is refused (400) and
+//!   nothing is applied. A server that does not know the extension refuses the placeholder's
+//!   unknown mutation type, so the write fails whole rather than doing something else; a client
+//!   still sends such a body only to a server that **offered** `range-delete/1`;
 //! - **`count/1`**: `POST <endpoint>/range/count` with a [`RangeRequest`] `{start, end}` answers
 //!   a [`RangeCountResponse`] `{entries, key_bytes, value_bytes}`: the visible (unexpired)
 //!   entries of `[start, end)` and their encoded sizes, from one snapshot;
@@ -101,6 +103,13 @@ pub const WATCH_RANGE: &str = "watch-range/1";
 /// The field number of the `range-delete/1` list inside an `atomic_write` body (next to
 /// [`EXT_FIELD`], which holds the enqueue list of `enqueue-no-retry/1`).
 pub const RANGE_DELETE_FIELD: u32 = 1002;
+
+/// The `mutation_type` of a range delete's placeholder in an `atomic_write` body
+/// (`range-delete/1`): a value outside KV Connect's `MutationType` enum, so a server that does
+/// not know the extension (Deno Deploy, denokv, an older open-deno-kv-server) refuses the whole
+/// write as invalid instead of applying the placeholder as something else. The placeholder's key
+/// is the range's start; [`AtomicWriteExt::range_deletes`] carries its end.
+pub const RANGE_DELETE_MUTATION_TYPE: i32 = 1002;
 
 /// The metadata response's extra JSON field listing the extensions a server offers to a client
 /// that asked for them with [`EXT_HEADER`]; absent otherwise.
@@ -226,8 +235,8 @@ pub struct AtomicWriteExt {
     /// must never be retried.
     #[prost(uint32, repeated, tag = "1001")]
     pub enqueues_without_retries: Vec<u32>,
-    /// `range-delete/1` (field [`RANGE_DELETE_FIELD`]): the `MDelete` placeholders that are
-    /// range deletes, with their ends.
+    /// `range-delete/1` (field [`RANGE_DELETE_FIELD`]): the ends of the range delete
+    /// placeholders ([`RANGE_DELETE_MUTATION_TYPE`]) among the mutations, by index.
     #[prost(message, repeated, tag = "1002")]
     pub range_deletes: Vec<RangeDeleteExt>,
 }
@@ -271,24 +280,30 @@ impl AtomicWriteExt {
         self.enqueues_without_retries.is_empty() && self.range_deletes.is_empty()
     }
 
-    /// The server side: applies the fields to `write`, decoded from the same body. Strict: an
-    /// enqueue index out of range, a range delete naming a mutation that does not exist, that
-    /// is not a delete, or that another range delete already named, is an error and `write`
-    /// must not be applied. `range_deletes_offered` is whether the server offers
-    /// `range-delete/1`: if not, a body carrying range deletes is refused rather than applied
-    /// as single-key deletes.
+    /// The server side: applies the fields to `write`, decoded from the same body (where
+    /// [`crate::convert::decode_atomic_write`] turned each placeholder into a range delete
+    /// with no end yet). Strict: an enqueue index out of range, a range delete naming a mutation
+    /// that does not exist, that is not a placeholder, or that another range delete already
+    /// named, or a placeholder left without its end, is an error and `write` must not be
+    /// applied. `range_deletes_offered` is whether the server offers `range-delete/1`: if not,
+    /// a body carrying range deletes is refused.
     ///
     /// ```
+    /// use open_deno_kv_connect::convert::{decode_atomic_write, encode_atomic_write};
     /// use open_deno_kv_connect::ext::{AtomicWriteExt, RangeDeleteExt};
-    /// use open_deno_kv_proto::{AtomicWrite, KeyRange, Mutation, MutationKind};
+    /// use open_deno_kv_proto::{AtomicWrite, KeyRange, Mutation};
+    /// use prost::Message;
     /// let range = KeyRange::new(vec![2, b'a', 0], vec![2, b'z', 0]);
     /// let sent = AtomicWrite { mutations: vec![Mutation::delete_range(range)], ..Default::default() };
-    /// let ext = AtomicWriteExt::of(&sent);
-    /// // On the wire the mutation is a plain delete of the start...
-    /// let mut received = AtomicWrite { mutations: vec![Mutation::delete(vec![2, b'a', 0])], ..Default::default() };
-    /// ext.apply_to(&mut received, true).unwrap();
-    /// // ...and the extension makes it the range again.
+    /// // On the wire: the standard message (with a placeholder), then the extension field.
+    /// let mut body = encode_atomic_write(&sent).encode_to_vec();
+    /// body.extend_from_slice(&AtomicWriteExt::of(&sent).encode_to_vec());
+    /// let mut received = decode_atomic_write(&body).unwrap();
+    /// AtomicWriteExt::decode(body.as_slice()).unwrap().apply_to(&mut received, true).unwrap();
     /// assert_eq!(received, sent);
+    /// // Without its end, a placeholder is refused, never applied.
+    /// let mut alone = decode_atomic_write(&encode_atomic_write(&sent).encode_to_vec()).unwrap();
+    /// assert!(AtomicWriteExt::default().apply_to(&mut alone, true).is_err());
     /// let bad = AtomicWriteExt { range_deletes: vec![RangeDeleteExt { mutation: 5, end: vec![] }], ..Default::default() };
     /// assert!(bad.apply_to(&mut received, true).is_err());
     /// ```
@@ -304,11 +319,19 @@ impl AtomicWriteExt {
                 .ok_or_else(|| ProtocolError::new("Invalid enqueue index in extension."))?;
             enqueue.backoff_schedule = Some(Vec::new());
         }
-        if !self.range_deletes.is_empty() && !range_deletes_offered {
+        let placeholders = write.mutations.iter().filter(|m| is_placeholder(m)).count();
+        if (placeholders > 0 || !self.range_deletes.is_empty()) && !range_deletes_offered {
             return Err(ProtocolError::new(format!(
                 "This server does not offer the {RANGE_DELETE} extension."
             )));
         }
+        if placeholders != self.range_deletes.len() {
+            return Err(ProtocolError::new(format!(
+                "Invalid range delete: {placeholders} range delete(s) for {} end(s).",
+                self.range_deletes.len()
+            )));
+        }
+        let mut filled = std::collections::HashSet::new();
         for range in self.range_deletes {
             let index = range.mutation;
             let mutation = usize::try_from(index)
@@ -319,24 +342,26 @@ impl AtomicWriteExt {
                         "Invalid range delete: mutation index {index} is out of range."
                     ))
                 })?;
-            match mutation.kind {
-                MutationKind::Delete => {}
-                MutationKind::DeleteRange { .. } => {
-                    return Err(ProtocolError::new(format!(
-                        "Invalid range delete: mutation {index} is named twice."
-                    )));
-                }
-                _ => {
-                    return Err(ProtocolError::new(format!(
-                        "Invalid range delete: mutation {index} is not a delete."
-                    )));
-                }
+            if !filled.insert(index) {
+                return Err(ProtocolError::new(format!(
+                    "Invalid range delete: mutation {index} is named twice."
+                )));
+            }
+            if !is_placeholder(mutation) {
+                return Err(ProtocolError::new(format!(
+                    "Invalid range delete: mutation {index} is not a range delete."
+                )));
             }
             mutation.kind = MutationKind::DeleteRange { end: range.end };
             mutation.expire_at = None;
         }
         Ok(())
     }
+}
+
+/// Whether `mutation` is a range delete placeholder as decoded, still without its end.
+fn is_placeholder(mutation: &open_deno_kv_proto::Mutation) -> bool {
+    matches!(&mutation.kind, MutationKind::DeleteRange { end } if end.is_empty())
 }
 
 /// What a server offers, from its metadata.

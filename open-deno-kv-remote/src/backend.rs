@@ -75,8 +75,8 @@ impl Engine for RemoteBackend {
     /// Assuming is safe for the range operations because it is never acted on: a write holding
     /// a range delete, a count and a range watch each first make sure the metadata is known
     /// (running the exchange if it is not) and refuse with [`KvError::Unsupported`] unless the
-    /// server offered the extension. A range delete must never reach a server that ignores
-    /// `range-delete/1`: it would delete the range's first key alone and report success.
+    /// server offered the extension. (A server that does not know `range-delete/1` would
+    /// refuse the placeholder's unknown mutation type anyway; the client does not rely on it.)
     fn capabilities(&self) -> Capabilities {
         let known = self.inner.known_extensions();
         Capabilities::none()
@@ -145,8 +145,8 @@ impl Engine for RemoteBackend {
                     feature: "enqueue with an empty backoff schedule over KV Connect",
                 });
             }
-            // Sent only to a server that offered the extension: another would apply the
-            // placeholder as a delete of the range's first key.
+            // Sent only to a server that offered the extension (another refuses the
+            // placeholder's mutation type, but a clear `Unsupported` beats its 400).
             if !extension.range_deletes.is_empty() && !session.extensions.range_delete {
                 return Err(KvError::Unsupported {
                     feature: "range deletes (the server does not offer range-delete/1)",

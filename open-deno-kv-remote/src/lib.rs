@@ -81,8 +81,9 @@
 //!   `count/1` and `watch-range/1` (see [`mod@ext`]); the capabilities say so once the metadata
 //!   is known. Before a range delete, a count or a range watch is sent, the client makes sure the
 //!   server offered its extension, and otherwise fails with
-//!   [`open_deno_kv_proto::KvError::Unsupported`] having sent nothing: a server that ignored the
-//!   range delete field would delete the range's first key alone. A range watch reconnects as a key watch does, and every new stream starts with
+//!   [`open_deno_kv_proto::KvError::Unsupported`] having sent nothing (a server that does not
+//!   know the range delete placeholder's mutation type would refuse the write whole). A range
+//!   watch reconnects as a key watch does, and every new stream starts with
 //!   [`open_deno_kv_proto::RangeWatchEvent::Reread`], so the consumer re-reads what it may
 //!   have missed while disconnected.
 

@@ -314,7 +314,7 @@ async fn a_range_watch_that_reconnects_rereads_and_goes_on() {
 }
 
 /// A server configured without `range-delete/1` stands for one that does not know it (an older
-/// open-deno-kv-server, or denokv): it would apply the placeholder as a delete of the first key.
+/// open-deno-kv-server, or denokv): the client refuses before sending anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_without_range_delete_gets_none_and_nothing_is_deleted() {
     let offered: Vec<&'static str> = EXTENSIONS

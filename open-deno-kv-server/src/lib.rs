@@ -155,8 +155,7 @@ pub struct ServerConfig {
     /// The protocol extensions this server offers to clients that ask ([`ext::EXTENSIONS`],
     /// all of them, by default). One left out is not listed in the metadata, so
     /// open-deno-kv-remote does not use it. The range extensions are also refused when used
-    /// anyway: a `range-delete/1` body is answered 400 instead of being applied as single-key
-    /// deletes, and the `count/1` and `watch-range/1` endpoints answer 404. (The older ones
+    /// anyway: a `range-delete/1` body is answered 400, and the `count/1` and `watch-range/1` endpoints answer 404. (The older ones
     /// stay served: their requests are harmless to a server that has them.)
     pub extensions: Vec<&'static str>,
     /// Serve the web explorer at `/ui` ([`ui`]), read-only or read-write ([`Explorer::Off`] by

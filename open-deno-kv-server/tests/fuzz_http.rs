@@ -91,11 +91,11 @@ fn valid_bodies() -> Vec<(&'static str, Vec<u8>)> {
             reverse: true,
         }],
     };
-    // `range-delete/1`: a delete placeholder and the field naming it.
+    // `range-delete/1`: a range delete placeholder and the field giving its end.
     let mut range_delete = pb::AtomicWrite {
         mutations: vec![pb::Mutation {
             key: vec![2, b'r', 0],
-            mutation_type: pb::MutationType::MDelete as i32,
+            mutation_type: open_deno_kv_connect::ext::RANGE_DELETE_MUTATION_TYPE,
             ..Default::default()
         }],
         ..Default::default()

@@ -92,7 +92,8 @@ fn to_end(mutation: u32) -> RangeDeleteExt {
 async fn range_delete_bodies_are_applied_strictly() {
     let running = start().await;
     fill(&running).await;
-    let placeholder = || Mutation::delete(items().start);
+    // A range delete is encoded as its placeholder; the list below supplies (or not) its end.
+    let placeholder = || Mutation::delete_range(items());
     let set = || Mutation::set(item(9), KvValue::U64(9));
     let cases = [
         (
@@ -101,14 +102,24 @@ async fn range_delete_bodies_are_applied_strictly() {
             "Invalid range delete: mutation index 1 is out of range.",
         ),
         (
-            vec![placeholder(), set()],
-            vec![to_end(1)],
-            "Invalid range delete: mutation 1 is not a delete.",
+            vec![set(), placeholder()],
+            vec![to_end(0)],
+            "Invalid range delete: mutation 0 is not a range delete.",
+        ),
+        (
+            vec![placeholder(), placeholder()],
+            vec![to_end(0), to_end(0)],
+            "Invalid range delete: mutation 0 is named twice.",
         ),
         (
             vec![placeholder()],
-            vec![to_end(0), to_end(0)],
-            "Invalid range delete: mutation 0 is named twice.",
+            vec![],
+            "Invalid range delete: 1 range delete(s) for 0 end(s).",
+        ),
+        (
+            vec![Mutation::delete(items().start)],
+            vec![to_end(0)],
+            "Invalid range delete: 0 range delete(s) for 1 end(s).",
         ),
     ];
     for (mutations, ranges, text) in cases {

@@ -29,7 +29,8 @@ use crate::{ProtocolError, pb};
 /// [`super::RANGE_DELETE_FIELD`]).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct RangeDeleteExt {
-    /// Index into `mutations` of the `MDelete` whose key is the range's (inclusive) start.
+    /// Index into `mutations` of the placeholder ([`super::RANGE_DELETE_MUTATION_TYPE`]) whose
+    /// key is the range's (inclusive) start.
     #[prost(uint32, tag = "1")]
     pub mutation: u32,
     /// The range's exclusive end.

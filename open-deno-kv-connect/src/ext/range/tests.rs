@@ -47,10 +47,22 @@ fn a_range_delete_travels_as_a_placeholder_and_comes_back_whole() {
         ..Default::default()
     };
     assert_eq!(through_the_wire(&write).unwrap(), write);
-    // Without the extension the placeholder is a single-key delete: what a server that ignored
-    // the field would apply, and why a client never sends it to one.
-    let plain = decode_atomic_write(&encode_atomic_write(&write).encode_to_vec()).unwrap();
-    assert_eq!(plain.mutations[1], Mutation::delete(k("b")));
+    // On the wire the placeholder has a mutation type KV Connect does not have, so a server
+    // that does not know the extension refuses the write instead of applying something else.
+    let pb = encode_atomic_write(&write);
+    assert_eq!(
+        pb.mutations[1].mutation_type,
+        crate::ext::RANGE_DELETE_MUTATION_TYPE
+    );
+    assert!(crate::pb::MutationType::try_from(pb.mutations[1].mutation_type).is_err());
+    // Decoded without the extension field, it is a range delete with no end: refused, never
+    // applied as anything.
+    let mut plain = decode_atomic_write(&pb.encode_to_vec()).unwrap();
+    let refused = AtomicWriteExt::default().apply_to(&mut plain, true);
+    assert_eq!(
+        refused.map_err(|e| e.message),
+        Err("Invalid range delete: 1 range delete(s) for 0 end(s).".to_owned())
+    );
 }
 
 #[test]
@@ -66,7 +78,8 @@ fn a_write_without_extensions_adds_no_bytes() {
 fn placeholder_write() -> AtomicWrite {
     AtomicWrite {
         mutations: vec![
-            Mutation::delete(k("a")),
+            // A placeholder as decoded: a range delete without its end.
+            Mutation::delete_range(KeyRange::new(k("a"), Vec::new())),
             Mutation::set(k("b"), KvValue::U64(1)),
         ],
         ..Default::default()
@@ -107,11 +120,26 @@ fn malformed_range_deletes_are_refused() {
     );
     assert_eq!(
         apply(vec![range_delete(1)], true).unwrap_err(),
-        "Invalid range delete: mutation 1 is not a delete."
+        "Invalid range delete: mutation 1 is not a range delete."
     );
     assert_eq!(
         apply(vec![range_delete(0), range_delete(0)], true).unwrap_err(),
-        "Invalid range delete: mutation 0 is named twice."
+        "Invalid range delete: 1 range delete(s) for 2 end(s)."
+    );
+    assert_eq!(
+        apply(vec![], true).unwrap_err(),
+        "Invalid range delete: 1 range delete(s) for 0 end(s)."
+    );
+    let mut two = placeholder_write();
+    two.mutations[1] = two.mutations[0].clone();
+    let named_twice = AtomicWriteExt {
+        enqueues_without_retries: Vec::new(),
+        range_deletes: vec![range_delete(0), range_delete(0)],
+    }
+    .apply_to(&mut two, true);
+    assert_eq!(
+        named_twice.map_err(|e| e.message),
+        Err("Invalid range delete: mutation 0 is named twice.".to_owned())
     );
     assert_eq!(
         apply(vec![range_delete(0)], false).unwrap_err(),
