@@ -1,10 +1,10 @@
 //! How many entries lie under a prefix, and how many bytes their keys and values take.
 //!
-//! One function, [`count_prefix`], lists the prefix (up to a cap). A `count` operation is being
-//! added to the `Backend` trait; when it lands it replaces this function's body, and nothing
-//! else in the explorer changes.
+//! One function, [`count_prefix`]: a backend that counts ([`Backend::count_range`], every engine
+//! of this workspace) answers from one snapshot without sending values; another is listed page
+//! by page, up to a cap beyond which the answer is "at least".
 
-use open_deno_kv_proto::{Backend, KvError, ReadRange, SnapshotRead};
+use open_deno_kv_proto::{Backend, KeyRange, KvError, ReadRange, SnapshotRead};
 
 /// The most entries [`count_prefix`] lists before it stops and reports "at least".
 pub(super) const COUNT_CAP: u64 = 100_000;
@@ -23,7 +23,8 @@ pub(super) struct PrefixCount {
     pub(super) complete: bool,
 }
 
-/// Counts the entries strictly under the encoded `prefix`, listing at most `cap` of them.
+/// Counts the entries strictly under the encoded `prefix`: exactly where the backend counts,
+/// else by listing at most `cap` of them.
 pub(super) async fn count_prefix(
     backend: &dyn Backend,
     prefix: &[u8],
@@ -33,6 +34,16 @@ pub(super) async fn count_prefix(
     start.push(0x00);
     let mut end = prefix.to_vec();
     end.push(0xff);
+    if backend.capabilities().count {
+        let counted = backend
+            .count_range(KeyRange::new(start.clone(), end.clone()))
+            .await?;
+        return Ok(PrefixCount {
+            entries: counted.entries,
+            bytes: counted.key_bytes + counted.value_bytes,
+            complete: true,
+        });
+    }
     let mut count = PrefixCount {
         entries: 0,
         bytes: 0,
@@ -95,6 +106,59 @@ mod tests {
 
     use super::*;
 
+    /// A backend that does not count: every other method is the wrapped one's.
+    struct NoCount(std::sync::Arc<dyn Backend>);
+
+    #[open_deno_kv_proto::async_trait]
+    impl Backend for NoCount {
+        fn capabilities(&self) -> open_deno_kv_proto::Capabilities {
+            self.0.capabilities().with_count(false)
+        }
+        async fn snapshot_read(
+            &self,
+            read: SnapshotRead,
+        ) -> Result<Vec<open_deno_kv_proto::ReadRangeOutput>, KvError> {
+            self.0.snapshot_read(read).await
+        }
+        async fn atomic_write(
+            &self,
+            write: AtomicWrite,
+        ) -> Result<Option<open_deno_kv_proto::CommitResult>, KvError> {
+            self.0.atomic_write(write).await
+        }
+        async fn dequeue_next_message(
+            &self,
+        ) -> Result<Option<Box<dyn open_deno_kv_proto::QueueMessageHandle>>, KvError> {
+            self.0.dequeue_next_message().await
+        }
+        async fn queued_messages(&self) -> Result<Vec<open_deno_kv_proto::QueuedMessage>, KvError> {
+            self.0.queued_messages().await
+        }
+        fn watch(&self, keys: Vec<Vec<u8>>) -> Result<open_deno_kv_proto::WatchStream, KvError> {
+            self.0.watch(keys)
+        }
+        async fn count_range(
+            &self,
+            _range: KeyRange,
+        ) -> Result<open_deno_kv_proto::RangeCount, KvError> {
+            Err(KvError::Unsupported {
+                feature: "counting a range",
+            })
+        }
+        fn watch_range(
+            &self,
+            range: KeyRange,
+        ) -> Result<open_deno_kv_proto::RangeWatchStream, KvError> {
+            self.0.watch_range(range)
+        }
+        async fn check_integrity(&self) -> Result<open_deno_kv_proto::IntegrityReport, KvError> {
+            self.0.check_integrity().await
+        }
+        async fn close(&self) -> Result<(), KvError> {
+            self.0.close().await
+        }
+    }
+
     #[tokio::test]
     async fn counts_under_the_prefix_and_says_at_least_beyond_the_cap() {
         let backend = crate::databases::new_memory_database();
@@ -129,11 +193,19 @@ mod tests {
             exact.ok().map(|c| (c.entries, c.complete)),
             Some((25, true))
         );
-        let capped = count_prefix(backend.as_ref(), &prefix, 10).await;
+        // Memory counts exactly, whatever the cap; a backend that cannot count is listed.
+        let counted = count_prefix(backend.as_ref(), &prefix, 10).await;
         assert_eq!(
-            capped.ok().map(|c| (c.entries, c.complete)),
+            counted.ok().map(|c| (c.entries, c.complete)),
+            Some((25, true))
+        );
+        let listed = count_prefix(&NoCount(backend.clone()), &prefix, 10).await;
+        assert_eq!(
+            listed.ok().map(|c| (c.entries, c.complete)),
             Some((10, false))
         );
+        let listed = count_prefix(&NoCount(backend.clone()), &prefix, 1000).await;
+        assert_eq!(listed.ok().map(|c| (c.entries, c.bytes)), Some((25, bytes)));
         let everything = count_prefix(backend.as_ref(), &[], 1000).await;
         assert_eq!(everything.ok().map(|c| c.entries), Some(26));
     }
