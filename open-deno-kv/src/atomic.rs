@@ -30,6 +30,7 @@ use open_deno_kv_proto::{
 
 use crate::entry::{Entry, MaybeEntry};
 use crate::error::{Error, Result};
+use crate::list::Selector;
 use crate::outcome::CommitOutcome;
 use crate::queue::EnqueueOptions;
 use crate::value::IntoValue;
@@ -191,6 +192,21 @@ impl AtomicOperation {
     /// Deletes `key`.
     pub fn delete(self, key: impl Into<Key>) -> Self {
         self.mutation(key.into(), MutationKind::Delete, None)
+    }
+
+    /// Deletes every entry the selector covers (a prefix, or `[start, end)`), in this commit
+    /// and at the position of this call among its mutations: a set before it in the same
+    /// operation is deleted with the range, a set after it stays. One mutation whatever the
+    /// number of entries. Not part of Deno KV: a backend without
+    /// [`Capabilities::range_delete`](open_deno_kv_proto::Capabilities) refuses the commit with
+    /// [`crate::Error::Unsupported`].
+    pub fn delete_range(self, selector: Selector) -> Self {
+        self.try_step(|op| {
+            op.write
+                .mutations
+                .push(Mutation::delete_range(selector.key_range()?));
+            Ok(())
+        })
     }
 
     /// Adds `operand` to the value at `key` (a missing key takes the operand). A `u64` operand

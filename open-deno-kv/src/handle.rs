@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use open_deno_kv_proto::queue::QueuedMessage;
 use open_deno_kv_proto::{
-    AtomicWrite, Backend, Clock, CommitResult, Consistency, Key, ReadRange, SnapshotRead,
-    SystemClock, encode_key,
+    AtomicWrite, Backend, Clock, CommitResult, Consistency, Key, RangeCount, ReadRange,
+    SnapshotRead, SystemClock, encode_key,
 };
 
 use crate::atomic::AtomicOperation;
@@ -16,6 +16,7 @@ use crate::list::{ListOptions, ListStream, Selector};
 use crate::open::BackendUrl;
 use crate::outcome::CommitOutcome;
 use crate::queue::{EnqueueOptions, ListenOptions, QueueHandler};
+use crate::range_watch::RangeWatch;
 use crate::value::{FromValue, IntoValue};
 use crate::watch::WatchStream;
 
@@ -158,6 +159,45 @@ impl Kv {
     pub async fn delete(&self, key: impl Into<Key>) -> Result<()> {
         self.commit_unchecked(self.atomic().delete(key)).await?;
         Ok(())
+    }
+
+    /// Deletes every entry the selector covers in one commit with one versionstamp, however
+    /// many there are (the engines delete the range natively: one SQL `DELETE`, one range drain).
+    /// Not part of Deno KV: a backend without it (an older `kv serve`, Deno Deploy) refuses with
+    /// [`Error::Unsupported`] and deletes nothing. To combine it with checks or other mutations,
+    /// use [`AtomicOperation::delete_range`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> open_deno_kv::Result<()> {
+    /// use open_deno_kv::{Kv, Selector, key};
+    /// let kv = Kv::open("memory:").await?;
+    /// kv.set(key!["session", 1], "a").await?;
+    /// kv.set(key!["session", 2], "b").await?;
+    /// kv.set(key!["user", 1], "c").await?;
+    /// kv.delete_range(Selector::prefix(key!["session"])).await?;
+    /// assert_eq!(kv.count(Selector::prefix(key!["session"])).await?.entries, 0);
+    /// assert_eq!(kv.count(Selector::prefix(key!["user"])).await?.entries, 1);
+    /// # Ok(()) }
+    /// ```
+    pub async fn delete_range(&self, selector: Selector) -> Result<CommitResult> {
+        self.commit_unchecked(self.atomic().delete_range(selector))
+            .await
+    }
+
+    /// How many entries the selector covers, and how many bytes their keys and values take,
+    /// from one snapshot and without reading the values out. Expired entries are not counted.
+    /// Not part of Deno KV ([`Error::Unsupported`] where the backend cannot count).
+    pub async fn count(&self, selector: Selector) -> Result<RangeCount> {
+        Ok(self.backend.count_range(selector.key_range()?).await?)
+    }
+
+    /// Watches every key the selector covers: see [`RangeWatch`]. Not part of Deno KV
+    /// ([`Error::Unsupported`] where the backend cannot).
+    pub fn watch_range(&self, selector: Selector) -> Result<RangeWatch> {
+        Ok(RangeWatch::new(
+            self.backend.watch_range(selector.key_range()?)?,
+        ))
     }
 
     /// Lists the entries a selector names, as a stream that fetches pages as it is read. Errors

@@ -60,6 +60,7 @@ mod list;
 mod open;
 mod outcome;
 pub mod queue;
+mod range_watch;
 mod time;
 pub mod value;
 mod watch;
@@ -74,6 +75,7 @@ pub use outcome::CommitOutcome;
 pub use queue::{
     DEFAULT_QUEUE_CONCURRENCY, DeliveryFailure, EnqueueOptions, ListenOptions, QueueHandler,
 };
+pub use range_watch::{RangeEvent, RangeWatch};
 pub use value::{FromValue, IntoValue, Json};
 pub use watch::WatchStream;
 
@@ -84,8 +86,8 @@ pub use open_deno_kv_proto::v8;
 
 // The data model, re-exported so a program needs only this crate.
 pub use open_deno_kv_proto::{
-    Backend, CommitResult, Consistency, Key, KeyPart, KvError, KvValue, QueuedMessage,
-    Versionstamp, key,
+    Backend, CommitResult, Consistency, Key, KeyPart, KeyRange, KvError, KvValue, QueuedMessage,
+    RangeCount, Versionstamp, decode_key, encode_key, key,
 };
 
 /// The README.md of this crate (the page crates.io shows) is compiled as a doc test, so that it

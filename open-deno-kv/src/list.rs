@@ -25,7 +25,7 @@ use std::task::{Context, Poll, ready};
 use futures::Stream;
 use futures::future::BoxFuture;
 use open_deno_kv_proto::{
-    Backend, Consistency, Key, KvEntry, ListSelector, ReadRange, SnapshotRead,
+    Backend, Consistency, Key, KeyRange, KvEntry, ListSelector, ReadRange, SnapshotRead,
 };
 
 use crate::entry::Entry;
@@ -75,6 +75,20 @@ impl Selector {
     pub fn end(mut self, end: impl Into<Key>) -> Self {
         self.end = Some(end.into());
         self
+    }
+
+    /// The encoded keys this selector covers, `[start, end)`: what [`crate::Kv::delete_range`],
+    /// [`crate::Kv::count`] and [`crate::Kv::watch_range`] work on (the same keys a list of the
+    /// selector returns). Errors are Deno's selector errors.
+    ///
+    /// ```
+    /// use open_deno_kv::{Selector, key};
+    /// let range = Selector::prefix(key!["users"]).key_range().unwrap();
+    /// assert!(range.contains(&open_deno_kv::encode_key(&key!["users", 7]).unwrap()));
+    /// ```
+    pub fn key_range(&self) -> Result<KeyRange> {
+        let (start, end) = self.validate()?.range(false, None)?;
+        Ok(KeyRange::new(start, end))
     }
 
     pub(crate) fn validate(&self) -> Result<ListSelector> {
