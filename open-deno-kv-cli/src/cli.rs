@@ -77,10 +77,28 @@ pub enum Command {
         #[arg(long, value_name = "MS")]
         expire_in: Option<u64>,
     },
-    /// Delete a key.
+    /// Delete a key, or every key under --prefix or between --start and --end.
+    ///
+    /// A range is deleted in one commit, however many entries it holds (not part of Deno KV: a
+    /// KV Connect server must be `kv serve`). Before a range delete the command counts the
+    /// entries and asks for confirmation on standard input (answer y); --yes skips the question.
+    /// It prints the commit's versionstamp.
+    #[command(group = clap::ArgGroup::new("target").required(true).args(["key", "prefix", "start"]))]
     Delete {
         /// The key.
-        key: String,
+        key: Option<String>,
+        /// Delete every key strictly under this prefix (the prefix itself stays).
+        #[arg(long, conflicts_with_all = ["key", "start", "end"])]
+        prefix: Option<String>,
+        /// Delete from this key (inclusive); needs --end.
+        #[arg(long, requires = "end", conflicts_with = "key")]
+        start: Option<String>,
+        /// Delete up to this key (exclusive); needs --start.
+        #[arg(long, requires = "start", conflicts_with = "key")]
+        end: Option<String>,
+        /// Do not ask before deleting a range.
+        #[arg(long, short = 'y')]
+        yes: bool,
     },
     /// List entries under a prefix, or between --start and --end.
     List {
@@ -109,10 +127,19 @@ pub enum Command {
     /// Each emission is the state of every key: with --format js a line per key, then a line
     /// `--`; with --format json or plain-json one line holding a JSON array, an element per key
     /// in the order given.
+    ///
+    /// With --prefix, every key under the prefix (no limit on their number; not part of Deno
+    /// KV): first a `reread` line (list the prefix now), then the keys each commit changed, a
+    /// line per key and a `--` line per event (--format json: one JSON object per event,
+    /// `{"reread":true}` or `{"changed":[...]}`); `reread` again when the watch cannot say which
+    /// keys changed.
+    #[command(group = clap::ArgGroup::new("watched").required(true).args(["keys", "prefix"]))]
     Watch {
         /// The keys (at most 10).
-        #[arg(required = true)]
         keys: Vec<String>,
+        /// Watch every key under this prefix instead of given keys.
+        #[arg(long, conflicts_with = "keys")]
+        prefix: Option<String>,
         /// Stop after this many emissions.
         #[arg(long)]
         count: Option<usize>,
@@ -167,9 +194,15 @@ pub enum Command {
         input: PathBuf,
     },
     /// Count entries, their size, expiring entries and queued messages.
+    ///
+    /// With --prefix, only the entries under the prefix: their number and sizes, counted by the
+    /// backend from one snapshot without reading values (not part of Deno KV).
     Stats {
         #[command(flatten)]
         database: DatabaseArg,
+        /// Count only the entries strictly under this prefix.
+        #[arg(long)]
+        prefix: Option<String>,
     },
     /// Check the database for damage: the engine's own check, then every entry and queued
     /// message read and decoded. Prints a summary (exit 0) or every problem found (exit 1).

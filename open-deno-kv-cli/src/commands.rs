@@ -60,7 +60,7 @@ pub fn parse_value(text: &str, value_type: ValueType) -> Result<KvValue, CliErro
 }
 
 /// One key's state as a format renders it.
-enum Rendered {
+pub(crate) enum Rendered {
     /// `--format js`: a line for people.
     Line(String),
     /// The JSON formats: a value, printed on its own line or inside a watch emission's array.
@@ -97,7 +97,7 @@ fn render_entry(entry: &Entry, format: Format) -> Result<Rendered, CliError> {
 }
 
 /// Renders a key's state, present or absent, in the chosen format.
-fn render_maybe(entry: &MaybeEntry, format: Format) -> Result<Rendered, CliError> {
+pub(crate) fn render_maybe(entry: &MaybeEntry, format: Format) -> Result<Rendered, CliError> {
     match (&entry.value, entry.versionstamp) {
         (Some(value), Some(versionstamp)) => render_entry(
             &Entry {
@@ -145,7 +145,7 @@ fn print_emission(
     out.flush().map_err(stdout_error)
 }
 
-fn stdout_error(source: std::io::Error) -> CliError {
+pub(crate) fn stdout_error(source: std::io::Error) -> CliError {
     CliError::Io {
         path: PathBuf::from("<stdout>"),
         source,

@@ -49,6 +49,15 @@ pub enum CliError {
         target: String,
     },
 
+    /// A range delete that was not confirmed (answered no, or no answer and no `--yes`).
+    #[error("not deleted: {entries} entries {what} stay (confirm with y, or pass --yes)")]
+    NotConfirmed {
+        /// How many entries were counted in the range.
+        entries: u64,
+        /// The range, as the user gave it.
+        what: String,
+    },
+
     /// `kv serve`'s log output could not be set up.
     #[error("cannot set up the log output: {0}")]
     Logging(String),

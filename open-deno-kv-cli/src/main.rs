@@ -18,6 +18,7 @@ mod logging;
 mod output_file;
 mod plain_json;
 mod progress;
+mod ranges;
 mod serve;
 mod store;
 
@@ -69,7 +70,19 @@ async fn run(db: &str, db_on_command_line: bool, command: Command) -> Result<(),
             value_type,
             expire_in,
         } => commands::set(db, &key, &value, value_type, expire_in).await,
-        Command::Delete { key } => commands::delete(db, &key).await,
+        Command::Delete {
+            key,
+            prefix,
+            start,
+            end,
+            yes,
+        } => match key {
+            Some(key) => commands::delete(db, &key).await,
+            None => {
+                let range = ranges::RangeArgs { prefix, start, end };
+                ranges::delete_range(db, &range, yes).await
+            }
+        },
         Command::List {
             prefix,
             start,
@@ -91,9 +104,13 @@ async fn run(db: &str, db_on_command_line: bool, command: Command) -> Result<(),
         }
         Command::Watch {
             keys,
+            prefix,
             count,
             output,
-        } => commands::watch(db, &keys, count, output.format).await,
+        } => match prefix {
+            Some(prefix) => ranges::watch_prefix(db, &prefix, count, output.format).await,
+            None => commands::watch(db, &keys, count, output.format).await,
+        },
         Command::Enqueue {
             value,
             value_type,
@@ -105,9 +122,12 @@ async fn run(db: &str, db_on_command_line: bool, command: Command) -> Result<(),
             commands::dump(&db, output.as_deref()).await
         }
         Command::Load { input } => commands::load(db, &input).await,
-        Command::Stats { database } => {
+        Command::Stats { database, prefix } => {
             let db = chosen_database(db, db_on_command_line, database.database)?;
-            commands::stats(&db).await
+            match prefix {
+                Some(prefix) => ranges::stats_prefix(&db, &prefix).await,
+                None => commands::stats(&db).await,
+            }
         }
         Command::Check => commands::check(db).await,
         Command::Migrate { target } => commands::migrate(db, &target).await,
