@@ -51,11 +51,20 @@ pub enum Fault {
     LosesWriteOnReopen,
     /// Words errors differently from Deno (lower-cased).
     WrongErrorTexts,
+    /// Deletes a range the naive way: lists its first 1,000 entries and deletes those, key by
+    /// key.
+    RangeDeleteAsPagedLoop,
+    /// Applies a write's range deletes after its other mutations instead of in order.
+    RangeDeleteOutOfOrder,
+    /// Counts a range with its end key included (`[start, end]`).
+    CountIncludesTheEnd,
+    /// Leaves deleted keys out of a range watch's changes.
+    RangeWatchDropsDeletions,
 }
 
 impl Fault {
     /// Every seeded fault.
-    pub const ALL: [Fault; 15] = [
+    pub const ALL: [Fault; 19] = [
         Fault::IgnoresChecks,
         Fault::CheckFailureIsError,
         Fault::DropsLastListEntry,
@@ -71,6 +80,10 @@ impl Fault {
         Fault::StaleWatch,
         Fault::LosesWriteOnReopen,
         Fault::WrongErrorTexts,
+        Fault::RangeDeleteAsPagedLoop,
+        Fault::RangeDeleteOutOfOrder,
+        Fault::CountIncludesTheEnd,
+        Fault::RangeWatchDropsDeletions,
     ];
 }
 
@@ -163,8 +176,11 @@ impl Backend for FaultyBackend {
 
     async fn count_range(
         &self,
-        range: open_deno_kv_proto::KeyRange,
+        mut range: open_deno_kv_proto::KeyRange,
     ) -> Result<open_deno_kv_proto::RangeCount, KvError> {
+        if self.fault == Fault::CountIncludesTheEnd {
+            range.end.push(0);
+        }
         self.inner.count_range(range).await
     }
 
@@ -172,7 +188,22 @@ impl Backend for FaultyBackend {
         &self,
         range: open_deno_kv_proto::KeyRange,
     ) -> Result<open_deno_kv_proto::RangeWatchStream, KvError> {
-        self.inner.watch_range(range)
+        let stream = self.inner.watch_range(range)?;
+        if self.fault != Fault::RangeWatchDropsDeletions {
+            return Ok(stream);
+        }
+        Ok(stream
+            .map(|event| {
+                event.map(|event| match event {
+                    open_deno_kv_proto::RangeWatchEvent::Changed(changes) => {
+                        open_deno_kv_proto::RangeWatchEvent::Changed(
+                            changes.into_iter().filter(|c| c.entry.is_some()).collect(),
+                        )
+                    }
+                    other => other,
+                })
+            })
+            .boxed())
     }
 
     async fn snapshot_read(&self, mut read: SnapshotRead) -> Result<Vec<ReadRangeOutput>, KvError> {
@@ -208,6 +239,40 @@ impl Backend for FaultyBackend {
             Fault::AppliesMutationsOutOfOrder => write.mutations.reverse(),
             Fault::IgnoresDeletes => write.mutations.retain(|m| m.kind != MutationKind::Delete),
             Fault::DropsEnqueues => write.enqueues.clear(),
+            Fault::RangeDeleteOutOfOrder => {
+                let (ranges, others): (Vec<_>, Vec<_>) = write
+                    .mutations
+                    .into_iter()
+                    .partition(|m| m.range().is_some());
+                write.mutations = others.into_iter().chain(ranges).collect();
+            }
+            Fault::RangeDeleteAsPagedLoop => {
+                let mut mutations = Vec::with_capacity(write.mutations.len());
+                for mutation in write.mutations {
+                    let Some(range) = mutation.range() else {
+                        mutations.push(mutation);
+                        continue;
+                    };
+                    let page = open_deno_kv_proto::ReadRange {
+                        start: range.start,
+                        end: range.end,
+                        limit: 1000,
+                        reverse: false,
+                    };
+                    let read = SnapshotRead {
+                        ranges: vec![page],
+                        ..Default::default()
+                    };
+                    let found = self.inner.snapshot_read(read).await?;
+                    mutations.extend(
+                        found
+                            .into_iter()
+                            .flat_map(|r| r.entries)
+                            .map(|e| open_deno_kv_proto::Mutation::delete(e.key)),
+                    );
+                }
+                write.mutations = mutations;
+            }
             _ => {}
         }
         let last_set = write

@@ -30,6 +30,7 @@ pub(crate) fn cases() -> Vec<Case> {
         COUNT =>
             count_is_the_entries_and_their_sizes,
             count_skips_expired_entries,
+            count_between_keys_includes_the_start_and_excludes_the_end,
             count_of_an_empty_or_inverted_range_is_zero;
         WATCH_RANGE =>
             range_watch_starts_with_reread_then_reports_changes_inside_only,
@@ -411,6 +412,21 @@ async fn count_skips_expired_entries(env: Env) {
             value_bytes: 8,
         },
         "an entry is gone at its expiry time, swept or not"
+    );
+}
+
+async fn count_between_keys_includes_the_start_and_excludes_the_end(env: Env) {
+    let kv = &*env.kv;
+    set_all(
+        kv,
+        &[key!["k", 1], key!["k", 2], key!["k", 3], key!["k", 4]],
+    )
+    .await;
+    let counted = count(kv, between(&key!["k", 2], &key!["k", 4])).await;
+    assert_eq!(counted.entries, 2, "[k2, k4) holds k2 and k3");
+    assert_eq!(
+        counted.key_bytes,
+        (enc(&key!["k", 2]).len() + enc(&key!["k", 3]).len()) as u64
     );
 }
 
