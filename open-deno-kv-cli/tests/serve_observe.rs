@@ -8,10 +8,8 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-use common::{TOKEN, free_port, healthy};
+use common::{TOKEN, start_logging_memory_server, stop_child};
 use open_deno_kv_connect::convert;
 use open_deno_kv_connect::prost::Message;
 use open_deno_kv_proto::{AtomicWrite, KvValue, Mutation, encode_key, key};
@@ -19,32 +17,6 @@ use open_deno_kv_proto::{AtomicWrite, KvValue, Mutation, encode_key, key};
 /// A key and a value no log line has any reason to contain.
 const SECRET_KEY_PART: &str = "key-that-must-not-be-logged-4821";
 const SECRET_VALUE: &str = "value-that-must-not-be-logged-9137";
-
-/// Starts `kv --db memory: serve` with `extra` flags on a free port, stderr into `log`.
-fn start(extra: &[&str], log: &std::path::Path) -> (Child, u16) {
-    let port = free_port();
-    let stderr = std::fs::File::create(log).unwrap_or_else(|e| panic!("{e}"));
-    let child = Command::new(env!("CARGO_BIN_EXE_kv"))
-        .args(["--db", "memory:", "serve", "--addr"])
-        .arg(format!("127.0.0.1:{port}"))
-        .args(extra)
-        .env_remove("DENO_KV_ACCESS_TOKEN")
-        .env("KV_ACCESS_TOKEN", TOKEN)
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start kv serve: {e}"));
-    let started = Instant::now();
-    while !healthy(port) {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "kv serve never became healthy: {}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (child, port)
-}
 
 /// One HTTP/1.1 request on a fresh connection: (status, body).
 fn request(
@@ -82,17 +54,11 @@ fn request(
     (status, answer[end + 4..].to_vec())
 }
 
-/// Stops the server and waits for it (its log is complete once it has exited).
-fn stop(mut child: Child) {
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
 #[test]
 fn json_logs_carry_requests_but_no_token_key_or_value() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let log = dir.path().join("serve.log");
-    let (child, port) = start(
+    let (child, port) = start_logging_memory_server(
         &["--metrics", "--log-format", "json", "--log-level", "debug"],
         &log,
     );
@@ -126,7 +92,7 @@ fn json_logs_carry_requests_but_no_token_key_or_value() {
         "{metrics}"
     );
     assert!(metrics.contains("kv_commits_total 1\n"), "{metrics}");
-    stop(child);
+    stop_child(child);
 
     let text = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{e}"));
     let lines: Vec<serde_json::Value> = text
@@ -159,7 +125,7 @@ fn json_logs_carry_requests_but_no_token_key_or_value() {
 fn metrics_are_a_404_without_the_flag() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let log = dir.path().join("serve.log");
-    let (child, port) = start(&[], &log);
+    let (child, port) = start_logging_memory_server(&[], &log);
     let bearer = format!("Bearer {TOKEN}");
     let (without_token, _) = request(port, "GET", "/metrics", &[], &[]);
     let (with_token, body) = request(
@@ -169,7 +135,7 @@ fn metrics_are_a_404_without_the_flag() {
         &[("authorization", bearer.as_str())],
         &[],
     );
-    stop(child);
+    stop_child(child);
     assert_eq!(without_token, 404);
     assert_eq!(with_token, 404);
     assert!(

@@ -8,41 +8,14 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use common::{TOKEN, free_port, healthy};
+use common::{TOKEN, start_logging_memory_server, stop_child};
 
 /// A key part and a value no log line has any reason to contain.
 const SECRET_KEY_PART: &str = "ui-key-that-must-not-be-logged-5521";
 const SECRET_VALUE: &str = "ui-value-that-must-not-be-logged-8830";
 const WRONG_TOKEN: &str = "wrong-token-that-must-not-be-logged-1177";
-
-/// Starts `kv --db memory: serve` with `extra` flags on a free port, stderr into `log`.
-fn start(extra: &[&str], log: &std::path::Path) -> (Child, u16) {
-    let port = free_port();
-    let stderr = std::fs::File::create(log).unwrap_or_else(|e| panic!("{e}"));
-    let child = Command::new(env!("CARGO_BIN_EXE_kv"))
-        .args(["--db", "memory:", "serve", "--addr"])
-        .arg(format!("127.0.0.1:{port}"))
-        .args(extra)
-        .env_remove("DENO_KV_ACCESS_TOKEN")
-        .env("KV_ACCESS_TOKEN", TOKEN)
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start kv serve: {e}"));
-    let started = Instant::now();
-    while !healthy(port) {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "kv serve never became healthy: {}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (child, port)
-}
 
 /// One HTTP/1.1 request on a fresh connection: (status, body).
 fn request(port: u16, method: &str, path: &str, auth: Option<&str>, body: &str) -> (u16, String) {
@@ -75,16 +48,11 @@ fn request(port: u16, method: &str, path: &str, auth: Option<&str>, body: &str) 
     (status, body.to_owned())
 }
 
-fn stop(mut child: Child) {
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
 #[test]
 fn explorer_calls_are_logged_without_token_key_or_value() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let log = dir.path().join("serve.log");
-    let (child, port) = start(
+    let (child, port) = start_logging_memory_server(
         &[
             "--ui",
             "--ui-write",
@@ -128,7 +96,7 @@ fn explorer_calls_are_logged_without_token_key_or_value() {
     assert_eq!(status, 401);
     let (status, _) = request(port, "POST", "/ui/api/list", None, &list.to_string());
     assert_eq!(status, 401);
-    stop(child);
+    stop_child(child);
 
     let text = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{e}"));
     let lines: Vec<serde_json::Value> = text
@@ -177,9 +145,9 @@ fn explorer_calls_are_logged_without_token_key_or_value() {
 fn the_explorer_is_off_unless_asked_for() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let log = dir.path().join("serve.log");
-    let (child, port) = start(&[], &log);
+    let (child, port) = start_logging_memory_server(&[], &log);
     let (status, body) = request(port, "GET", "/ui", None, "");
-    stop(child);
+    stop_child(child);
     assert_eq!(status, 404);
     assert!(body.contains("--ui"), "{body}");
 

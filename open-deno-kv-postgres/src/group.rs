@@ -219,8 +219,12 @@ impl WriteGroup {
             })
             .collect();
 
-        if outcome.is_empty() && claimed.is_empty() {
-            // Nothing to write: give the version row back at once.
+        let committed_any = answers.iter().any(|answer| matches!(answer, Ok(Some(_))));
+        if outcome.is_empty() && claimed.is_empty() && !committed_any {
+            // Nothing committed (every write failed a check or was refused): give the version
+            // row back at once. A write that changes nothing (no mutations, or a range delete
+            // of an empty range) still commits: its versionstamp was handed out and the next
+            // commit must get a later one.
             tx.rollback().await?;
             return Ok(answers);
         }

@@ -74,6 +74,40 @@ impl Drop for Server {
     }
 }
 
+/// Starts `kv --db memory: serve` with `extra` flags on a free port, its stderr (the log) into
+/// the file `log`; returns once `/health` answers.
+pub fn start_logging_memory_server(extra: &[&str], log: &Path) -> (Child, u16) {
+    let port = free_port();
+    let stderr = std::fs::File::create(log).unwrap_or_else(|e| panic!("{e}"));
+    let child = Command::new(env!("CARGO_BIN_EXE_kv"))
+        .args(["--db", "memory:", "serve", "--addr"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(extra)
+        .env_remove("DENO_KV_ACCESS_TOKEN")
+        .env("KV_ACCESS_TOKEN", TOKEN)
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start kv serve: {e}"));
+    let started = Instant::now();
+    while !healthy(port) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "kv serve never became healthy: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (child, port)
+}
+
+/// Stops a server started by [`start_logging_memory_server`] and waits for it (its log is
+/// complete once it has exited).
+pub fn stop_child(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// A loopback port nobody listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

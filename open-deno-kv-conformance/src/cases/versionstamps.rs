@@ -20,6 +20,7 @@ pub(crate) fn cases() -> Vec<Case> {
         two_versionstamped_sets_with_one_prefix_make_one_key,
         versionstamped_keys_sort_in_commit_order,
         versionstamped_set_with_empty_prefix_is_refused,
+        a_write_that_changes_nothing_still_takes_a_later_versionstamp,
     ]
 }
 
@@ -248,4 +249,34 @@ async fn versionstamped_set_with_empty_prefix_is_refused(env: Env) {
     };
     assert_eq!(write_error(kv, write).await, "key cannot be empty");
     assert_eq!(everything(kv).await, Vec::new());
+}
+
+/// `kv.atomic().commit()` with nothing in it commits (Deno answers `ok` with a versionstamp), and
+/// the commits after it get later versionstamps: a versionstamp handed out is never handed out
+/// again, whether or not its write changed anything.
+async fn a_write_that_changes_nothing_still_takes_a_later_versionstamp(env: Env) {
+    let kv = &*env.kv;
+    let mut last = set(kv, &key!["before"], KvValue::U64(1)).await;
+    for round in 0..3 {
+        let empty = commit(kv, AtomicWrite::default()).await;
+        assert!(
+            empty > last,
+            "an empty write: {empty} after {last} (round {round})"
+        );
+        let only_check = commit(
+            kv,
+            AtomicWrite {
+                checks: vec![check(&key!["never set"], None)],
+                ..Default::default()
+            },
+        )
+        .await;
+        assert!(
+            only_check > empty,
+            "a check alone: {only_check} after {empty}"
+        );
+        let next = set(kv, &key!["after"], KvValue::U64(1)).await;
+        assert!(next > only_check, "the next set: {next} after {only_check}");
+        last = next;
+    }
 }
