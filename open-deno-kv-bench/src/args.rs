@@ -53,7 +53,10 @@ open-deno-kv-bench diagnose-memory [--keys N] [--gets N]
                         time point lookups in open-deno-kv-memory's map layout and in alternatives
 open-deno-kv-bench diagnose-commits [--sets N] [--rounds N]
                         time durable sets by open-deno-kv-sqlite against raw SQLite (Deno's layout and
-                        the kv table alone), and count the pages each commit writes";
+                        the kv table alone), and count the pages each commit writes
+open-deno-kv-bench diagnose-ranges [--entries N] [--rounds N]
+                        time deleting and counting a prefix of N entries with the range
+                        operations against listing it page by page (memory, sqlite, redb)";
 
 /// Options of a run.
 #[derive(Debug, Clone, PartialEq)]

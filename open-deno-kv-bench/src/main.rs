@@ -37,6 +37,7 @@ mod child;
 mod commits;
 mod diag;
 mod parent;
+mod ranges;
 mod raw;
 
 // The engine-free half — workloads, data, statistics, the child's protocol — is shared with the
@@ -51,6 +52,7 @@ fn main() {
         Some(("child", rest)) => std::process::exit(child_main(rest)),
         Some(("diagnose-memory", rest)) => std::process::exit(diagnose_main(rest)),
         Some(("diagnose-commits", rest)) => std::process::exit(diagnose_commits_main(rest)),
+        Some(("diagnose-ranges", rest)) => std::process::exit(diagnose_ranges_main(rest)),
         _ => {}
     }
     let code = match args::parse(&args) {
@@ -89,6 +91,16 @@ fn diagnose_commits_main(args: &[String]) -> i32 {
     let usage = "usage: open-deno-kv-bench diagnose-commits [--sets N] [--rounds N]";
     match counts(args, [("--sets", 5_000), ("--rounds", 3)], usage) {
         Ok([sets, rounds]) => report("diagnose-commits", commits::run(sets, rounds)),
+        Err(code) => code,
+    }
+}
+
+/// `diagnose-ranges [--entries N] [--rounds N]`: a prefix deleted and counted with the range
+/// operations against listing it page by page (see [`ranges`]).
+fn diagnose_ranges_main(args: &[String]) -> i32 {
+    let usage = "usage: open-deno-kv-bench diagnose-ranges [--entries N] [--rounds N]";
+    match counts(args, [("--entries", 100_000), ("--rounds", 3)], usage) {
+        Ok([entries, rounds]) => report("diagnose-ranges", ranges::run(entries, rounds)),
         Err(code) => code,
     }
 }
