@@ -747,11 +747,12 @@ fn load_refuses_disagreeing_cut_or_newer_dumps_and_warns_about_tagged_values() {
     refused("cut.jsonl", &cut, "incomplete");
 
     // A dump of a newer format is refused, saying which versions this kv reads.
-    let newer = dump.replacen(r#""version":2"#, r#""version":3"#, 1);
+    let newer = dump.replacen(r#""version":3"#, r#""version":4"#, 1);
+    assert_ne!(newer, dump, "the dump announces format 3");
     refused(
         "newer.jsonl",
         &newer,
-        "this dump is format version 3; this kv reads versions 1 to 2",
+        "this dump is format version 4; this kv reads versions 1 to 3",
     );
     let leftovers = file_names(path);
     for name in ["edited", "cut", "newer"] {
