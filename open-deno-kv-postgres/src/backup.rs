@@ -129,7 +129,8 @@ async fn export_entries(
     }
 }
 
-/// Sends every message in due order, a keyset page at a time (a leased message as ready now).
+/// Sends every message by (ready time, id), a keyset page at a time (a leased message as ready
+/// now at the latest).
 async fn export_messages(
     tx: &Transaction<'_>,
     sql: &Sql,
@@ -137,19 +138,20 @@ async fn export_messages(
     items: &Items,
 ) -> Result<(), KvError> {
     let statement = tx.prepare_cached(&sql.export_messages).await.map_err(pg)?;
+    let now_ms = codec::ms(now);
     let (mut after_ready, mut after_id) = (i64::MIN, Uuid::nil());
     loop {
-        let params: [&(dyn ToSql + Sync); 3] = [&after_ready, &after_id, &PAGE];
+        let params: [&(dyn ToSql + Sync); 4] = [&after_ready, &after_id, &PAGE, &now_ms];
         let rows = tx.query(&statement, &params).await.map_err(pg)?;
         let full = rows.len() as i64 == PAGE;
         for row in &rows {
             let stored = codec::message(row)?;
-            after_ready = codec::ms(stored.message.ready_at);
-            after_id = stored.message.id;
             let mut message = stored.message;
             if stored.lease.is_some() {
                 message.ready_at = message.ready_at.min(now);
             }
+            after_ready = codec::ms(message.ready_at);
+            after_id = message.id;
             if items
                 .send(Ok(SnapshotItem::Message(message)))
                 .await

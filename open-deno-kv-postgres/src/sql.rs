@@ -68,7 +68,8 @@ pub(crate) struct Sql {
 
     /// Up to `$3` entries after key `$1`, not expired at `$2`, in key order (an export's page).
     pub(crate) export_entries: String,
-    /// Up to `$3` messages after (ready time `$1`, id `$2`), in due order (an export's page).
+    /// Up to `$3` messages after (ready time `$1`, id `$2`) in (ready time, id) order, a leased
+    /// message counting as ready at `$4` at the latest (an export's page).
     pub(crate) export_messages: String,
     /// Locks the `kv_meta` row, as every writer does first (an import).
     pub(crate) lock_version: String,
@@ -188,8 +189,9 @@ impl Sql {
                 "SELECT {ENTRY} FROM {kv} WHERE k > $1 AND {visible} $2) ORDER BY k LIMIT $3"
             ),
             export_messages: format!(
-                "SELECT {MESSAGE} FROM {queue} WHERE (ready_at, id) > ($1, $2) \
-                 ORDER BY ready_at, id LIMIT $3"
+                "SELECT {MESSAGE} FROM {queue} WHERE ({due}, id) > ($1, $2) \
+                 ORDER BY {due}, id LIMIT $3",
+                due = "(CASE WHEN lease IS NULL THEN ready_at ELSE LEAST(ready_at, $4) END)"
             ),
             lock_version: format!("SELECT data_version FROM {meta} FOR UPDATE"),
             any_data: format!(

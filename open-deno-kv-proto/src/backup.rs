@@ -18,9 +18,10 @@
 //!
 //! 1. every entry visible at the snapshot (expired ones are left out), in key order, with its
 //!    value as stored, its versionstamp and its expiry;
-//! 2. every queued message, waiting or being delivered; a message being delivered is exported as
-//!    ready at the time of the snapshot (as [`crate::Backend::queued_messages`] lists it), since
-//!    its consumer does not carry over into the restored store.
+//! 2. every queued message, waiting or being delivered, by ready time and then id; a message
+//!    being delivered is exported as ready at the time of the snapshot (as
+//!    [`crate::Backend::queued_messages`] lists it), since its consumer does not carry over into
+//!    the restored store.
 //!
 //! The [`crate::Checked`] layer checks what an import is given ([`ordered_import`]): keys strictly
 //! increasing, no entry newer than the snapshot, entries before messages. A stream that breaks a

@@ -12,8 +12,8 @@
 //! ceiling is the exact last version after a clean close (after a crash it may be above it, which
 //! still bounds every entry and every later commit).
 //!
-//! **Export**: in that read transaction, every visible entry in key order, then the ready queue
-//! by ready time and the running messages as ready at the snapshot's time, decoded as the
+//! **Export**: in that read transaction, every visible entry in key order, then the messages
+//! by ready time and id (the running ones as ready at the snapshot's time), decoded as the
 //! consumer takes them.
 //!
 //! **Import**: one redb write transaction (redb has one writer at a time: the file's own writer
@@ -30,8 +30,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use open_deno_kv_proto::backup::{ExportSink, ImportFeed, blocking_export, blocking_import};
 use open_deno_kv_proto::{
-    ImportSummary, KvEntry, KvError, Snapshot, SnapshotItem, StoredEntry, Versionstamp,
-    backup::not_empty, is_expired,
+    ImportSummary, KvEntry, KvError, QueuedMessage, Snapshot, SnapshotItem, StoredEntry,
+    Versionstamp, backup::not_empty, is_expired,
 };
 use redb::{ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
@@ -146,22 +146,32 @@ fn export_from(
             expires_at: record.expires_at,
         }))?;
     }
+    // Messages being delivered (at most what consumers hold at once) count as ready now; they
+    // are merged into the ready queue's (time, id) order.
+    let running_table = txn.open_table(QUEUE_RUNNING).map_err(storage)?;
+    let mut running = Vec::new();
+    for row in running_table.iter().map_err(storage)? {
+        let (key, record) = row.map_err(storage)?;
+        let id = codec::decode_id(key.value())?;
+        let (_deadline, message) = codec::decode_running(record.value(), id)?;
+        running.push(QueuedMessage {
+            ready_at: now,
+            ..message
+        });
+    }
+    let mut running = running.into_iter().peekable();
     let ready = txn.open_table(QUEUE_READY).map_err(storage)?;
     for row in ready.iter().map_err(storage)? {
         let (key, body) = row.map_err(storage)?;
         let (ready_at, id) = codec::decode_ready_key(key.value())?;
+        while let Some(held) = running.next_if(|held| (held.ready_at, held.id) < (ready_at, id)) {
+            sink.send(SnapshotItem::Message(held))?;
+        }
         let message = codec::decode_message_body(body.value(), id, ready_at)?;
         sink.send(SnapshotItem::Message(message))?;
     }
-    let running = txn.open_table(QUEUE_RUNNING).map_err(storage)?;
-    for row in running.iter().map_err(storage)? {
-        let (key, record) = row.map_err(storage)?;
-        let id = codec::decode_id(key.value())?;
-        let (_deadline, message) = codec::decode_running(record.value(), id)?;
-        sink.send(SnapshotItem::Message(open_deno_kv_proto::QueuedMessage {
-            ready_at: now,
-            ..message
-        }))?;
+    for held in running {
+        sink.send(SnapshotItem::Message(held))?;
     }
     Ok(())
 }

@@ -3,8 +3,9 @@
 //!
 //! **Export**: one read transaction (in WAL mode a reader never blocks the writer, and the writer
 //! never blocks it): `data_version` (the last commit), then every visible `kv` row in key order,
-//! then `queue` by ready time and `queue_running` as ready at the snapshot's time. Rows are read
-//! from the statement as the consumer takes them; nothing is collected.
+//! then the messages of `queue` and `queue_running` (these as ready at the snapshot's time) by
+//! ready time and id. Rows are read from the statement as the consumer takes them; nothing is
+//! collected.
 //!
 //! **Import**: one `BEGIN IMMEDIATE` transaction that first checks that `kv`, `queue` and
 //! `queue_running` are empty, inserts every row with its versionstamp, expiry and message id, and
@@ -28,11 +29,10 @@ use crate::store::{
 const LAST_COMMIT: &str = "select version, seq from data_version where k = 0";
 const ENTRIES: &str = "select k, v, v_encoding, version, seq, expiration_ms from kv
     where expiration_ms < 0 or expiration_ms > ?1 order by k";
-const WAITING: &str = "select ts, id, data, backoff_schedule, keys_if_undelivered from queue
-    order by ts";
-const RUNNING: &str =
-    "select ?1, id, data, backoff_schedule, keys_if_undelivered from queue_running
-    order by id";
+/// Waiting messages by ready time and messages being delivered as ready at `?1`, in one order.
+const MESSAGES: &str = "select ts, id, data, backoff_schedule, keys_if_undelivered from queue
+    union all select ?1, id, data, backoff_schedule, keys_if_undelivered from queue_running
+    order by 1, 2";
 const ANY_ROW: &str = "select exists(select 1 from kv) or exists(select 1 from queue)
     or exists(select 1 from queue_running)";
 const SET_LAST_COMMIT: &str = "update data_version set version = ?1, seq = ?2 where k = 0";
@@ -69,11 +69,9 @@ fn export_from(
             sink.send(SnapshotItem::Entry(entry_from_row(row)?))?;
         }
     }
-    for (sql, params) in [(WAITING, vec![]), (RUNNING, vec![now_ms])] {
-        let mut messages = tx.prepare(sql).map_err(storage)?;
-        let mut rows = messages
-            .query(rusqlite::params_from_iter(params))
-            .map_err(storage)?;
+    {
+        let mut messages = tx.prepare(MESSAGES).map_err(storage)?;
+        let mut rows = messages.query([now_ms]).map_err(storage)?;
         while let Some(row) = rows.next().map_err(storage)? {
             sink.send(SnapshotItem::Message(queue_row(row)?.1))?;
         }

@@ -211,9 +211,12 @@ async fn an_export_holds_waiting_and_in_delivery_messages(env: Env) {
     };
     assert_eq!(held.payload(), now_msg.payload.as_slice());
     let (_, items) = export_all(&*kv).await;
-    let mut messages = messages_of(&items);
-    // The waiting message (ready in an hour) last.
-    messages.sort_by_key(|m| m.ready_at);
+    let messages = messages_of(&items);
+    let order: Vec<_> = messages.iter().map(|m| (m.ready_at, m.id)).collect();
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "messages by ready time, then id: {order:?}"
+    );
     let payloads: Vec<&[u8]> = messages.iter().map(|m| m.payload.as_slice()).collect();
     assert_eq!(
         payloads,
