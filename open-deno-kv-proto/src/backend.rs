@@ -329,7 +329,9 @@ pub trait Backend: Send + Sync {
     /// and expiry, every message its id, and the store's version counter is left at
     /// [`Snapshot::versionstamp`], so the next commit gets a later one. All or nothing: an
     /// error, a stream that fails or breaks the order rules ([`crate::backup::ordered_import`]),
-    /// or a future dropped half-way leaves the store as it was. Not part of Deno KV.
+    /// or a future dropped half-way leaves the store as it was. Writes to the store while the
+    /// import runs wait for it (it holds the store's write lock or transaction): import into a
+    /// store nothing else writes to yet. Not part of Deno KV.
     /// [`Capabilities::import`] says whether it works.
     async fn import_snapshot(&self, snapshot: Snapshot) -> Result<ImportSummary, KvError>;
 
