@@ -92,12 +92,18 @@ impl CommitClock {
         self.floor_pending.store(true, Ordering::SeqCst);
     }
 
-    /// The floor an import left since the last call, for the writer (called with its write
-    /// transaction open, so an import that committed before is seen).
-    pub(crate) fn take_floor(&self) -> Option<u64> {
+    /// The floor an import left and the writer has not applied yet (the writer asks with its
+    /// write transaction open, so an import that committed before is seen, and none can be
+    /// running).
+    pub(crate) fn pending_floor(&self) -> Option<u64> {
         self.floor_pending
-            .swap(false, Ordering::SeqCst)
+            .load(Ordering::SeqCst)
             .then(|| self.floor.load(Ordering::SeqCst))
+    }
+
+    /// The writer applied the floor [`CommitClock::pending_floor`] gave.
+    pub(crate) fn floor_applied(&self) {
+        self.floor_pending.store(false, Ordering::SeqCst);
     }
 }
 

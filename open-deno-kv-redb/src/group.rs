@@ -379,12 +379,16 @@ impl GroupState {
     /// Numbering and sweeping continue above what an import wrote since the last group (see
     /// [`crate::backup`]); `txn` is open, so an import that committed before is visible.
     fn continue_after_import(&mut self, txn: &redb::WriteTransaction) -> Result<(), KvError> {
-        let Some(floor) = self.commit_clock.take_floor() else {
+        let Some(floor) = self.commit_clock.pending_floor() else {
             return Ok(());
         };
+        // Read first: if a read fails, the floor stays pending for the next group.
+        let ceiling = schema::version_ceiling(txn)?;
+        let next_expiry = earliest_expiry(&mut Tables::new(txn))?;
+        self.commit_clock.floor_applied();
         self.last_version = self.last_version.max(floor);
-        self.version_ceiling = schema::version_ceiling(txn)?;
-        self.next_expiry = earliest_expiry(&mut Tables::new(txn))?;
+        self.version_ceiling = ceiling;
+        self.next_expiry = next_expiry;
         Ok(())
     }
 
