@@ -168,8 +168,10 @@ pub enum Command {
     /// schedule left) and an end line counting them. `kv load` stores the bytes, so every value
     /// comes back exactly: the tagged value alone does not hold an error's stack and cause, the
     /// rest of the buffer a typed array or DataView looks into, or which views share a buffer.
-    /// Expired entries are not dumped. Entries are read a page at a time, not from one
-    /// snapshot: back up a database nothing is writing to.
+    /// Expired entries are not dumped. On a local database (SQLite, redb, PostgreSQL, memory)
+    /// the dump is one consistent snapshot, taken while writers keep writing, exactly as
+    /// `kv backup` writes it; a KV Connect server has no snapshot export, so its dump is read a
+    /// page at a time (the header says "consistent": false): dump it while nothing writes.
     Dump {
         #[command(flatten)]
         database: DatabaseArg,
@@ -179,6 +181,30 @@ pub enum Command {
         /// stream and stays what it is; a link to nothing and a directory are refused.
         #[arg(long, short)]
         output: Option<PathBuf>,
+    },
+    /// Back up a live database: one consistent snapshot of every entry and queued message
+    /// (waiting or being delivered) as of one commit, while writers keep writing.
+    ///
+    /// Written in the dump format, version 3 (see `kv dump`): the header records the
+    /// snapshot's versionstamp, entry lines keep their versionstamps and expiry, message lines
+    /// their ids. A regular FILE is replaced only once the backup is complete; - writes to
+    /// standard output. Works on SQLite, redb, PostgreSQL and memory databases; a KV Connect
+    /// server (http://, https://) has no export endpoint and is refused. Restore with
+    /// `kv restore FILE --db URL`.
+    Backup {
+        /// Where to write the backup (- for standard output).
+        file: PathBuf,
+    },
+    /// Restore a backup into a new or empty database (--db), all or nothing, keeping every
+    /// entry's versionstamp and expiry and every queued message.
+    ///
+    /// The database's next commit gets a versionstamp after the backup's. Any engine restores a
+    /// backup of any other. A file that is cut short or damaged, or any failure, leaves the
+    /// target as it was (a file target is written beside it and moved into place at the end);
+    /// a target that holds data is refused.
+    Restore {
+        /// The backup file (written by `kv backup`, or by `kv dump` of a local database).
+        file: PathBuf,
     },
     /// Read a dump into a new or empty database (all or nothing).
     ///

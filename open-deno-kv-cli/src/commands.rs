@@ -410,8 +410,13 @@ async fn dump_to(kv: &Kv, out: &mut impl Write, file: &Path) -> Result<(u64, u64
         path: file.to_path_buf(),
         source,
     };
+    if kv.backend().capabilities().export {
+        // One snapshot of the whole database, whatever writers do meanwhile.
+        let snapshot = kv.backend().export_snapshot().await?;
+        return crate::backup::write_snapshot(snapshot, out, file, "dump").await;
+    }
     let progress = Progress::new("dump", None);
-    writeln!(out, "{}", dump::header_line()).map_err(write_error)?;
+    writeln!(out, "{}", dump::header_line(None)).map_err(write_error)?;
     let mut entries = all_entries(kv)?;
     let mut count = 0;
     while let Some(entry) = entries.try_next().await? {
@@ -552,7 +557,7 @@ pub async fn load(db: &str, input: &Path) -> Result<(), CliError> {
             Some(DumpItem::Message(message, source)) => {
                 rebuilt += usize::from(source == ValueSource::Tagged);
                 messages += 1;
-                writer.enqueue(message).await?;
+                writer.enqueue(message.enqueue).await?;
             }
         }
     }

@@ -1,28 +1,36 @@
-//! The dump format: a backup of a database as JSON lines, byte for byte.
+//! The dump format: a database as JSON lines, byte for byte. `kv dump` and `kv backup` write
+//! it, `kv load` and `kv restore` read it.
 //!
 //! ```text
-//! {"format":"kv-dump","version":2}
+//! {"format":"kv-dump","version":3,"consistent":true,"versionstamp":"00000000000000030000"}
 //! {"key":[{"string":"users"},{"int":"1"}],"encoding":"v8","versionstamp":"00000000000000010000","value":{"object":[["name",{"string":"Alice"}]]},"bytes":"ff106f22046e616d652205416c6963657b01"}
 //! {"key":[{"string":"hits"}],"encoding":"u64","versionstamp":"00000000000000020000","expires_at":1795416615502,"value":{"u64":"7"}}
-//! {"message":{"object":[["job",{"number":"1"}]]},"bytes":"ff106f22036a6f6249027b01","ready_at":1795416615502,"keys_if_undelivered":[[{"string":"failed"}]],"backoff_schedule":[100,1000]}
+//! {"message":{"object":[["job",{"number":"1"}]]},"bytes":"ff106f22036a6f6249027b01","id":"4f1c1f43-55c5-4f0e-9a8e-5f3b1f7d2a10","ready_at":1795416615502,"keys_if_undelivered":[[{"string":"failed"}]],"backoff_schedule":[100,1000]}
 //! {"end":{"entries":2,"messages":1}}
 //! ```
 //!
-//! - the **header** line names the format and its version ([`FORMAT_VERSION`]);
+//! - the **header** line names the format and its version ([`FORMAT_VERSION`]). From version 3
+//!   it also says whether the lines are one **consistent** snapshot (`"consistent": true`: every
+//!   entry and message as of one commit, read through the engine's snapshot export) and then
+//!   that commit's `versionstamp`: no entry's versionstamp is later, and a database restored
+//!   from the file continues numbering after it. `"consistent": false` (no `versionstamp`) marks
+//!   a dump read page by page from a backend without an export (a KV Connect server);
 //! - an **entry** line per stored entry, in key order:
 //!   - `key`: the typed JSON form of the fixtures' manifests (see [`crate::key_syntax`]);
 //!   - `encoding`: `v8`, `u64` or `bytes`, as stored;
-//!   - `versionstamp`: the commit that wrote the entry (informational: `load` makes new commits);
+//!   - `versionstamp`: the commit that wrote the entry (`kv restore` keeps it; `kv load` makes
+//!     new commits);
 //!   - `expires_at`: when the entry expires, only when it does (see times below);
 //!   - `value`: the manifests' tagged `value_json` form, for people and tools;
 //!   - `bytes`: for `v8` values, the stored bytes in hex. The tagged form does not hold
 //!     everything V8 stores (an error's stack and cause, the rest of the buffer a typed array or
 //!     `DataView` looks into, which views share a buffer, the result of a V8 `sum`), so `load`
 //!     stores these bytes. `u64` and `bytes` values are exact in `value` itself;
-//! - a **message** line per queued message, by ready time: `message` is the payload's tagged
-//!   form and `bytes` its stored V8 bytes, `ready_at` its earliest delivery,
-//!   `keys_if_undelivered` typed keys, `backoff_schedule` the retry intervals (ms) still left.
-//!   A loaded message gets a new id;
+//! - a **message** line per queued message (waiting, or being delivered: then ready at the time
+//!   of the dump): `message` is the payload's tagged form and `bytes` its stored V8 bytes, `id`
+//!   the message's id (from version 3; `kv restore` keeps it, `kv load` gives a new one),
+//!   `ready_at` its earliest delivery, `keys_if_undelivered` typed keys, `backoff_schedule` the
+//!   retry intervals (ms) still left;
 //! - the **end** line counts the entries and messages before it, so that a dump cut short (a
 //!   full disk, a broken pipe) is refused instead of loaded in part.
 //!
@@ -36,26 +44,37 @@
 //! edited line, or format 1) is rebuilt from its tagged form, which [`ValueSource::Tagged`]
 //! reports so that `load` can warn.
 //!
-//! Format 1 (the dumps of earlier versions) has no header, no `bytes`, no messages and no end
-//! line; it still loads.
+//! Format 2 is format 3 without `consistent`, `versionstamp` in the header and `id` in message
+//! lines. Format 1 (the dumps of the first versions) has no header, no `bytes`, no messages and
+//! no end line. `kv load` reads all three; `kv restore` only consistent format 3 files.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use open_deno_kv::{Entry, Key, KvValue, Versionstamp};
 use open_deno_kv_proto::{Enqueue, QueuedMessage, ValueEncoding, decode_key, encode_key};
 use serde_json::{Map, Value as Json, json};
+use uuid::Uuid;
 
 use crate::error::CliError;
 use crate::key_syntax::{key_from_typed_json, typed_json};
 
 /// The version of the format [`header_line`] announces. Version 1 is a dump without a header.
-pub const FORMAT_VERSION: u64 = 2;
+pub const FORMAT_VERSION: u64 = 3;
 
 /// The header's `format` field.
 const FORMAT_NAME: &str = "kv-dump";
 
-/// The first line of a dump.
-pub fn header_line() -> Json {
-    json!({"format": FORMAT_NAME, "version": FORMAT_VERSION})
+/// The first line of a dump: of one consistent snapshot whose last commit is `snapshot`, or
+/// (`None`) of a dump read page by page.
+pub fn header_line(snapshot: Option<Versionstamp>) -> Json {
+    match snapshot {
+        Some(versionstamp) => json!({
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "consistent": true,
+            "versionstamp": versionstamp.to_string(),
+        }),
+        None => json!({"format": FORMAT_NAME, "version": FORMAT_VERSION, "consistent": false}),
+    }
 }
 
 /// The last line of a dump: how many entries and messages precede it.
@@ -165,6 +184,7 @@ impl DumpEntry {
 pub fn message_json(message: &QueuedMessage) -> Result<Json, CliError> {
     let mut line = Map::new();
     insert_value(&mut line, "message", &KvValue::V8(message.payload.clone()))?;
+    line.insert("id".into(), Json::from(message.id.to_string()));
     line.insert("ready_at".into(), time_json(message.ready_at));
     let keys = message
         .keys_if_undelivered
@@ -179,8 +199,37 @@ pub fn message_json(message: &QueuedMessage) -> Result<Json, CliError> {
     Ok(Json::Object(line))
 }
 
-/// Reads a message line into the enqueue that recreates it (with the exact schedule left).
-fn parse_message(object: &Map<String, Json>) -> Result<(Enqueue, ValueSource), String> {
+/// A message line: the enqueue that recreates it (with the exact schedule left), and the
+/// message's id where the line has one (format 3).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DumpMessage {
+    /// The message as an enqueue.
+    pub enqueue: Enqueue,
+    /// Its id in the dumped database.
+    pub id: Option<Uuid>,
+}
+
+impl DumpMessage {
+    /// The message as a store keeps it: its own id, or a new one for a line without.
+    pub fn into_queued(self) -> QueuedMessage {
+        let Enqueue {
+            payload,
+            ready_at,
+            keys_if_undelivered,
+            backoff_schedule,
+        } = self.enqueue;
+        QueuedMessage {
+            id: self.id.unwrap_or_else(Uuid::new_v4),
+            payload,
+            ready_at,
+            keys_if_undelivered,
+            backoff_schedule: backoff_schedule.unwrap_or_default(),
+        }
+    }
+}
+
+/// Reads a message line.
+fn parse_message(object: &Map<String, Json>) -> Result<(DumpMessage, ValueSource), String> {
     let (payload, source) = read_value(object, "message", Some(ValueEncoding::V8))?;
     let payload = open_deno_kv::v8::to_v8_bytes(&payload).map_err(|e| format!("message: {e}"))?;
     let ready_at = parse_time(object.get("ready_at").ok_or("no \"ready_at\"")?, "ready_at")?;
@@ -209,13 +258,21 @@ fn parse_message(object: &Map<String, Json>) -> Result<(Enqueue, ValueSource), S
                 .ok_or_else(|| format!("backoff_schedule: {ms} is not a u32 of milliseconds"))
         })
         .collect::<Result<_, _>>()?;
+    let id = match object.get("id") {
+        None | Some(Json::Null) => None,
+        Some(id) => Some(
+            id.as_str()
+                .and_then(|text| Uuid::parse_str(text).ok())
+                .ok_or("\"id\" must be a message id (a UUID)")?,
+        ),
+    };
     let enqueue = Enqueue {
         payload,
         ready_at,
         keys_if_undelivered,
         backoff_schedule: Some(backoff_schedule),
     };
-    Ok((enqueue, source))
+    Ok((DumpMessage { enqueue, id }, source))
 }
 
 /// Writes `value` under `field` in its tagged form, and its stored bytes under `bytes` where
@@ -304,7 +361,7 @@ pub enum DumpItem {
     /// An entry to set.
     Entry(DumpEntry, ValueSource),
     /// A queued message to enqueue again.
-    Message(Enqueue, ValueSource),
+    Message(DumpMessage, ValueSource),
 }
 
 /// Reads a dump line by line, checking its header, version and end line.
@@ -312,6 +369,8 @@ pub enum DumpItem {
 pub struct DumpReader {
     /// The version, once the first line has been read.
     version: Option<u64>,
+    /// The header's snapshot versionstamp, for a consistent format 3 dump.
+    snapshot: Option<Versionstamp>,
     entries: u64,
     messages: u64,
     ended: bool,
@@ -328,6 +387,12 @@ impl DumpReader {
         self.version.unwrap_or(1)
     }
 
+    /// The last commit of the snapshot, when the header says the dump is one consistent
+    /// snapshot (format 3, `"consistent": true`).
+    pub fn snapshot(&self) -> Option<Versionstamp> {
+        self.snapshot
+    }
+
     /// Reads one non-empty line: an entry or message, or `None` for the header and end lines.
     /// `Err` holds the reason (the caller adds file and line number).
     pub fn read_line(&mut self, line: &str) -> Result<Option<DumpItem>, String> {
@@ -341,7 +406,9 @@ impl DumpReader {
             if !first {
                 return Err("a header line after the first line".into());
             }
-            self.version = Some(parse_header(object)?);
+            let (version, snapshot) = parse_header(object)?;
+            self.version = Some(version);
+            self.snapshot = snapshot;
             return Ok(None);
         }
         if first {
@@ -386,8 +453,9 @@ impl DumpReader {
     }
 }
 
-/// The version a header line announces, if this program reads it.
-fn parse_header(object: &Map<String, Json>) -> Result<u64, String> {
+/// The version a header line announces, if this program reads it, and its snapshot's
+/// versionstamp if it says it is consistent.
+fn parse_header(object: &Map<String, Json>) -> Result<(u64, Option<Versionstamp>), String> {
     let name = object.get("format").and_then(Json::as_str);
     if name != Some(FORMAT_NAME) {
         return Err(format!(
@@ -403,7 +471,22 @@ fn parse_header(object: &Map<String, Json>) -> Result<u64, String> {
             "this dump is format version {version}; this kv reads versions 1 to {FORMAT_VERSION}"
         ));
     }
-    Ok(version)
+    let consistent = match object.get("consistent") {
+        None | Some(Json::Null) => false,
+        Some(flag) => flag
+            .as_bool()
+            .ok_or("the header's \"consistent\" must be true or false")?,
+    };
+    if !consistent {
+        return Ok((version, None));
+    }
+    let versionstamp = object
+        .get("versionstamp")
+        .and_then(Json::as_str)
+        .ok_or("a consistent dump's header needs its \"versionstamp\"")?
+        .parse::<Versionstamp>()
+        .map_err(|e| format!("the header's versionstamp: {e}"))?;
+    Ok((version, Some(versionstamp)))
 }
 
 #[cfg(test)]
@@ -411,6 +494,32 @@ mod tests {
     use chrono::TimeDelta;
 
     use super::*;
+
+    #[test]
+    fn a_consistent_header_carries_its_versionstamp_and_others_do_not() {
+        let stamp = Versionstamp::from_version(42, 0);
+        let mut reader = DumpReader::new();
+        reader
+            .read_line(&header_line(Some(stamp)).to_string())
+            .unwrap();
+        assert_eq!((reader.version(), reader.snapshot()), (3, Some(stamp)));
+        let mut reader = DumpReader::new();
+        reader.read_line(&header_line(None).to_string()).unwrap();
+        assert_eq!((reader.version(), reader.snapshot()), (3, None));
+        let mut reader = DumpReader::new();
+        reader
+            .read_line(r#"{"format":"kv-dump","version":2}"#)
+            .unwrap();
+        assert_eq!((reader.version(), reader.snapshot()), (2, None));
+        let missing = DumpReader::new()
+            .read_line(r#"{"format":"kv-dump","version":3,"consistent":true}"#)
+            .unwrap_err();
+        assert!(missing.contains("versionstamp"), "{missing}");
+        let too_new = DumpReader::new()
+            .read_line(r#"{"format":"kv-dump","version":4}"#)
+            .unwrap_err();
+        assert!(too_new.contains("versions 1 to 3"), "{too_new}");
+    }
 
     #[test]
     fn times_keep_every_nanosecond_and_whole_milliseconds_stay_numbers() {
@@ -442,7 +551,15 @@ mod tests {
             // An empty schedule (never retry) stays empty, not Deno's default.
             backoff_schedule: Some(vec![]),
         };
-        assert_eq!(read, Some(DumpItem::Message(expected, ValueSource::Exact)));
+        let expected = DumpMessage {
+            enqueue: expected,
+            id: Some(message.id),
+        };
+        let Some(DumpItem::Message(read, ValueSource::Exact)) = read else {
+            panic!("a message line reads as a message: {read:?}")
+        };
+        assert_eq!(read, expected);
+        assert_eq!(read.into_queued(), message, "the same message, id included");
         assert!(reader.finish().is_ok(), "a headerless dump is format 1");
     }
 }

@@ -42,11 +42,41 @@ pub enum CliError {
 
     /// A target for `load` or `migrate` that already holds entries.
     #[error(
-        "{target} already holds data; load and migrate write only into a new or empty database"
+        "{target} already holds data; load, migrate and restore write only into a new or empty database"
     )]
     TargetNotEmpty {
         /// The target URL.
         target: String,
+    },
+
+    /// `kv backup` of a backend that has no consistent snapshot export.
+    #[error(
+        "{db} offers no consistent snapshot export, so it cannot be backed up online (a KV \
+         Connect server has no export endpoint); `kv dump` copies it page by page instead, or \
+         back up the server's own database"
+    )]
+    NoExport {
+        /// The database URL.
+        db: String,
+    },
+
+    /// `kv restore` into a backend that cannot import a snapshot.
+    #[error(
+        "{db} cannot import a snapshot (a KV Connect server has no import endpoint); restore \
+         into a local database, or use `kv load`, which makes new versionstamps"
+    )]
+    NoImport {
+        /// The database URL.
+        db: String,
+    },
+
+    /// `kv restore` of a file that is not a consistent backup.
+    #[error("{file} is not a backup: {reason}")]
+    NotABackup {
+        /// The file.
+        file: String,
+        /// Why.
+        reason: String,
     },
 
     /// A range delete that was not confirmed (answered no, or no answer and no `--yes`).

@@ -4,11 +4,14 @@
 //! kv set '["users", 1n]' '{"name": "Alice"}'      # ./kv.sqlite3, created on first write
 //! kv list '["users"]'
 //! kv --db redb:./data.redb migrate sqlite:./copy.sqlite3
-//! kv dump ./kv.sqlite3 -o backup.jsonl              # reading commands take the database too
+//! kv dump ./kv.sqlite3 -o dump.jsonl                # reading commands take the database too
+//! kv backup backup.jsonl                            # one snapshot of a live database
+//! kv --db redb:./restored.redb restore backup.jsonl # versionstamps kept
 //! ```
 //!
 //! Run `kv --help` for every subcommand.
 
+mod backup;
 mod cli;
 mod commands;
 mod dump;
@@ -122,6 +125,8 @@ async fn run(db: &str, db_on_command_line: bool, command: Command) -> Result<(),
             commands::dump(&db, output.as_deref()).await
         }
         Command::Load { input } => commands::load(db, &input).await,
+        Command::Backup { file } => backup::backup(db, &file).await,
+        Command::Restore { file } => backup::restore(&file, db).await,
         Command::Stats { database, prefix } => {
             let db = chosen_database(db, db_on_command_line, database.database)?;
             match prefix {

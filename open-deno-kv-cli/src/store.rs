@@ -1,6 +1,6 @@
 //! Opening databases the way each command needs them: reading commands never create or change a
-//! file, writing commands create it, and `load` / `migrate` build their target beside it and move
-//! it into place only when everything is written.
+//! file, writing commands create it, and `load` / `migrate` / `restore` build their target beside
+//! it and move it into place only when everything is written.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -184,6 +184,17 @@ impl Backend for FaultyBackend {
         self.inner.count_range(range).await
     }
 
+    async fn export_snapshot(&self) -> Result<open_deno_kv_proto::Snapshot, KvError> {
+        self.inner.export_snapshot().await
+    }
+
+    async fn import_snapshot(
+        &self,
+        snapshot: open_deno_kv_proto::Snapshot,
+    ) -> Result<open_deno_kv_proto::ImportSummary, KvError> {
+        self.inner.import_snapshot(snapshot).await
+    }
+
     fn watch_range(
         &self,
         range: open_deno_kv_proto::KeyRange,

@@ -132,6 +132,10 @@ pub struct Needs {
     pub count: bool,
     /// Watching a range ([`open_deno_kv_proto::Capabilities::watch_range`]).
     pub watch_range: bool,
+    /// Exporting a snapshot ([`open_deno_kv_proto::Capabilities::export`]).
+    pub export: bool,
+    /// Importing a snapshot ([`open_deno_kv_proto::Capabilities::import`]).
+    pub import: bool,
 }
 
 impl Needs {
@@ -145,6 +149,8 @@ impl Needs {
         range_delete: false,
         count: false,
         watch_range: false,
+        export: false,
+        import: false,
     };
     /// Queues.
     pub const QUEUES: Needs = Needs {
@@ -189,6 +195,18 @@ impl Needs {
         ..Needs::NOTHING
     };
 
+    /// Exporting a snapshot.
+    pub const EXPORT: Needs = Needs {
+        export: true,
+        ..Needs::NOTHING
+    };
+    /// Exporting and importing snapshots (a backup and its restore).
+    pub const BACKUP: Needs = Needs {
+        export: true,
+        import: true,
+        ..Needs::NOTHING
+    };
+
     /// Everything `self` needs and everything `other` needs.
     pub const fn and(self, other: Needs) -> Needs {
         Needs {
@@ -200,6 +218,8 @@ impl Needs {
             range_delete: self.range_delete || other.range_delete,
             count: self.count || other.count,
             watch_range: self.watch_range || other.watch_range,
+            export: self.export || other.export,
+            import: self.import || other.import,
         }
     }
 
@@ -213,6 +233,8 @@ impl Needs {
             && (!self.range_delete || features.range_delete)
             && (!self.count || features.count)
             && (!self.watch_range || features.watch_range)
+            && (!self.export || features.export)
+            && (!self.import || features.import)
     }
 }
 
@@ -235,6 +257,10 @@ pub struct Features {
     pub count: bool,
     /// `watch_range` works.
     pub watch_range: bool,
+    /// `export_snapshot` works.
+    pub export: bool,
+    /// `import_snapshot` works.
+    pub import: bool,
 }
 
 impl Features {
@@ -249,6 +275,8 @@ impl Features {
             range_delete: capabilities.range_delete,
             count: capabilities.count,
             watch_range: capabilities.watch_range,
+            export: capabilities.export,
+            import: capabilities.import,
         }
     }
 }

@@ -36,10 +36,10 @@ mod store;
 use std::sync::Arc;
 
 use open_deno_kv_proto::{
-    Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, IntegrityReport, KvError,
-    Limits, QueueMessageHandle, QueuedMessage, RangeCount, RangeWatchStream, ReadRangeOutput,
-    SystemClock, ValidatedRange, ValidatedRead, ValidatedWatch, ValidatedWrite, WatchReader,
-    WatchStream, range_watch_stream, watch_stream,
+    Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, ImportSummary,
+    IntegrityReport, KvError, Limits, QueueMessageHandle, QueuedMessage, RangeCount,
+    RangeWatchStream, ReadRangeOutput, Snapshot, SystemClock, ValidatedRange, ValidatedRead,
+    ValidatedWatch, ValidatedWrite, WatchReader, WatchStream, range_watch_stream, watch_stream,
 };
 
 pub use store::MemoryStore;
@@ -108,6 +108,7 @@ impl Engine for MemoryBackend {
             .with_watch(true)
             .with_integrity_check(true)
             .with_beyond_deno(true)
+            .with_backup(true)
     }
 
     async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
@@ -129,6 +130,15 @@ impl Engine for MemoryBackend {
 
     async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
         Ok(self.store.integrity_report())
+    }
+
+    /// A copy taken under the store's lock: see the `store::backup` module for its cost.
+    async fn export_snapshot(&self) -> Result<Snapshot, KvError> {
+        Ok(self.store.export_snapshot(self.clock.now()))
+    }
+
+    async fn import_snapshot(&self, snapshot: Snapshot) -> Result<ImportSummary, KvError> {
+        self.store.import_snapshot(snapshot).await
     }
 
     fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {

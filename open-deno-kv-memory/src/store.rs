@@ -17,6 +17,8 @@ use open_deno_kv_proto::{
 use tokio::sync::watch;
 use uuid::Uuid;
 
+mod backup;
+
 /// The data behind one or more [`crate::MemoryBackend`] handles. Clones share the same data.
 #[derive(Clone, Default)]
 pub struct MemoryStore {
@@ -144,14 +146,7 @@ impl MemoryStore {
 
     /// Every message, waiting or running, by ready time (running ones as ready at `now`).
     pub(crate) fn queued_messages(&self, now: DateTime<Utc>) -> Vec<QueuedMessage> {
-        let state = self.lock();
-        let mut messages: Vec<QueuedMessage> = state.ready.values().cloned().collect();
-        messages.extend(state.running.values().map(|message| QueuedMessage {
-            ready_at: now,
-            ..message.clone()
-        }));
-        messages.sort_by_key(|message| (message.ready_at, message.id));
-        messages
+        self.lock().queued(now)
     }
 
     /// The first due message, moved to running for handle `owner` with a fresh delivery token; or
@@ -214,6 +209,22 @@ fn to_entry(key: &[u8], stored: &StoredEntry) -> KvEntry {
 }
 
 impl State {
+    /// Every message, waiting or running, by ready time (running ones as ready at `now`).
+    fn queued(&self, now: DateTime<Utc>) -> Vec<QueuedMessage> {
+        let mut messages: Vec<QueuedMessage> = self.ready.values().cloned().collect();
+        messages.extend(self.running.values().map(|message| QueuedMessage {
+            ready_at: now,
+            ..message.clone()
+        }));
+        messages.sort_by_key(|message| (message.ready_at, message.id));
+        messages
+    }
+
+    /// Whether the store holds no entry (expired or not) and no message.
+    fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.ready.is_empty() && self.running.is_empty()
+    }
+
     fn read_range(&self, range: &ReadRange, now: DateTime<Utc>) -> Vec<KvEntry> {
         if range.start >= range.end {
             return Vec::new();

@@ -8,9 +8,10 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use open_deno_kv_proto::queue::{QueueMessageHandle, QueuedMessage};
 use open_deno_kv_proto::{
-    Capabilities, Checked, CommitResult, Consistency, Engine, IntegrityReport, KvError, RangeCount,
-    RangeWatchStream, ReadRangeOutput, ValidatedRange, ValidatedRead, ValidatedWatch,
-    ValidatedWrite, WatchReader, WatchStream, range_watch_stream, watch_stream,
+    Capabilities, Checked, CommitResult, Consistency, Engine, ImportSummary, IntegrityReport,
+    KvError, RangeCount, RangeWatchStream, ReadRangeOutput, Snapshot, ValidatedRange,
+    ValidatedRead, ValidatedWatch, ValidatedWrite, WatchReader, WatchStream, range_watch_stream,
+    watch_stream,
 };
 use tokio::task::JoinHandle;
 use tokio_postgres::{Config, NoTls};
@@ -197,6 +198,7 @@ impl Engine for PostgresBackend {
             .with_watch(true)
             .with_integrity_check(true)
             .with_beyond_deno(true)
+            .with_backup(true)
     }
 
     /// Strong reads go to the primary. Eventual reads go to a replica when there is one, in
@@ -250,6 +252,21 @@ impl Engine for PostgresBackend {
 
     async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
         reader::queued_messages(&self.pool, &self.sql, self.options.clock.now()).await
+    }
+
+    /// One `REPEATABLE READ` snapshot, read in keyset pages by a task of its own (see the
+    /// `backup` module).
+    async fn export_snapshot(&self) -> Result<Snapshot, KvError> {
+        let now = self.options.clock.now();
+        crate::backup::export(self.pool.clone(), self.sql.clone(), now).await
+    }
+
+    /// One transaction holding the `kv_meta` lock; this handle's watches and consumers look
+    /// again at once, other handles when the commit's notification reaches them.
+    async fn import_snapshot(&self, snapshot: Snapshot) -> Result<ImportSummary, KvError> {
+        let summary = crate::backup::import(&self.pool, &self.sql, snapshot).await?;
+        self.events.notifier.notify_everything();
+        Ok(summary)
     }
 
     fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {

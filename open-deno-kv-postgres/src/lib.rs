@@ -34,6 +34,8 @@
 //! - **Watch** (`listener.rs`): commits `NOTIFY`; a LISTEN connection per handle wakes the
 //!   watches, which re-read their keys (open-deno-kv-proto's [`watch_stream`](open_deno_kv_proto::watch_stream)).
 //! - **Expiry** (`housekeeping.rs`): a sweep deletes expired rows every second.
+//! - **Backups** (`backup.rs`): an export streams one `REPEATABLE READ` snapshot in keyset pages;
+//!   an import writes a snapshot in one transaction that holds the `kv_meta` row lock.
 //!
 //! ## When the connection fails
 //!
@@ -45,6 +47,7 @@
 //! operations and the listener reconnect by themselves too.
 
 mod backend;
+mod backup;
 mod codec;
 mod committer;
 mod connect;

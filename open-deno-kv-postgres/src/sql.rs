@@ -65,6 +65,18 @@ pub(crate) struct Sql {
     pub(crate) all_messages: String,
     /// Every entry, expired or not, in key order (the integrity check).
     pub(crate) all_entries: String,
+
+    /// Up to `$3` entries after key `$1`, not expired at `$2`, in key order (an export's page).
+    pub(crate) export_entries: String,
+    /// Up to `$3` messages after (ready time `$1`, id `$2`) in (ready time, id) order, a leased
+    /// message counting as ready at `$4` at the latest (an export's page).
+    pub(crate) export_messages: String,
+    /// Locks the `kv_meta` row, as every writer does first (an import).
+    pub(crate) lock_version: String,
+    /// Whether the store holds any entry or message.
+    pub(crate) any_data: String,
+    /// Raises the last commit version to at least `$1` (an import).
+    pub(crate) raise_version: String,
 }
 
 /// The longest schema name accepted (the NOTIFY channel adds a prefix, within PostgreSQL's 63).
@@ -173,6 +185,19 @@ impl Sql {
             ),
             all_messages: format!("SELECT {MESSAGE} FROM {queue} ORDER BY ready_at, id"),
             all_entries: format!("SELECT {ENTRY} FROM {kv} ORDER BY k"),
+            export_entries: format!(
+                "SELECT {ENTRY} FROM {kv} WHERE k > $1 AND {visible} $2) ORDER BY k LIMIT $3"
+            ),
+            export_messages: format!(
+                "SELECT {MESSAGE} FROM {queue} WHERE ({due}, id) > ($1, $2) \
+                 ORDER BY {due}, id LIMIT $3",
+                due = "(CASE WHEN lease IS NULL THEN ready_at ELSE LEAST(ready_at, $4) END)"
+            ),
+            lock_version: format!("SELECT data_version FROM {meta} FOR UPDATE"),
+            any_data: format!(
+                "SELECT EXISTS (SELECT 1 FROM {kv}) OR EXISTS (SELECT 1 FROM {queue})"
+            ),
+            raise_version: format!("UPDATE {meta} SET data_version = GREATEST(data_version, $1)"),
         })
     }
 }

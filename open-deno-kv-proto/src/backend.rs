@@ -25,8 +25,8 @@ use futures::stream::BoxStream;
 use crate::queue::{QueueMessageHandle, QueuedMessage};
 use crate::watch::RangeWatchEvent;
 use crate::{
-    AtomicWrite, CommitResult, IntegrityReport, KeyRange, KvError, RangeCount, ReadRangeOutput,
-    SnapshotRead, WatchKeyOutput,
+    AtomicWrite, CommitResult, ImportSummary, IntegrityReport, KeyRange, KvError, RangeCount,
+    ReadRangeOutput, Snapshot, SnapshotRead, WatchKeyOutput,
 };
 
 /// What a backend offers beyond reads and writes, so a conformance suite (or a program) knows
@@ -64,6 +64,11 @@ pub struct Capabilities {
     pub count: bool,
     /// [`Backend::watch_range`] works.
     pub watch_range: bool,
+    /// [`Backend::export_snapshot`] works: a consistent export of the whole store, for online
+    /// backups.
+    pub export: bool,
+    /// [`Backend::import_snapshot`] works: a restore into a new or empty store.
+    pub import: bool,
     /// The handle was opened read-only: writes and dequeues fail with [`KvError::ReadOnly`]
     /// (reads, watches, queue inspection and integrity checks still work).
     pub read_only: bool,
@@ -82,6 +87,8 @@ impl Capabilities {
             range_delete: false,
             count: false,
             watch_range: false,
+            export: false,
+            import: false,
             read_only: false,
         }
     }
@@ -134,6 +141,24 @@ impl Capabilities {
         self
     }
 
+    /// Sets [`Capabilities::export`].
+    pub const fn with_export(mut self, yes: bool) -> Self {
+        self.export = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::import`].
+    pub const fn with_import(mut self, yes: bool) -> Self {
+        self.import = yes;
+        self
+    }
+
+    /// Backups and restores ([`Capabilities::export`] and [`Capabilities::import`]), both on or
+    /// both off.
+    pub const fn with_backup(self, yes: bool) -> Self {
+        self.with_export(yes).with_import(yes)
+    }
+
     /// The three operations beyond Deno KV ([`Capabilities::range_delete`],
     /// [`Capabilities::count`], [`Capabilities::watch_range`]), all on or all off.
     pub const fn with_beyond_deno(self, yes: bool) -> Self {
@@ -151,12 +176,14 @@ impl Capabilities {
     /// A durable store that offers every optional method (open-deno-kv-sqlite,
     /// open-deno-kv-redb, open-deno-kv-postgres): a read-only open reports
     /// [`Capabilities::read_only`] and consumes no queue, but still lists the queue, watches,
-    /// counts and checks its integrity (a range delete is a write, refused as every write is).
+    /// counts, exports and checks its integrity (a range delete and an import are writes,
+    /// refused as every write is).
     ///
     /// ```
     /// use open_deno_kv_proto::Capabilities;
     /// let reader = Capabilities::durable_store(true);
     /// assert!(reader.read_only && !reader.queues && reader.queue_inspection && reader.watch);
+    /// assert!(reader.export && !reader.import);
     /// ```
     pub const fn durable_store(read_only: bool) -> Self {
         Capabilities::none()
@@ -166,6 +193,8 @@ impl Capabilities {
             .with_watch(true)
             .with_integrity_check(true)
             .with_beyond_deno(true)
+            .with_export(true)
+            .with_import(!read_only)
             .with_read_only(read_only)
     }
 }
@@ -181,6 +210,8 @@ pub(crate) enum Optional {
     RangeDelete,
     Count,
     WatchRange,
+    Export,
+    Import,
 }
 
 impl Optional {
@@ -194,6 +225,8 @@ impl Optional {
             Optional::RangeDelete => capabilities.range_delete,
             Optional::Count => capabilities.count,
             Optional::WatchRange => capabilities.watch_range,
+            Optional::Export => capabilities.export,
+            Optional::Import => capabilities.import,
         }
     }
 
@@ -207,6 +240,8 @@ impl Optional {
             Optional::RangeDelete => "range deletes",
             Optional::Count => "counting a range",
             Optional::WatchRange => "watching a range",
+            Optional::Export => "exporting a snapshot (online backup)",
+            Optional::Import => "importing a snapshot (restore)",
         };
         KvError::Unsupported { feature }
     }
@@ -280,6 +315,25 @@ pub trait Backend: Send + Sync {
     /// [`crate::watch::RangeWatchEvent`]). Not part of Deno KV.
     /// [`Capabilities::watch_range`] says whether it works.
     fn watch_range(&self, range: KeyRange) -> Result<RangeWatchStream, KvError>;
+
+    /// Opens one read snapshot of the whole store and streams it: every visible entry in key
+    /// order (value as stored, versionstamp, expiry), then every queued message, waiting or being
+    /// delivered, with the versionstamp of the last commit the snapshot holds (see
+    /// [`crate::backup`]). Writers keep committing meanwhile; the stream holds the engine's read
+    /// snapshot, not a copy of the store, and dropping it releases that snapshot. Not part of
+    /// Deno KV. [`Capabilities::export`] says whether it works.
+    async fn export_snapshot(&self) -> Result<Snapshot, KvError>;
+
+    /// Writes `snapshot` into this store, which must hold no entry and no message
+    /// ([`KvError::NotEmpty`] otherwise), in one transaction: every entry keeps its versionstamp
+    /// and expiry, every message its id, and the store's version counter is left at
+    /// [`Snapshot::versionstamp`], so the next commit gets a later one. All or nothing: an
+    /// error, a stream that fails or breaks the order rules ([`crate::backup::ordered_import`]),
+    /// or a future dropped half-way leaves the store as it was. Writes to the store while the
+    /// import runs wait for it (it holds the store's write lock or transaction): import into a
+    /// store nothing else writes to yet. Not part of Deno KV.
+    /// [`Capabilities::import`] says whether it works.
+    async fn import_snapshot(&self, snapshot: Snapshot) -> Result<ImportSummary, KvError>;
 
     /// Reads the whole store and reports what is damaged: the engine's structural check, then
     /// every entry and queued message decoded (see [`IntegrityReport`]). Problems found are the

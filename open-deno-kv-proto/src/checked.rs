@@ -10,8 +10,9 @@ use async_trait::async_trait;
 use crate::backend::Optional;
 use crate::queue::{QueueMessageHandle, QueuedMessage};
 use crate::{
-    AtomicWrite, Backend, Capabilities, Clock, CommitResult, Engine, IntegrityReport, KeyRange,
-    KvError, Limits, RangeCount, RangeWatchStream, ReadRangeOutput, SnapshotRead, WatchStream,
+    AtomicWrite, Backend, Capabilities, Clock, CommitResult, Engine, ImportSummary,
+    IntegrityReport, KeyRange, KvError, Limits, RangeCount, RangeWatchStream, ReadRangeOutput,
+    Snapshot, SnapshotRead, WatchStream,
 };
 
 /// An [`Engine`] behind the correctness layer: the [`Backend`] every engine of this workspace
@@ -193,6 +194,20 @@ impl<E: Engine> Backend for Checked<E> {
         self.ensure_offered(Optional::WatchRange)?;
         let range = self.limits.accept_range(range)?;
         self.engine.watch_range(range)
+    }
+
+    async fn export_snapshot(&self) -> Result<Snapshot, KvError> {
+        self.ensure_open()?;
+        self.ensure_offered(Optional::Export)?;
+        self.engine.export_snapshot().await
+    }
+
+    async fn import_snapshot(&self, snapshot: Snapshot) -> Result<ImportSummary, KvError> {
+        self.ensure_open()?;
+        self.ensure_writable()?;
+        self.ensure_offered(Optional::Import)?;
+        let snapshot = crate::backup::ordered_import(snapshot);
+        self.engine.import_snapshot(snapshot).await
     }
 
     async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {

@@ -3,8 +3,9 @@
 use crate::backend::Optional;
 use crate::queue::{QueueMessageHandle, QueuedMessage};
 use crate::{
-    Capabilities, CommitResult, IntegrityReport, KvError, RangeCount, RangeWatchStream,
-    ReadRangeOutput, ValidatedRange, ValidatedRead, ValidatedWatch, ValidatedWrite, WatchStream,
+    Capabilities, CommitResult, ImportSummary, IntegrityReport, KvError, RangeCount,
+    RangeWatchStream, ReadRangeOutput, Snapshot, ValidatedRange, ValidatedRead, ValidatedWatch,
+    ValidatedWrite, WatchStream,
 };
 
 /// A storage engine, below the [`crate::Checked`] layer.
@@ -162,6 +163,29 @@ pub trait Engine: Send + Sync {
     fn watch_range(&self, range: ValidatedRange) -> Result<RangeWatchStream, KvError> {
         let _ = range;
         Err(Optional::WatchRange.refusal())
+    }
+
+    /// Streams the whole store from one read snapshot, with the versionstamp of the last commit
+    /// it holds (see [`crate::Backend::export_snapshot`] and [`crate::backup`]; blocking engines
+    /// use [`crate::backup::blocking_export`]). Writers must not wait for the export beyond one
+    /// commit, and dropping the stream must release the snapshot. Called only when
+    /// [`Capabilities::export`] is on.
+    fn export_snapshot(&self) -> impl Future<Output = Result<Snapshot, KvError>> + Send {
+        async { Err(Optional::Export.refusal()) }
+    }
+
+    /// Writes `snapshot` into the store in one transaction, refusing a store that holds any
+    /// entry or message with [`KvError::NotEmpty`], and leaves the version counter at
+    /// [`Snapshot::versionstamp`] (see [`crate::Backend::import_snapshot`]). The layer has
+    /// checked the items' order ([`crate::backup::ordered_import`]); an error item, or a stream
+    /// that ends in error, must roll everything back. Called only when [`Capabilities::import`]
+    /// is on and the handle is writable.
+    fn import_snapshot(
+        &self,
+        snapshot: Snapshot,
+    ) -> impl Future<Output = Result<ImportSummary, KvError>> + Send {
+        let _ = snapshot;
+        async { Err(Optional::Import.refusal()) }
     }
 
     /// The engine's integrity check (see [`crate::Backend::check_integrity`]). Called only when

@@ -67,6 +67,11 @@ pub enum KvError {
         feature: &'static str,
     },
 
+    /// A restore ([`crate::Backend::import_snapshot`]) into a store that already holds entries
+    /// or queued messages; nothing was written.
+    #[error("the database is not empty: a snapshot is imported only into a new or empty database")]
+    NotEmpty,
+
     /// The storage engine failed (I/O error, lock failure...). The source says why.
     #[error("storage error: {source}")]
     Storage {

@@ -22,6 +22,7 @@
 //!   engine that makes it a [`Backend`]: the closed state, the limits (an engine receives only
 //!   [`Validated`] requests, which only [`Limits`] builds), the capability and read-only
 //!   refusals;
+//! - whole-store snapshots for online backups and restores ([`backup`]);
 //! - the [`Backend`] trait itself, and the one error type [`KvError`].
 //!
 //! ```
@@ -53,6 +54,7 @@
 //! Once a release exists, CI compares the public API with it (`cargo semver-checks`).
 
 mod backend;
+pub mod backup;
 mod blocking;
 mod checked;
 mod clock;
@@ -85,6 +87,7 @@ pub mod watch;
 mod write;
 
 pub use backend::{Backend, Capabilities, RangeWatchStream, WatchStream};
+pub use backup::{ImportSummary, Snapshot, SnapshotItem, SnapshotStream};
 pub use blocking::{IN_PLACE_READ_ENTRIES, run_blocking, run_read};
 pub use checked::Checked;
 pub use clock::{Clock, ManualClock, SystemClock, ms_to_datetime};

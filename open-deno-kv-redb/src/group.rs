@@ -45,6 +45,7 @@ use open_deno_kv_proto::{Clock, Effects, KvError, Notifier};
 use redb::{Database, ReadableTable};
 use uuid::Uuid;
 
+use crate::backup::CommitClock;
 use crate::error::storage;
 use crate::file::{DbSlot, needs_reopen};
 use crate::queue::{self, Engine, RedbQueue, Ticket};
@@ -117,6 +118,9 @@ pub(crate) struct GroupState {
     notifier: Arc<Notifier>,
     /// The snapshot reads share; dropped after every commit that changed something.
     snapshot: Arc<ReadSnapshot>,
+    /// Where the version the file holds is published for exports, and where an import leaves
+    /// the version to continue above (see [`crate::backup`]).
+    commit_clock: Arc<CommitClock>,
     /// The version of the last versionstamp handed out by a committed write.
     last_version: u64,
     /// The ceiling recorded in the file: no version handed out is above it.
@@ -206,6 +210,11 @@ impl GroupRunner for GroupState {
                 return;
             }
         };
+        if let Err(err) = self.continue_after_import(&txn) {
+            let _ = txn.abort();
+            committer::reject_all(group, &err);
+            return;
+        }
         let touches_queue = group.iter().any(|c| !matches!(c, Change::Write { .. }));
         let saved = Saved {
             last_version: self.last_version,
@@ -267,7 +276,17 @@ impl GroupRunner for GroupState {
                 let _ = txn.abort();
                 Err(err)
             }
-            None if dirty => txn.commit().map_err(storage),
+            None if dirty => {
+                self.commit_clock.landing();
+                let committed = txn.commit().map_err(storage);
+                let holds = if committed.is_ok() {
+                    self.last_version
+                } else {
+                    saved.last_version
+                };
+                self.commit_clock.landed(holds);
+                committed
+            }
             None => {
                 let _ = txn.abort();
                 Ok(())
@@ -308,6 +327,7 @@ impl GroupState {
         durability: Durability,
         notifier: Arc<Notifier>,
         snapshot: Arc<ReadSnapshot>,
+        commit_clock: Arc<CommitClock>,
     ) -> Result<Self, KvError> {
         let file = db.writable()?;
         let layout = schema::inspect(file.as_ref())?;
@@ -338,12 +358,15 @@ impl GroupState {
         } else {
             txn.abort().map_err(storage)?;
         }
+        commit_clock.landing();
+        commit_clock.landed(last_version);
         Ok(GroupState {
             db,
             clock,
             durability,
             notifier,
             snapshot,
+            commit_clock,
             last_version,
             version_ceiling,
             leases: Leases::default(),
@@ -351,6 +374,22 @@ impl GroupState {
             unsynced: Unsynced::new(DEFERRED_SYNC_INTERVAL),
             sweep_paused_until: None,
         })
+    }
+
+    /// Numbering and sweeping continue above what an import wrote since the last group (see
+    /// [`crate::backup`]); `txn` is open, so an import that committed before is visible.
+    fn continue_after_import(&mut self, txn: &redb::WriteTransaction) -> Result<(), KvError> {
+        let Some(floor) = self.commit_clock.pending_floor() else {
+            return Ok(());
+        };
+        // Read first: if a read fails, the floor stays pending for the next group.
+        let ceiling = schema::version_ceiling(txn)?;
+        let next_expiry = earliest_expiry(&mut Tables::new(txn))?;
+        self.commit_clock.floor_applied();
+        self.last_version = self.last_version.max(floor);
+        self.version_ceiling = ceiling;
+        self.next_expiry = next_expiry;
+        Ok(())
     }
 
     /// Makes every commit so far durable, with an empty `Immediate` commit.
@@ -578,6 +617,7 @@ mod tests {
             Durability::Immediate,
             Arc::new(Notifier::new()),
             Arc::new(ReadSnapshot::default()),
+            Arc::new(crate::backup::CommitClock::default()),
         )
         .expect("prepare")
     }

@@ -59,6 +59,7 @@
 //! # Ok(()) }
 //! ```
 
+mod backup;
 mod codec;
 mod consumer;
 mod error;
@@ -77,10 +78,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use open_deno_kv_proto::{
-    Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, IntegrityReport, KvError,
-    Limits, QueueMessageHandle, QueuedMessage, RangeCount, RangeWatchStream, ReadRangeOutput,
-    SystemClock, ValidatedRange, ValidatedRead, ValidatedWatch, ValidatedWrite, WatchStream,
-    blocking_range_watch_stream, blocking_watch_stream,
+    Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, ImportSummary,
+    IntegrityReport, KvError, Limits, QueueMessageHandle, QueuedMessage, RangeCount,
+    RangeWatchStream, ReadRangeOutput, Snapshot, SystemClock, ValidatedRange, ValidatedRead,
+    ValidatedWatch, ValidatedWrite, WatchStream, blocking_range_watch_stream,
+    blocking_watch_stream,
 };
 use open_deno_kv_proto::{run_blocking, run_read};
 
@@ -253,6 +255,19 @@ impl Engine for RedbBackend {
     async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
         let shared = self.shared.clone();
         run_blocking(move || shared.with_db(integrity::check)).await
+    }
+
+    /// One read transaction holding a known commit (see the `backup` module).
+    async fn export_snapshot(&self) -> Result<Snapshot, KvError> {
+        backup::export(self.shared.clone(), self.clock.now()).await
+    }
+
+    /// One write transaction beside the writer, which continues numbering above the
+    /// snapshot (see the `backup` module); then every watcher and consumer looks again.
+    async fn import_snapshot(&self, snapshot: Snapshot) -> Result<ImportSummary, KvError> {
+        let summary = backup::import(self.shared.clone(), snapshot).await?;
+        self.shared.notifier.notify_everything();
+        Ok(summary)
     }
 
     fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {

@@ -19,6 +19,7 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use open_deno_kv_proto::{KvError, Notifier};
 use redb::ReadableDatabase;
 
+use crate::backup::CommitClock;
 use crate::file::{DbSlot, OpenStorage};
 use crate::group::GroupState;
 use crate::snapshot::{EntriesSnapshot, ReadSnapshot};
@@ -37,6 +38,8 @@ pub(crate) struct Shared {
     pub(crate) notifier: Arc<Notifier>,
     /// The entries snapshot reads share until the next commit.
     snapshot: Arc<ReadSnapshot>,
+    /// Which version the file holds, for exports (see [`crate::backup`]).
+    commit_clock: Arc<CommitClock>,
     /// Numbers handles, so the writer knows whose messages are whose.
     next_owner: AtomicU64,
     /// Open handles; changed only under the registry lock.
@@ -69,6 +72,36 @@ impl Shared {
         read: impl FnOnce(&EntriesSnapshot) -> Result<T, KvError>,
     ) -> Result<T, KvError> {
         self.with_db(|db| read(&*self.snapshot.entries(db)?))
+    }
+
+    /// Runs `export` on the open database for as long as it takes. A writable file is held by
+    /// reference, so a close meanwhile does not wait for the export (the file closes when the
+    /// export ends); a read-only one is held open until the export ends.
+    pub(crate) fn with_export_db<T>(
+        &self,
+        export: impl FnOnce(&dyn ReadableDatabase) -> Result<T, KvError>,
+    ) -> Result<T, KvError> {
+        if self.is_read_only() {
+            self.with_db(export)
+        } else {
+            let db = self.db.writable()?;
+            export(db.as_ref())
+        }
+    }
+
+    /// The writable database, for an import.
+    pub(crate) fn writable_db(&self) -> Result<Arc<redb::Database>, KvError> {
+        self.db.writable()
+    }
+
+    /// Which version the file holds (see [`crate::backup`]).
+    pub(crate) fn commit_clock(&self) -> &CommitClock {
+        &self.commit_clock
+    }
+
+    /// Drops the shared entries snapshot after a commit made outside the writer (an import).
+    pub(crate) fn invalidate_snapshot(&self) {
+        self.snapshot.invalidate();
     }
 
     /// The writer, or [`KvError::ReadOnly`] for a file open read-only.
@@ -153,6 +186,7 @@ fn open_shared(
 ) -> Result<Shared, KvError> {
     let notifier = Arc::new(Notifier::new());
     let snapshot = Arc::new(ReadSnapshot::default());
+    let commit_clock = Arc::new(CommitClock::default());
     let (db, writer) = if options.read_only {
         (Arc::new(DbSlot::open_read_only(path)?), None)
     } else {
@@ -167,6 +201,7 @@ fn open_shared(
             options.durability,
             notifier.clone(),
             snapshot.clone(),
+            commit_clock.clone(),
         )?)?;
         (db, Some(writer))
     };
@@ -176,6 +211,7 @@ fn open_shared(
         writer,
         notifier,
         snapshot,
+        commit_clock,
         next_owner: AtomicU64::new(1),
         open_handles: AtomicU64::new(0),
     })

@@ -124,7 +124,11 @@ impl<'t> Tables<'t> {
     }
 
     /// Stores (`Some`) or deletes (`None`) the entry at `key`, keeping the expiry index in step.
-    fn store_entry(&mut self, key: &[u8], entry: Option<&StoredEntry>) -> Result<(), Fatal> {
+    pub(crate) fn store_entry(
+        &mut self,
+        key: &[u8],
+        entry: Option<&StoredEntry>,
+    ) -> Result<(), Fatal> {
         self.dirty = true;
         let new_expiry = entry.and_then(|e| e.expires_at);
         let table = self.entries().map_err(fatal)?;

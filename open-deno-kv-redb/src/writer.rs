@@ -91,6 +91,7 @@ mod tests {
             Durability::Immediate,
             Arc::new(open_deno_kv_proto::Notifier::new()),
             Arc::new(ReadSnapshot::default()),
+            Arc::new(crate::backup::CommitClock::default()),
         )
         .expect("prepare");
         Writer::start(state).expect("start")

@@ -86,6 +86,11 @@
 //!   watch reconnects as a key watch does, and every new stream starts with
 //!   [`open_deno_kv_proto::RangeWatchEvent::Reread`], so the consumer re-reads what it may
 //!   have missed while disconnected.
+//! - **Snapshot export and import (online backup and restore):** not offered. KV Connect has
+//!   no export or import endpoint (nor does this project's server extend it with one), so
+//!   [`open_deno_kv_proto::Capabilities::export`] and `import` stay off and both calls fail
+//!   with [`open_deno_kv_proto::KvError::Unsupported`] without a request. Back up the server's
+//!   own database where it runs (`kv backup`).
 
 mod backend;
 pub mod ext;

@@ -1,6 +1,7 @@
 //! Range deletes, counts and range watches through the network: open-deno-kv-remote →
 //! open-deno-kv-server → open-deno-kv-memory, with the `range-delete/1`, `count/1` and
-//! `watch-range/1` extensions, and against a server that does not offer them.
+//! `watch-range/1` extensions, and against a server that does not offer them; and the snapshot
+//! export and import a remote backend does not offer.
 
 #![allow(clippy::unwrap_used)]
 
@@ -386,4 +387,20 @@ fn the_conformance_backend_reports_the_range_capabilities() {
     assert!(features.range_delete, "{features:?}");
     assert!(features.count, "{features:?}");
     assert!(features.watch_range, "{features:?}");
+}
+
+/// Backups are not offered over the network: KV Connect has no export or import endpoint, so
+/// the capabilities say so and both calls are refused without a request.
+#[tokio::test]
+async fn snapshot_export_and_import_are_not_offered() {
+    let served = serve(EXTENSIONS.to_vec()).await;
+    let kv = connect(&served).await;
+    let capabilities = kv.capabilities();
+    assert!(!capabilities.export && !capabilities.import);
+    let err = kv.export_snapshot().await.unwrap_err();
+    assert!(matches!(err, KvError::Unsupported { .. }), "{err:?}");
+    let empty = open_deno_kv_proto::Snapshot::from_items(Default::default(), vec![]);
+    let err = kv.import_snapshot(empty).await.unwrap_err();
+    assert!(matches!(err, KvError::Unsupported { .. }), "{err:?}");
+    kv.close().await.unwrap();
 }

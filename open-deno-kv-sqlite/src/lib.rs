@@ -44,6 +44,7 @@
 //! # Ok(()) }
 //! ```
 
+mod backup;
 mod integrity;
 mod messages;
 mod reader;
@@ -56,10 +57,11 @@ use std::sync::Arc;
 
 use open_deno_kv_proto::committer::SettleAtNow;
 use open_deno_kv_proto::{
-    Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, IntegrityReport, KvError,
-    Limits, Notifier, QueueMessageHandle, QueuedMessage, RangeCount, RangeWatchStream,
-    ReadRangeOutput, SystemClock, ValidatedRange, ValidatedRead, ValidatedWatch, ValidatedWrite,
-    WatchStream, blocking_range_watch_stream, blocking_watch_stream,
+    Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, ImportSummary,
+    IntegrityReport, KvError, Limits, Notifier, QueueMessageHandle, QueuedMessage, RangeCount,
+    RangeWatchStream, ReadRangeOutput, Snapshot, SystemClock, ValidatedRange, ValidatedRead,
+    ValidatedWatch, ValidatedWrite, WatchStream, blocking_range_watch_stream,
+    blocking_watch_stream,
 };
 use thiserror::Error;
 
@@ -278,6 +280,19 @@ impl Engine for SqliteBackend {
     async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
         let readers = self.readers.clone();
         run_blocking(move || readers.check_integrity()).await
+    }
+
+    /// One read transaction on a connection of its own (see the `backup` module).
+    async fn export_snapshot(&self) -> Result<Snapshot, KvError> {
+        backup::export(self.path.clone(), self.read_only, self.clock.now()).await
+    }
+
+    /// One write transaction on a connection of its own, then every watcher and consumer of
+    /// this handle looks again (see the `backup` module).
+    async fn import_snapshot(&self, snapshot: Snapshot) -> Result<ImportSummary, KvError> {
+        let summary = backup::import(self.path.clone(), snapshot).await?;
+        self.notifier.notify_everything();
+        Ok(summary)
     }
 
     fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {

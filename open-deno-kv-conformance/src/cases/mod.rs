@@ -4,6 +4,7 @@
 
 use crate::Case;
 
+mod backup;
 mod basics;
 mod checks;
 mod concurrency;
@@ -23,7 +24,7 @@ type CaseGroup = fn() -> Vec<Case>;
 
 /// Every scenario case.
 pub(crate) fn all() -> Vec<Case> {
-    let groups: [(&str, CaseGroup); 13] = [
+    let groups: [(&str, CaseGroup); 14] = [
         ("basics", basics::cases),
         ("ordering", ordering::cases),
         ("list", list::cases),
@@ -37,6 +38,7 @@ pub(crate) fn all() -> Vec<Case> {
         ("watch", watch::cases),
         ("concurrency", concurrency::cases),
         ("ranges", ranges::cases),
+        ("backup", backup::cases),
     ];
     groups
         .into_iter()

@@ -145,6 +145,15 @@ mod tests {
                 feature: "counting a range",
             })
         }
+        async fn export_snapshot(&self) -> Result<open_deno_kv_proto::Snapshot, KvError> {
+            self.0.export_snapshot().await
+        }
+        async fn import_snapshot(
+            &self,
+            snapshot: open_deno_kv_proto::Snapshot,
+        ) -> Result<open_deno_kv_proto::ImportSummary, KvError> {
+            self.0.import_snapshot(snapshot).await
+        }
         fn watch_range(
             &self,
             range: KeyRange,

@@ -1,0 +1,202 @@
+//! `kv backup` and `kv restore`, run as a user runs them:
+//!
+//! - a backup of a SQLite database restored into redb dumps identically, versionstamps, expiry
+//!   and queued messages (ids included) too, and the restored database's next commit is later
+//!   than the backup's versionstamp;
+//! - a backup is one snapshot while writers commit: that is the conformance suite's case
+//!   `backup::an_export_taken_during_writes_holds_whole_commits`, run on every engine;
+//! - a truncated backup, or a target that holds data, is refused and leaves the target as it
+//!   was (absent, or untouched);
+//! - a KV Connect URL is refused with a message that says why.
+
+mod common;
+
+use std::path::Path;
+
+use common::kv;
+use serde_json::Value as Json;
+
+fn kv_ok(dir: &Path, args: &[&str]) -> String {
+    let output = kv(dir, args);
+    assert!(
+        output.status.success(),
+        "kv {args:?} failed ({}):\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn kv_fails(dir: &Path, args: &[&str]) -> String {
+    let output = kv(dir, args);
+    assert!(!output.status.success(), "kv {args:?} should have failed");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn temp_dir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap_or_else(|e| panic!("no temp dir: {e}"))
+}
+
+fn lines(text: &str) -> Vec<Json> {
+    text.lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}")))
+        .collect()
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A SQLite database with entries of every encoding, an expiring one, a deleted and rewritten
+/// one, and a queued message.
+fn populate(dir: &Path, db: &str) {
+    kv_ok(
+        dir,
+        &["--db", db, "set", r#"["users", 1n]"#, r#"{"name":"Alice"}"#],
+    );
+    kv_ok(
+        dir,
+        &["--db", db, "set", r#"["hits"]"#, "7", "--type", "u64"],
+    );
+    kv_ok(
+        dir,
+        &["--db", db, "set", r#"["raw"]"#, "00ff", "--type", "bytes"],
+    );
+    let far = "86400000";
+    kv_ok(
+        dir,
+        &[
+            "--db",
+            db,
+            "set",
+            r#"["session"]"#,
+            r#""s""#,
+            "--expire-in",
+            far,
+        ],
+    );
+    kv_ok(dir, &["--db", db, "set", r#"["gone"]"#, "1"]);
+    kv_ok(dir, &["--db", db, "delete", r#"["gone"]"#]);
+    kv_ok(
+        dir,
+        &["--db", db, "enqueue", r#"{"job":1}"#, "--delay", "3600000"],
+    );
+}
+
+#[test]
+fn a_sqlite_backup_restored_into_redb_dumps_identically() {
+    let dir = temp_dir();
+    let path = dir.path();
+    populate(path, "source.sqlite3");
+    kv_ok(path, &["--db", "source.sqlite3", "backup", "backup.jsonl"]);
+    let backup = lines(&read(&path.join("backup.jsonl")));
+    let header = &backup[0];
+    assert_eq!(header["version"], 3);
+    assert_eq!(header["consistent"], true);
+    let snapshot = header["versionstamp"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no versionstamp in {header}"))
+        .to_owned();
+    // Seven commits: the snapshot is the last one.
+    assert_eq!(snapshot, "00000000000000070000");
+    assert_eq!(
+        backup.len(),
+        1 + 4 + 1 + 1,
+        "header, 4 entries, 1 message, end"
+    );
+    assert!(backup[5]["id"].is_string(), "message lines keep their id");
+
+    kv_ok(
+        path,
+        &["--db", "redb:restored.redb", "restore", "backup.jsonl"],
+    );
+    let source = kv_ok(path, &["--db", "source.sqlite3", "dump"]);
+    let restored = kv_ok(path, &["--db", "redb:restored.redb", "dump"]);
+    assert_eq!(
+        lines(&restored),
+        lines(&source),
+        "the same entries, versionstamps, expiry and messages"
+    );
+    assert_eq!(lines(&restored), backup, "and exactly the backup");
+
+    let next = kv_ok(
+        path,
+        &["--db", "redb:restored.redb", "set", r#"["after"]"#, "1"],
+    );
+    assert!(
+        next.trim() > snapshot.as_str(),
+        "the first commit after the restore ({}) follows the backup ({snapshot})",
+        next.trim()
+    );
+}
+
+#[test]
+fn a_truncated_backup_is_refused_and_leaves_no_target() {
+    let dir = temp_dir();
+    let path = dir.path();
+    populate(path, "source.sqlite3");
+    kv_ok(path, &["--db", "source.sqlite3", "backup", "backup.jsonl"]);
+    let whole = read(&path.join("backup.jsonl"));
+    // Cut at a line boundary (the end line is missing) and in the middle of a line.
+    let without_end: String = whole.lines().take(4).map(|l| format!("{l}\n")).collect();
+    std::fs::write(path.join("cut.jsonl"), without_end).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(path.join("torn.jsonl"), &whole[..whole.len() / 2])
+        .unwrap_or_else(|e| panic!("{e}"));
+    for (file, target, why) in [
+        ("cut.jsonl", "cut.sqlite3", "incomplete"),
+        ("torn.jsonl", "redb:torn.redb", "line"),
+    ] {
+        let err = kv_fails(path, &["--db", target, "restore", file]);
+        assert!(err.contains(why), "{file}: {err}");
+    }
+    let names: Vec<String> = std::fs::read_dir(path)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with("cut.sqlite3") || n.starts_with("torn.redb")),
+        "no target, not even a partial one: {names:?}"
+    );
+}
+
+#[test]
+fn a_restore_into_a_database_that_holds_data_is_refused_and_changes_nothing() {
+    let dir = temp_dir();
+    let path = dir.path();
+    populate(path, "source.sqlite3");
+    kv_ok(path, &["--db", "source.sqlite3", "backup", "backup.jsonl"]);
+    kv_ok(path, &["--db", "busy.sqlite3", "set", r#"["mine"]"#, "1"]);
+    let before = kv_ok(path, &["--db", "busy.sqlite3", "dump"]);
+    let err = kv_fails(path, &["--db", "busy.sqlite3", "restore", "backup.jsonl"]);
+    assert!(err.contains("already holds data"), "{err}");
+    assert_eq!(kv_ok(path, &["--db", "busy.sqlite3", "dump"]), before);
+}
+
+#[test]
+fn a_dump_that_is_not_one_snapshot_is_not_restored() {
+    let dir = temp_dir();
+    let path = dir.path();
+    let page_by_page =
+        "{\"format\":\"kv-dump\",\"version\":2}\n{\"end\":{\"entries\":0,\"messages\":0}}\n";
+    std::fs::write(path.join("old.jsonl"), page_by_page).unwrap_or_else(|e| panic!("{e}"));
+    let err = kv_fails(path, &["--db", "new.sqlite3", "restore", "old.jsonl"]);
+    assert!(
+        err.contains("not a backup") && err.contains("kv load"),
+        "{err}"
+    );
+    assert!(!path.join("new.sqlite3").exists());
+}
+
+#[test]
+fn a_kv_connect_database_cannot_be_backed_up() {
+    let dir = temp_dir();
+    let err = kv_fails(
+        dir.path(),
+        &["--db", "http://127.0.0.1:9/", "backup", "backup.jsonl"],
+    );
+    assert!(err.contains("no export endpoint"), "{err}");
+    assert!(!dir.path().join("backup.jsonl").exists());
+}

@@ -1,0 +1,266 @@
+//! Snapshot export and import (see `open_deno_kv_proto::backup`), each on a thread of its own
+//! ([`blocking_export`], [`blocking_import`]).
+//!
+//! **Which commit a read transaction holds.** The writer keeps the last version in memory and
+//! records only a ceiling in the file (see the `group` module), so a read transaction alone does
+//! not say which commit it holds. The writer therefore publishes it in a [`CommitClock`], a
+//! sequence lock around every commit that changes the file: the count is odd while a commit
+//! lands. An export reads the count, the version, opens its read transaction and reads the count
+//! again; the same even count both times means no commit landed in between, so the transaction
+//! holds exactly that version. An export that meets a landing commit waits for that one commit
+//! (never for more); writers never wait for an export. A file open read-only has no writer: its
+//! ceiling is the exact last version after a clean close (after a crash it may be above it, which
+//! still bounds every entry and every later commit).
+//!
+//! **Export**: in that read transaction, every visible entry in key order, then the messages
+//! by ready time and id (the running ones as ready at the snapshot's time), decoded as the
+//! consumer takes them.
+//!
+//! **Import**: one redb write transaction (redb has one writer at a time: the file's own writer
+//! waits for it) that checks that the entries and both queues are empty, writes every entry with
+//! its expiry index row and every message, and raises the ceiling to the snapshot's version.
+//! Before it commits it leaves the version in the [`CommitClock`] as a floor, which the writer
+//! applies when it next begins a group (and re-reads its sweep hint): the next commit gets a
+//! later version.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use open_deno_kv_proto::backup::{ExportSink, ImportFeed, blocking_export, blocking_import};
+use open_deno_kv_proto::{
+    ImportSummary, KvEntry, KvError, QueuedMessage, Snapshot, SnapshotItem, StoredEntry,
+    Versionstamp, backup::not_empty, is_expired,
+};
+use redb::{ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
+
+use crate::codec::{self, EntryRecord};
+use crate::error::storage;
+use crate::schema::{self, ENTRIES, META, META_LAST_VERSION, QUEUE_READY, QUEUE_RUNNING};
+use crate::store::Shared;
+use crate::txn::{Fatal, Tables};
+
+/// How long an export waits before looking again at a commit that is landing.
+const LANDING_POLL: Duration = Duration::from_micros(50);
+
+/// Which version the file holds, published by the writer (see the module documentation).
+#[derive(Debug, Default)]
+pub(crate) struct CommitClock {
+    /// Odd while a commit is landing.
+    sequence: AtomicU64,
+    /// The version of the last commit that landed.
+    last_version: AtomicU64,
+    /// A version an import left for the writer to continue above.
+    floor: AtomicU64,
+    /// Whether `floor` is new to the writer.
+    floor_pending: AtomicBool,
+}
+
+impl CommitClock {
+    /// A commit is about to land.
+    pub(crate) fn landing(&self) {
+        self.sequence.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The commit begun by [`CommitClock::landing`] landed (or failed) and the file now holds
+    /// `version`.
+    pub(crate) fn landed(&self, version: u64) {
+        self.last_version.store(version, Ordering::SeqCst);
+        self.sequence.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A read transaction and the version it holds.
+    fn begin_read(&self, db: &dyn ReadableDatabase) -> Result<(ReadTransaction, u64), KvError> {
+        loop {
+            let before = self.sequence.load(Ordering::SeqCst);
+            if before % 2 == 1 {
+                std::thread::sleep(LANDING_POLL);
+                continue;
+            }
+            let version = self.last_version.load(Ordering::SeqCst);
+            let txn = db.begin_read().map_err(storage)?;
+            if self.sequence.load(Ordering::SeqCst) == before {
+                return Ok((txn, version));
+            }
+        }
+    }
+
+    /// Leaves `version` for the writer to continue above.
+    fn set_floor(&self, version: u64) {
+        self.floor.fetch_max(version, Ordering::SeqCst);
+        self.floor_pending.store(true, Ordering::SeqCst);
+    }
+
+    /// The floor an import left and the writer has not applied yet (the writer asks with its
+    /// write transaction open, so an import that committed before is seen, and none can be
+    /// running).
+    pub(crate) fn pending_floor(&self) -> Option<u64> {
+        self.floor_pending
+            .load(Ordering::SeqCst)
+            .then(|| self.floor.load(Ordering::SeqCst))
+    }
+
+    /// The writer applied the floor [`CommitClock::pending_floor`] gave.
+    pub(crate) fn floor_applied(&self) {
+        self.floor_pending.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Streams the file of `shared` from one read transaction (see the module documentation).
+pub(crate) async fn export(shared: Arc<Shared>, now: DateTime<Utc>) -> Result<Snapshot, KvError> {
+    blocking_export(move |sink| {
+        shared.with_export_db(|db| {
+            let (txn, version) = if shared.is_read_only() {
+                let txn = db.begin_read().map_err(storage)?;
+                let ceiling = read_ceiling(&txn)?;
+                (txn, ceiling)
+            } else {
+                shared.commit_clock().begin_read(db)?
+            };
+            sink.begin(Versionstamp::from_version(version, 0))?;
+            export_from(&txn, now, sink)
+        })
+    })
+    .await
+}
+
+fn read_ceiling(txn: &ReadTransaction) -> Result<u64, KvError> {
+    let meta = txn.open_table(META).map_err(storage)?;
+    let ceiling = meta.get(META_LAST_VERSION).map_err(storage)?;
+    ceiling
+        .map(|guard| guard.value())
+        .ok_or_else(|| crate::error::corrupt("deno_kv.meta has no last_version"))
+}
+
+fn export_from(
+    txn: &ReadTransaction,
+    now: DateTime<Utc>,
+    sink: &mut ExportSink,
+) -> Result<(), KvError> {
+    let entries = txn.open_table(ENTRIES).map_err(storage)?;
+    for row in entries.iter().map_err(storage)? {
+        let (key, record) = row.map_err(storage)?;
+        let record = EntryRecord::decode(record.value())?;
+        if is_expired(record.expires_at, now) {
+            continue;
+        }
+        sink.send(SnapshotItem::Entry(KvEntry {
+            key: key.value().to_vec(),
+            value: record.value()?,
+            versionstamp: record.versionstamp,
+            expires_at: record.expires_at,
+        }))?;
+    }
+    // Messages being delivered (at most what consumers hold at once) count as ready now; they
+    // are merged into the ready queue's (time, id) order.
+    let running_table = txn.open_table(QUEUE_RUNNING).map_err(storage)?;
+    let mut running = Vec::new();
+    for row in running_table.iter().map_err(storage)? {
+        let (key, record) = row.map_err(storage)?;
+        let id = codec::decode_id(key.value())?;
+        let (_deadline, message) = codec::decode_running(record.value(), id)?;
+        running.push(QueuedMessage {
+            ready_at: now,
+            ..message
+        });
+    }
+    let mut running = running.into_iter().peekable();
+    let ready = txn.open_table(QUEUE_READY).map_err(storage)?;
+    for row in ready.iter().map_err(storage)? {
+        let (key, body) = row.map_err(storage)?;
+        let (ready_at, id) = codec::decode_ready_key(key.value())?;
+        while let Some(held) = running.next_if(|held| (held.ready_at, held.id) < (ready_at, id)) {
+            sink.send(SnapshotItem::Message(held))?;
+        }
+        let message = codec::decode_message_body(body.value(), id, ready_at)?;
+        sink.send(SnapshotItem::Message(message))?;
+    }
+    for held in running {
+        sink.send(SnapshotItem::Message(held))?;
+    }
+    Ok(())
+}
+
+/// Writes `snapshot` into the (empty) file of `shared` in one write transaction (see the module
+/// documentation).
+pub(crate) async fn import(
+    shared: Arc<Shared>,
+    snapshot: Snapshot,
+) -> Result<ImportSummary, KvError> {
+    blocking_import(snapshot, move |versionstamp, feed| {
+        let db = shared.writable_db()?;
+        let txn = db.begin_write().map_err(storage)?;
+        let summary = import_into(&txn, versionstamp, feed, shared.commit_clock())?;
+        let clock = shared.commit_clock();
+        // The file's writer waits for this transaction, so nothing else lands meanwhile.
+        let before = clock.last_version.load(Ordering::SeqCst);
+        clock.landing();
+        let committed = txn.commit().map_err(storage);
+        clock.landed(if committed.is_ok() {
+            before.max(versionstamp.version())
+        } else {
+            before
+        });
+        committed?;
+        shared.invalidate_snapshot();
+        Ok(summary)
+    })
+    .await
+}
+
+fn import_into(
+    txn: &redb::WriteTransaction,
+    versionstamp: Versionstamp,
+    feed: &mut ImportFeed,
+    clock: &CommitClock,
+) -> Result<ImportSummary, KvError> {
+    let fatal = |Fatal(err)| err;
+    let mut tables = Tables::new(txn);
+    let occupied = !tables
+        .entries()
+        .map_err(storage)?
+        .is_empty()
+        .map_err(storage)?
+        || !tables
+            .ready()
+            .map_err(storage)?
+            .is_empty()
+            .map_err(storage)?
+        || !tables
+            .running()
+            .map_err(storage)?
+            .is_empty()
+            .map_err(storage)?;
+    if occupied {
+        return Err(not_empty());
+    }
+    let mut summary = ImportSummary::default();
+    for item in feed {
+        let item = item?;
+        summary.count(&item);
+        match item {
+            SnapshotItem::Entry(entry) => {
+                let stored = StoredEntry {
+                    value: entry.value,
+                    versionstamp: entry.versionstamp,
+                    expires_at: entry.expires_at,
+                };
+                tables
+                    .store_entry(&entry.key, Some(&stored))
+                    .map_err(fatal)?;
+            }
+            SnapshotItem::Message(message) => tables.insert_ready(&message).map_err(fatal)?,
+        }
+    }
+    let version = versionstamp.version();
+    let ceiling = schema::version_ceiling(txn)?;
+    if version > ceiling {
+        tables.set_version_ceiling(version).map_err(fatal)?;
+    }
+    drop(tables);
+    // Before the commit: the writer begins its next group only after this transaction ends, and
+    // then finds the floor.
+    clock.set_floor(version);
+    Ok(summary)
+}

@@ -1,0 +1,145 @@
+//! Snapshot export and import (see `open_deno_kv_proto::backup`), each on a connection of its
+//! own and a thread of its own ([`blocking_export`], [`blocking_import`]).
+//!
+//! **Export**: one read transaction (in WAL mode a reader never blocks the writer, and the writer
+//! never blocks it): `data_version` (the last commit), then every visible `kv` row in key order,
+//! then the messages of `queue` and `queue_running` (these as ready at the snapshot's time) by
+//! ready time and id. Rows are read from the statement as the consumer takes them; nothing is
+//! collected.
+//!
+//! **Import**: one `BEGIN IMMEDIATE` transaction that first checks that `kv`, `queue` and
+//! `queue_running` are empty, inserts every row with its versionstamp, expiry and message id, and
+//! sets `data_version` to the snapshot's versionstamp: the writer's next commit takes the version
+//! after it. Anything short of the whole stream rolls the transaction back.
+
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use open_deno_kv_proto::backup::{ExportSink, ImportFeed, blocking_export, blocking_import};
+use open_deno_kv_proto::{
+    ImportSummary, KvError, Snapshot, SnapshotItem, StoredEntry, Versionstamp, WriteTransaction,
+    backup::not_empty,
+};
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::store::{
+    SqlTransaction, entry_from_row, insert_queued, open_connection, queue_row, storage,
+};
+
+const LAST_COMMIT: &str = "select version, seq from data_version where k = 0";
+const ENTRIES: &str = "select k, v, v_encoding, version, seq, expiration_ms from kv
+    where expiration_ms < 0 or expiration_ms > ?1 order by k";
+/// Waiting messages by ready time and messages being delivered as ready at `?1`, in one order.
+const MESSAGES: &str = "select ts, id, data, backoff_schedule, keys_if_undelivered from queue
+    union all select ?1, id, data, backoff_schedule, keys_if_undelivered from queue_running
+    order by 1, 2";
+const ANY_ROW: &str = "select exists(select 1 from kv) or exists(select 1 from queue)
+    or exists(select 1 from queue_running)";
+const SET_LAST_COMMIT: &str = "update data_version set version = ?1, seq = ?2 where k = 0";
+
+/// Streams the database at `path` from one read transaction (see the module documentation).
+pub(crate) async fn export(
+    path: PathBuf,
+    read_only: bool,
+    now: DateTime<Utc>,
+) -> Result<Snapshot, KvError> {
+    blocking_export(move |sink| {
+        let mut conn = open_connection(&path, read_only)?;
+        export_from(&mut conn, now, sink)
+    })
+    .await
+}
+
+fn export_from(
+    conn: &mut Connection,
+    now: DateTime<Utc>,
+    sink: &mut ExportSink,
+) -> Result<(), KvError> {
+    let tx = conn.transaction().map_err(storage)?;
+    // The first read starts the snapshot; every later statement of the transaction sees it.
+    let (version, seq): (i64, i64) = tx
+        .query_row(LAST_COMMIT, [], |row| Ok((row.get(0)?, row.get(1)?)))
+        .map_err(storage)?;
+    sink.begin(last_commit(version, seq)?)?;
+    let now_ms = now.timestamp_millis();
+    {
+        let mut entries = tx.prepare(ENTRIES).map_err(storage)?;
+        let mut rows = entries.query([now_ms]).map_err(storage)?;
+        while let Some(row) = rows.next().map_err(storage)? {
+            sink.send(SnapshotItem::Entry(entry_from_row(row)?))?;
+        }
+    }
+    {
+        let mut messages = tx.prepare(MESSAGES).map_err(storage)?;
+        let mut rows = messages.query([now_ms]).map_err(storage)?;
+        while let Some(row) = rows.next().map_err(storage)? {
+            sink.send(SnapshotItem::Message(queue_row(row)?.1))?;
+        }
+    }
+    tx.finish().map_err(storage)
+}
+
+/// `data_version`'s row as a versionstamp.
+fn last_commit(version: i64, seq: i64) -> Result<Versionstamp, KvError> {
+    let corrupt = |what: String| KvError::Corrupt { message: what };
+    let version = u64::try_from(version).map_err(|_| corrupt(format!("data_version {version}")))?;
+    let seq = u16::try_from(seq).map_err(|_| corrupt(format!("data_version seq {seq}")))?;
+    Ok(Versionstamp::from_version(version, seq))
+}
+
+/// Writes `snapshot` into the (empty) database at `path` in one transaction (see the module
+/// documentation).
+pub(crate) async fn import(path: PathBuf, snapshot: Snapshot) -> Result<ImportSummary, KvError> {
+    blocking_import(snapshot, move |versionstamp, feed| {
+        let mut conn = open_connection(&path, false)?;
+        import_into(&mut conn, versionstamp, feed)
+    })
+    .await
+}
+
+fn import_into(
+    conn: &mut Connection,
+    versionstamp: Versionstamp,
+    feed: &mut ImportFeed,
+) -> Result<ImportSummary, KvError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(storage)?;
+    let occupied: bool = tx
+        .query_row(ANY_ROW, [], |row| row.get(0))
+        .map_err(storage)?;
+    if occupied {
+        return Err(not_empty());
+    }
+    let mut summary = ImportSummary::default();
+    for item in feed {
+        let item = item?;
+        summary.count(&item);
+        match item {
+            SnapshotItem::Entry(entry) => {
+                let stored = StoredEntry {
+                    value: entry.value,
+                    versionstamp: entry.versionstamp,
+                    expires_at: entry.expires_at,
+                };
+                SqlTransaction { conn: &tx }.put(&entry.key, stored)?;
+            }
+            SnapshotItem::Message(message) => insert_queued(&tx, &message)?,
+        }
+    }
+    let version = i64::try_from(versionstamp.version())
+        .map_err(|_| KvError::invalid_argument("the snapshot's version is beyond SQLite's i64"))?;
+    let changed = tx
+        .execute(
+            SET_LAST_COMMIT,
+            rusqlite::params![version, i64::from(versionstamp.seq())],
+        )
+        .map_err(storage)?;
+    if changed != 1 {
+        return Err(KvError::Corrupt {
+            message: "data_version has no row".into(),
+        });
+    }
+    tx.commit().map_err(storage)?;
+    Ok(summary)
+}
