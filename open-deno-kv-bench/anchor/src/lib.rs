@@ -153,8 +153,11 @@ fn entry_from_denokv(entry: dk::KvEntry) -> KvEntry {
     }
 }
 
-fn kind_to_denokv(kind: MutationKind) -> dk::MutationKind {
-    match kind {
+/// denokv's mutation for ours. A range delete has none (Deno KV has no such mutation); the
+/// `Checked` layer refuses it before it gets here, since this engine does not offer
+/// `range_delete`.
+fn kind_to_denokv(kind: MutationKind) -> Result<dk::MutationKind, KvError> {
+    Ok(match kind {
         MutationKind::Set(v) => dk::MutationKind::Set(value_to_denokv(v)),
         MutationKind::Delete => dk::MutationKind::Delete,
         MutationKind::Sum {
@@ -173,11 +176,16 @@ fn kind_to_denokv(kind: MutationKind) -> dk::MutationKind {
         MutationKind::SetSuffixVersionstampedKey(v) => {
             dk::MutationKind::SetSuffixVersionstampedKey(value_to_denokv(v))
         }
-    }
+        MutationKind::DeleteRange { .. } => {
+            return Err(KvError::Unsupported {
+                feature: "range deletes",
+            });
+        }
+    })
 }
 
-fn write_to_denokv(write: AtomicWrite) -> dk::AtomicWrite {
-    dk::AtomicWrite {
+fn write_to_denokv(write: AtomicWrite) -> Result<dk::AtomicWrite, KvError> {
+    Ok(dk::AtomicWrite {
         checks: write
             .checks
             .into_iter()
@@ -189,12 +197,14 @@ fn write_to_denokv(write: AtomicWrite) -> dk::AtomicWrite {
         mutations: write
             .mutations
             .into_iter()
-            .map(|m| dk::Mutation {
-                key: m.key,
-                kind: kind_to_denokv(m.kind),
-                expire_at: m.expire_at,
+            .map(|m| {
+                Ok(dk::Mutation {
+                    key: m.key,
+                    kind: kind_to_denokv(m.kind)?,
+                    expire_at: m.expire_at,
+                })
             })
-            .collect(),
+            .collect::<Result<_, KvError>>()?,
         enqueues: write
             .enqueues
             .into_iter()
@@ -206,7 +216,7 @@ fn write_to_denokv(write: AtomicWrite) -> dk::AtomicWrite {
                 backoff_schedule: e.backoff_schedule,
             })
             .collect(),
-    }
+    })
 }
 
 impl Engine for Denokv {
@@ -246,7 +256,7 @@ impl Engine for Denokv {
     async fn atomic_write(&self, write: ValidatedWrite) -> Result<Option<CommitResult>, KvError> {
         let outcome = self
             .db
-            .atomic_write(write_to_denokv(write.into_inner()))
+            .atomic_write(write_to_denokv(write.into_inner())?)
             .await
             .map_err(from_denokv)?;
         Ok(match outcome {
