@@ -20,7 +20,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Pool, Transaction};
 use futures::StreamExt;
 use open_deno_kv_proto::{
-    ImportSummary, KvError, Snapshot, SnapshotItem, StoredEntry, Versionstamp, backup::not_empty,
+    ImportSummary, KvError, Snapshot, SnapshotItem, Versionstamp, backup::not_empty,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::types::ToSql;
@@ -203,12 +203,8 @@ pub(crate) async fn import(
         summary.count(&item);
         match item {
             SnapshotItem::Entry(entry) => {
-                let stored = StoredEntry {
-                    value: entry.value,
-                    versionstamp: entry.versionstamp,
-                    expires_at: entry.expires_at,
-                };
-                columns.push(&entry.key, &stored);
+                let (key, stored) = entry.into_stored();
+                columns.push(&key, &stored);
                 if columns.keys.len() >= IMPORT_BATCH {
                     insert_entries(&tx, &upsert, std::mem::take(&mut columns)).await?;
                 }

@@ -132,6 +132,17 @@ impl KvEntry {
             expires_at: stored.expires_at,
         }
     }
+
+    /// The key and the stored form of this entry (what an engine writes for it, as a restore
+    /// does): the inverse of [`KvEntry::from_stored`].
+    pub fn into_stored(self) -> (Vec<u8>, StoredEntry) {
+        let stored = StoredEntry {
+            value: self.value,
+            versionstamp: self.versionstamp,
+            expires_at: self.expires_at,
+        };
+        (self.key, stored)
+    }
 }
 
 /// The entries found in one [`ReadRange`], in the requested direction.

@@ -30,8 +30,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use open_deno_kv_proto::backup::{ExportSink, ImportFeed, blocking_export, blocking_import};
 use open_deno_kv_proto::{
-    ImportSummary, KvEntry, KvError, QueuedMessage, Snapshot, SnapshotItem, StoredEntry,
-    Versionstamp, backup::not_empty, is_expired,
+    ImportSummary, KvEntry, KvError, QueuedMessage, Snapshot, SnapshotItem, Versionstamp,
+    backup::not_empty, is_expired,
 };
 use redb::{ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
@@ -241,14 +241,8 @@ fn import_into(
         summary.count(&item);
         match item {
             SnapshotItem::Entry(entry) => {
-                let stored = StoredEntry {
-                    value: entry.value,
-                    versionstamp: entry.versionstamp,
-                    expires_at: entry.expires_at,
-                };
-                tables
-                    .store_entry(&entry.key, Some(&stored))
-                    .map_err(fatal)?;
+                let (key, stored) = entry.into_stored();
+                tables.store_entry(&key, Some(&stored)).map_err(fatal)?;
             }
             SnapshotItem::Message(message) => tables.insert_ready(&message).map_err(fatal)?,
         }

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use chrono::{DateTime, Utc};
 use open_deno_kv_proto::backup::{ExportSink, ImportFeed, blocking_export, blocking_import};
 use open_deno_kv_proto::{
-    ImportSummary, KvError, Snapshot, SnapshotItem, StoredEntry, Versionstamp, WriteTransaction,
+    ImportSummary, KvError, Snapshot, SnapshotItem, Versionstamp, WriteTransaction,
     backup::not_empty,
 };
 use rusqlite::{Connection, TransactionBehavior};
@@ -117,12 +117,8 @@ fn import_into(
         summary.count(&item);
         match item {
             SnapshotItem::Entry(entry) => {
-                let stored = StoredEntry {
-                    value: entry.value,
-                    versionstamp: entry.versionstamp,
-                    expires_at: entry.expires_at,
-                };
-                SqlTransaction { conn: &tx }.put(&entry.key, stored)?;
+                let (key, stored) = entry.into_stored();
+                SqlTransaction { conn: &tx }.put(&key, stored)?;
             }
             SnapshotItem::Message(message) => insert_queued(&tx, &message)?,
         }

@@ -17,8 +17,7 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use open_deno_kv_proto::queue::QueuedMessage;
 use open_deno_kv_proto::{
-    ImportSummary, KvEntry, KvError, Snapshot, SnapshotItem, StoredEntry, Versionstamp,
-    backup::not_empty,
+    ImportSummary, KvEntry, KvError, Snapshot, SnapshotItem, Versionstamp, backup::not_empty,
 };
 use uuid::Uuid;
 
@@ -65,15 +64,11 @@ impl MemoryStore {
             summary.count(&item);
             match item {
                 SnapshotItem::Entry(entry) => {
-                    if let Some(at) = entry.expires_at {
-                        expiries.insert((at, entry.key.clone()));
+                    let (key, stored) = entry.into_stored();
+                    if let Some(at) = stored.expires_at {
+                        expiries.insert((at, key.clone()));
                     }
-                    let stored = StoredEntry {
-                        value: entry.value,
-                        versionstamp: entry.versionstamp,
-                        expires_at: entry.expires_at,
-                    };
-                    entries.insert(entry.key, stored);
+                    entries.insert(key, stored);
                 }
                 SnapshotItem::Message(message) => {
                     ready.insert((message.ready_at, message.id), message);
