@@ -195,6 +195,27 @@ impl Backend for FaultyBackend {
         self.inner.import_snapshot(snapshot).await
     }
 
+    async fn configure_change_log(
+        &self,
+        retention: Option<std::time::Duration>,
+    ) -> Result<(), KvError> {
+        self.inner.configure_change_log(retention).await
+    }
+
+    async fn change_log_status(
+        &self,
+    ) -> Result<open_deno_kv_proto::change_log::ChangeLogStatus, KvError> {
+        self.inner.change_log_status().await
+    }
+
+    async fn read_change_log(
+        &self,
+        after: open_deno_kv_proto::Versionstamp,
+        limit: usize,
+    ) -> Result<Vec<open_deno_kv_proto::change_log::ChangeRecord>, KvError> {
+        self.inner.read_change_log(after, limit).await
+    }
+
     fn watch_range(
         &self,
         range: open_deno_kv_proto::KeyRange,

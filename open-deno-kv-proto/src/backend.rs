@@ -19,14 +19,17 @@
 //! Engines that block (SQLite, redb) must do their blocking work off the async executor (for
 //! example with `tokio::task::spawn_blocking` or a dedicated thread).
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
+use crate::change_log::{ChangeLogStatus, ChangeRecord};
 use crate::queue::{QueueMessageHandle, QueuedMessage};
 use crate::watch::RangeWatchEvent;
 use crate::{
     AtomicWrite, CommitResult, ImportSummary, IntegrityReport, KeyRange, KvError, RangeCount,
-    ReadRangeOutput, Snapshot, SnapshotRead, WatchKeyOutput,
+    ReadRangeOutput, Snapshot, SnapshotRead, Versionstamp, WatchKeyOutput,
 };
 
 /// What a backend offers beyond reads and writes, so a conformance suite (or a program) knows
@@ -69,6 +72,10 @@ pub struct Capabilities {
     pub export: bool,
     /// [`Backend::import_snapshot`] works: a restore into a new or empty store.
     pub import: bool,
+    /// The store can keep a change log ([`Backend::configure_change_log`],
+    /// [`Backend::change_log_status`], [`Backend::read_change_log`]), for point-in-time
+    /// restores (see [`crate::change_log`]).
+    pub change_log: bool,
     /// The handle was opened read-only: writes and dequeues fail with [`KvError::ReadOnly`]
     /// (reads, watches, queue inspection and integrity checks still work).
     pub read_only: bool,
@@ -89,6 +96,7 @@ impl Capabilities {
             watch_range: false,
             export: false,
             import: false,
+            change_log: false,
             read_only: false,
         }
     }
@@ -153,6 +161,12 @@ impl Capabilities {
         self
     }
 
+    /// Sets [`Capabilities::change_log`].
+    pub const fn with_change_log(mut self, yes: bool) -> Self {
+        self.change_log = yes;
+        self
+    }
+
     /// Backups and restores ([`Capabilities::export`] and [`Capabilities::import`]), both on or
     /// both off.
     pub const fn with_backup(self, yes: bool) -> Self {
@@ -212,6 +226,7 @@ pub(crate) enum Optional {
     WatchRange,
     Export,
     Import,
+    ChangeLog,
 }
 
 impl Optional {
@@ -227,6 +242,7 @@ impl Optional {
             Optional::WatchRange => capabilities.watch_range,
             Optional::Export => capabilities.export,
             Optional::Import => capabilities.import,
+            Optional::ChangeLog => capabilities.change_log,
         }
     }
 
@@ -242,6 +258,7 @@ impl Optional {
             Optional::WatchRange => "watching a range",
             Optional::Export => "exporting a snapshot (online backup)",
             Optional::Import => "importing a snapshot (restore)",
+            Optional::ChangeLog => "a change log (point-in-time restore)",
         };
         KvError::Unsupported { feature }
     }
@@ -334,6 +351,29 @@ pub trait Backend: Send + Sync {
     /// store nothing else writes to yet. Not part of Deno KV.
     /// [`Capabilities::import`] says whether it works.
     async fn import_snapshot(&self, snapshot: Snapshot) -> Result<ImportSummary, KvError>;
+
+    /// Switches the store's change log on, keeping records for `retention` (at least a second),
+    /// or off (`None`), which deletes its records. The setting is stored in the database: every
+    /// handle opened later keeps logging until it is switched off. Every commit after this call
+    /// returns is logged, in the commit's own transaction (see [`crate::change_log`]). A write:
+    /// refused on a read-only handle. Not part of Deno KV.
+    /// [`Capabilities::change_log`] says whether it works.
+    async fn configure_change_log(&self, retention: Option<Duration>) -> Result<(), KvError>;
+
+    /// Whether the change log is on, with what retention, and which records it holds. Works on
+    /// a read-only handle. Not part of Deno KV.
+    /// [`Capabilities::change_log`] says whether it works.
+    async fn change_log_status(&self) -> Result<ChangeLogStatus, KvError>;
+
+    /// Up to `limit` records of the change log (at most [`crate::change_log::MAX_READ`]), the
+    /// first ones after commit `after`, in commit order, from one snapshot. Empty when the log
+    /// is off or holds nothing later. Works on a read-only handle. Not part of Deno KV.
+    /// [`Capabilities::change_log`] says whether it works.
+    async fn read_change_log(
+        &self,
+        after: Versionstamp,
+        limit: usize,
+    ) -> Result<Vec<ChangeRecord>, KvError>;
 
     /// Reads the whole store and reports what is damaged: the engine's structural check, then
     /// every entry and queued message decoded (see [`IntegrityReport`]). Problems found are the

@@ -4,15 +4,17 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
 
 use crate::backend::Optional;
+use crate::change_log::{ChangeLogStatus, ChangeRecord};
 use crate::queue::{QueueMessageHandle, QueuedMessage};
 use crate::{
     AtomicWrite, Backend, Capabilities, Clock, CommitResult, Engine, ImportSummary,
     IntegrityReport, KeyRange, KvError, Limits, RangeCount, RangeWatchStream, ReadRangeOutput,
-    Snapshot, SnapshotRead, WatchStream,
+    Snapshot, SnapshotRead, Versionstamp, WatchStream,
 };
 
 /// An [`Engine`] behind the correctness layer: the [`Backend`] every engine of this workspace
@@ -208,6 +210,33 @@ impl<E: Engine> Backend for Checked<E> {
         self.ensure_offered(Optional::Import)?;
         let snapshot = crate::backup::ordered_import(snapshot);
         self.engine.import_snapshot(snapshot).await
+    }
+
+    async fn configure_change_log(&self, retention: Option<Duration>) -> Result<(), KvError> {
+        self.ensure_open()?;
+        self.ensure_writable()?;
+        self.ensure_offered(Optional::ChangeLog)?;
+        let retention = retention
+            .map(crate::change_log::check_retention)
+            .transpose()?;
+        self.engine.configure_change_log(retention).await
+    }
+
+    async fn change_log_status(&self) -> Result<ChangeLogStatus, KvError> {
+        self.ensure_open()?;
+        self.ensure_offered(Optional::ChangeLog)?;
+        self.engine.change_log_status().await
+    }
+
+    async fn read_change_log(
+        &self,
+        after: Versionstamp,
+        limit: usize,
+    ) -> Result<Vec<ChangeRecord>, KvError> {
+        self.ensure_open()?;
+        self.ensure_offered(Optional::ChangeLog)?;
+        let limit = limit.clamp(1, crate::change_log::MAX_READ);
+        self.engine.read_change_log(after, limit).await
     }
 
     async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {

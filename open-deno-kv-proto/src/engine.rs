@@ -1,11 +1,14 @@
 //! The trait a storage engine implements: only what its storage does.
 
+use std::time::Duration;
+
 use crate::backend::Optional;
+use crate::change_log::{ChangeLogStatus, ChangeRecord};
 use crate::queue::{QueueMessageHandle, QueuedMessage};
 use crate::{
     Capabilities, CommitResult, ImportSummary, IntegrityReport, KvError, RangeCount,
     RangeWatchStream, ReadRangeOutput, Snapshot, ValidatedRange, ValidatedRead, ValidatedWatch,
-    ValidatedWrite, WatchStream,
+    ValidatedWrite, Versionstamp, WatchStream,
 };
 
 /// A storage engine, below the [`crate::Checked`] layer.
@@ -186,6 +189,37 @@ pub trait Engine: Send + Sync {
     ) -> impl Future<Output = Result<ImportSummary, KvError>> + Send {
         let _ = snapshot;
         async { Err(Optional::Import.refusal()) }
+    }
+
+    /// Switches the change log on with `retention` (checked: at least a second) or off, and
+    /// stores the setting (see [`crate::Backend::configure_change_log`]): from the time this
+    /// returns, every commit writes its [`ChangeRecord`] in its own transaction, and the writer
+    /// prunes by [`crate::change_log::PruneSchedule`]. Switching off deletes the records. Called
+    /// only when [`Capabilities::change_log`] is on and the handle is writable.
+    fn configure_change_log(
+        &self,
+        retention: Option<Duration>,
+    ) -> impl Future<Output = Result<(), KvError>> + Send {
+        let _ = retention;
+        async { Err(Optional::ChangeLog.refusal()) }
+    }
+
+    /// The log's setting and extent (see [`crate::Backend::change_log_status`]). Called only
+    /// when [`Capabilities::change_log`] is on.
+    fn change_log_status(&self) -> impl Future<Output = Result<ChangeLogStatus, KvError>> + Send {
+        async { Err(Optional::ChangeLog.refusal()) }
+    }
+
+    /// Up to `limit` records after commit `after`, in commit order, from one snapshot; the
+    /// layer has clamped `limit` to 1..=[`crate::change_log::MAX_READ`]. Called only when
+    /// [`Capabilities::change_log`] is on.
+    fn read_change_log(
+        &self,
+        after: Versionstamp,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<ChangeRecord>, KvError>> + Send {
+        let _ = (after, limit);
+        async { Err(Optional::ChangeLog.refusal()) }
     }
 
     /// The engine's integrity check (see [`crate::Backend::check_integrity`]). Called only when

@@ -56,6 +56,7 @@
 mod backend;
 pub mod backup;
 mod blocking;
+pub mod change_log;
 mod checked;
 mod clock;
 mod commit;

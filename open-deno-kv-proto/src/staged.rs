@@ -43,6 +43,48 @@ impl StagedCommit {
             .for_each(|range| changed.extend_range(range.clone()));
         changed
     }
+
+    /// What the write staged so far says of `key`: `Some(state)` if it set or deleted the key
+    /// (or deleted a range holding it: `Some(None)`), `None` if the store's state still holds.
+    pub fn staged_state(&self, key: &[u8]) -> Option<Option<StoredEntry>> {
+        match self.writes.get(key) {
+            Some(staged) => Some(staged.clone()),
+            None if self.deleted_ranges.iter().any(|r| r.contains(key)) => Some(None),
+            None => None,
+        }
+    }
+
+    /// Stages storing `entry` at `key`.
+    pub fn stage_put(&mut self, key: &[u8], entry: StoredEntry) {
+        self.writes.insert(key.to_vec(), Some(entry));
+    }
+
+    /// Stages deleting `key`.
+    pub fn stage_delete(&mut self, key: &[u8]) {
+        self.writes.insert(key.to_vec(), None);
+    }
+
+    /// Stages deleting every key of `range`: what the write staged inside it so far goes with
+    /// it, what it stages later stays in `writes` (stored after the ranges are deleted).
+    pub fn stage_delete_range(&mut self, range: &KeyRange) {
+        if range.is_empty() {
+            return; // `BTreeMap::range` refuses an inverted range
+        }
+        let inside: Vec<Vec<u8>> = self
+            .writes
+            .range(range.start.clone()..range.end.clone())
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in inside {
+            self.writes.remove(&key);
+        }
+        self.deleted_ranges.push(range.clone());
+    }
+
+    /// Stages enqueueing `message`.
+    pub fn stage_enqueue(&mut self, message: QueuedMessage) {
+        self.enqueued.push(message);
+    }
 }
 
 /// Runs [`apply_atomic_write`] over an overlay of the entries `read` returns (stored entries,
@@ -91,44 +133,29 @@ where
     R: FnMut(&[u8]) -> Result<Option<StoredEntry>, KvError>,
 {
     fn get(&mut self, key: &[u8]) -> Result<Option<StoredEntry>, KvError> {
-        match self.staged.writes.get(key) {
-            Some(staged) => Ok(staged.clone()),
-            None if self.staged.deleted_ranges.iter().any(|r| r.contains(key)) => Ok(None),
+        match self.staged.staged_state(key) {
+            Some(staged) => Ok(staged),
             None => (self.read)(key),
         }
     }
 
     fn put(&mut self, key: &[u8], entry: StoredEntry) -> Result<(), KvError> {
-        self.staged.writes.insert(key.to_vec(), Some(entry));
+        self.staged.stage_put(key, entry);
         Ok(())
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<(), KvError> {
-        self.staged.writes.insert(key.to_vec(), None);
+        self.staged.stage_delete(key);
         Ok(())
     }
 
     fn delete_range(&mut self, range: &KeyRange) -> Result<(), KvError> {
-        if range.is_empty() {
-            return Ok(()); // `BTreeMap::range` refuses an inverted range
-        }
-        // What the write staged in the range so far is deleted with it; what it stages later
-        // stays in `writes`, which the engine stores after deleting the ranges.
-        let inside: Vec<Vec<u8>> = self
-            .staged
-            .writes
-            .range(range.start.clone()..range.end.clone())
-            .map(|(key, _)| key.clone())
-            .collect();
-        for key in inside {
-            self.staged.writes.remove(&key);
-        }
-        self.staged.deleted_ranges.push(range.clone());
+        self.staged.stage_delete_range(range);
         Ok(())
     }
 
     fn enqueue(&mut self, message: QueuedMessage) -> Result<(), KvError> {
-        self.staged.enqueued.push(message);
+        self.staged.stage_enqueue(message);
         Ok(())
     }
 }

@@ -154,6 +154,27 @@ mod tests {
         ) -> Result<open_deno_kv_proto::ImportSummary, KvError> {
             self.0.import_snapshot(snapshot).await
         }
+
+        async fn configure_change_log(
+            &self,
+            retention: Option<std::time::Duration>,
+        ) -> Result<(), KvError> {
+            self.0.configure_change_log(retention).await
+        }
+
+        async fn change_log_status(
+            &self,
+        ) -> Result<open_deno_kv_proto::change_log::ChangeLogStatus, KvError> {
+            self.0.change_log_status().await
+        }
+
+        async fn read_change_log(
+            &self,
+            after: open_deno_kv_proto::Versionstamp,
+            limit: usize,
+        ) -> Result<Vec<open_deno_kv_proto::change_log::ChangeRecord>, KvError> {
+            self.0.read_change_log(after, limit).await
+        }
         fn watch_range(
             &self,
             range: KeyRange,

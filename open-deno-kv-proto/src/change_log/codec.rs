@@ -1,0 +1,247 @@
+//! The bytes of a [`ChangeRecord`], as every engine stores them.
+//!
+//! One layout for all engines, so that a log is read the same way wherever it is kept. Integers
+//! are little-endian; `bytes` is a `u32` length then that many bytes; `time` is an `i64` of
+//! seconds since the Unix epoch then a `u32` of nanoseconds (exact, whatever the engine's own
+//! precision):
+//!
+//! ```text
+//! record  = 0x01 (layout version)  versionstamp[10]  previous[10]  time
+//!           u32 ranges    { bytes start  bytes end }
+//!           u32 writes    { bytes key  0x00 (deleted) | 0x01 entry }
+//!           u32 enqueued  { message }
+//! entry   = u8 encoding (ValueEncoding::id)  bytes value  versionstamp[10]
+//!           0x00 (no expiry) | 0x01 time
+//! message = id[16]  bytes payload  time (ready at)
+//!           u32 { bytes key }  (keys if undelivered)
+//!           u32 { u32 ms }     (back-off schedule left)
+//! ```
+//!
+//! A record that ends early, has bytes after its end, or holds an unknown tag, encoding or layout
+//! version is refused as [`KvError::Corrupt`]: a log that does not decode is reported, never
+//! replayed in part.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::ChangeRecord;
+use crate::queue::QueuedMessage;
+use crate::{KeyRange, KvError, KvValue, StagedCommit, StoredEntry, Versionstamp};
+
+/// The layout this module writes.
+const LAYOUT: u8 = 1;
+
+pub(super) fn encode(record: &ChangeRecord) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    out.push(LAYOUT);
+    out.extend_from_slice(record.versionstamp.as_bytes());
+    out.extend_from_slice(record.previous.as_bytes());
+    put_time(&mut out, record.at);
+    let changes = &record.changes;
+    put_len(&mut out, changes.deleted_ranges.len());
+    for range in &changes.deleted_ranges {
+        put_bytes(&mut out, &range.start);
+        put_bytes(&mut out, &range.end);
+    }
+    put_len(&mut out, changes.writes.len());
+    for (key, state) in &changes.writes {
+        put_bytes(&mut out, key);
+        match state {
+            None => out.push(0),
+            Some(entry) => {
+                out.push(1);
+                put_entry(&mut out, entry);
+            }
+        }
+    }
+    put_len(&mut out, changes.enqueued.len());
+    for message in &changes.enqueued {
+        put_message(&mut out, message);
+    }
+    out
+}
+
+pub(super) fn decode(bytes: &[u8]) -> Result<ChangeRecord, KvError> {
+    let mut input = Reader { bytes, at: 0 };
+    let layout = input.u8()?;
+    if layout != LAYOUT {
+        return Err(corrupt(format!(
+            "unknown layout {layout} (this version reads {LAYOUT})"
+        )));
+    }
+    let versionstamp = input.versionstamp()?;
+    let previous = input.versionstamp()?;
+    let at = input.time()?;
+    let mut changes = StagedCommit::default();
+    for _ in 0..input.u32()? {
+        let start = input.bytes()?;
+        let end = input.bytes()?;
+        changes.deleted_ranges.push(KeyRange::new(start, end));
+    }
+    let mut writes = BTreeMap::new();
+    for _ in 0..input.u32()? {
+        let key = input.bytes()?;
+        let state = match input.u8()? {
+            0 => None,
+            1 => Some(input.entry()?),
+            tag => return Err(corrupt(format!("unknown key state {tag}"))),
+        };
+        writes.insert(key, state);
+    }
+    changes.writes = writes;
+    for _ in 0..input.u32()? {
+        changes.enqueued.push(input.message()?);
+    }
+    if input.at != bytes.len() {
+        return Err(corrupt(format!(
+            "{} bytes after the end",
+            bytes.len() - input.at
+        )));
+    }
+    Ok(ChangeRecord {
+        versionstamp,
+        previous,
+        at,
+        changes,
+    })
+}
+
+fn corrupt(what: String) -> KvError {
+    KvError::Corrupt {
+        message: format!("a change log record does not decode: {what}"),
+    }
+}
+
+fn put_len(out: &mut Vec<u8>, len: usize) {
+    // Keys, values and payloads are bounded by Deno's limits far below 4 GiB, and so are the
+    // counts of one commit; a longer one cannot be committed in the first place.
+    let len = u32::try_from(len).unwrap_or(u32::MAX);
+    out.extend_from_slice(&len.to_le_bytes());
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    put_len(out, bytes.len());
+    out.extend_from_slice(bytes);
+}
+
+fn put_time(out: &mut Vec<u8>, at: DateTime<Utc>) {
+    out.extend_from_slice(&at.timestamp().to_le_bytes());
+    out.extend_from_slice(&at.timestamp_subsec_nanos().to_le_bytes());
+}
+
+fn put_entry(out: &mut Vec<u8>, entry: &StoredEntry) {
+    let (value, encoding) = entry.value.encode();
+    // Encoding ids are 1 to 3 (see `ValueEncoding::id`).
+    out.push(u8::try_from(encoding.id()).unwrap_or(u8::MAX));
+    put_bytes(out, &value);
+    out.extend_from_slice(entry.versionstamp.as_bytes());
+    match entry.expires_at {
+        None => out.push(0),
+        Some(at) => {
+            out.push(1);
+            put_time(out, at);
+        }
+    }
+}
+
+fn put_message(out: &mut Vec<u8>, message: &QueuedMessage) {
+    out.extend_from_slice(message.id.as_bytes());
+    put_bytes(out, &message.payload);
+    put_time(out, message.ready_at);
+    put_len(out, message.keys_if_undelivered.len());
+    for key in &message.keys_if_undelivered {
+        put_bytes(out, key);
+    }
+    put_len(out, message.backoff_schedule.len());
+    for ms in &message.backoff_schedule {
+        out.extend_from_slice(&ms.to_le_bytes());
+    }
+}
+
+/// Reads a record front to back, refusing to read past its end.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], KvError> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|end| *end <= self.bytes.len())
+            .ok_or_else(|| corrupt(format!("it ends early, at byte {}", self.bytes.len())))?;
+        let taken = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(taken)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], KvError> {
+        let mut array = [0; N];
+        array.copy_from_slice(self.take(N)?);
+        Ok(array)
+    }
+
+    fn u8(&mut self) -> Result<u8, KvError> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, KvError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn bytes(&mut self) -> Result<Vec<u8>, KvError> {
+        let len = self.u32()? as usize;
+        Ok(self.take(len)?.to_vec())
+    }
+
+    fn versionstamp(&mut self) -> Result<Versionstamp, KvError> {
+        Ok(Versionstamp::from(self.array::<10>()?))
+    }
+
+    fn time(&mut self) -> Result<DateTime<Utc>, KvError> {
+        let seconds = i64::from_le_bytes(self.array()?);
+        let nanos = self.u32()?;
+        DateTime::from_timestamp(seconds, nanos)
+            .ok_or_else(|| corrupt(format!("time {seconds}s {nanos}ns is out of range")))
+    }
+
+    fn entry(&mut self) -> Result<StoredEntry, KvError> {
+        let encoding = self.u8()?;
+        let bytes = self.bytes()?;
+        let value = KvValue::decode(bytes, i64::from(encoding))
+            .map_err(|e| corrupt(format!("a value does not decode: {e}")))?;
+        let versionstamp = self.versionstamp()?;
+        let expires_at = match self.u8()? {
+            0 => None,
+            1 => Some(self.time()?),
+            tag => return Err(corrupt(format!("unknown expiry tag {tag}"))),
+        };
+        Ok(StoredEntry {
+            value,
+            versionstamp,
+            expires_at,
+        })
+    }
+
+    fn message(&mut self) -> Result<QueuedMessage, KvError> {
+        let id = Uuid::from_bytes(self.array()?);
+        let payload = self.bytes()?;
+        let ready_at = self.time()?;
+        let keys_if_undelivered = (0..self.u32()?)
+            .map(|_| self.bytes())
+            .collect::<Result<_, _>>()?;
+        let backoff_schedule = (0..self.u32()?)
+            .map(|_| self.u32())
+            .collect::<Result<_, _>>()?;
+        Ok(QueuedMessage {
+            id,
+            payload,
+            ready_at,
+            keys_if_undelivered,
+            backoff_schedule,
+        })
+    }
+}
