@@ -19,6 +19,7 @@ use std::time::Duration;
 use deadpool_postgres::{GenericClient, Pool};
 use open_deno_kv_proto::change_log::{ChangeLogStatus, ChangeRecord, LogMark, retention_ms};
 use open_deno_kv_proto::{KvError, Versionstamp};
+use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use crate::error::pg;
@@ -94,22 +95,23 @@ pub(crate) async fn read(
         let after: &[u8] = after.as_bytes();
         let params: [&(dyn ToSql + Sync); 2] = [&after, &limit];
         let rows = client.query(&statement, &params).await.map_err(pg)?;
-        rows.iter()
-            .map(|row| {
-                let stamp: Vec<u8> = row.try_get(0).map_err(pg)?;
-                let bytes: Vec<u8> = row.try_get(1).map_err(pg)?;
-                let record = ChangeRecord::decode(&bytes)?;
-                if record.versionstamp.as_bytes().as_slice() != stamp.as_slice() {
-                    return Err(corrupt(format!(
-                        "the change log row {stamp:02x?} holds the record of commit {}",
-                        record.versionstamp
-                    )));
-                }
-                Ok(record)
-            })
-            .collect()
+        rows.iter().map(record).collect()
     })
     .await
+}
+
+/// The record of a `kv_log` row (`vs, record`): it decodes, and it is the commit of its row.
+pub(crate) fn record(row: &Row) -> Result<ChangeRecord, KvError> {
+    let stamp: Vec<u8> = row.try_get(0).map_err(pg)?;
+    let bytes: Vec<u8> = row.try_get(1).map_err(pg)?;
+    let record = ChangeRecord::decode(&bytes)?;
+    if record.versionstamp.as_bytes().as_slice() != stamp.as_slice() {
+        return Err(corrupt(format!(
+            "the change log row {stamp:02x?} holds the record of commit {}",
+            record.versionstamp
+        )));
+    }
+    Ok(record)
 }
 
 fn corrupt(message: String) -> KvError {

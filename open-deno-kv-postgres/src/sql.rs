@@ -76,7 +76,8 @@ pub(crate) struct Sql {
     /// Up to `$3` messages after (ready time `$1`, id `$2`) in (ready time, id) order, a leased
     /// message counting as ready at `$4` at the latest (an export's page).
     pub(crate) export_messages: String,
-    /// Locks the `kv_meta` row, as every writer does first (an import).
+    /// Locks the `kv_meta` row, as every writer does first (an import): the last version and the
+    /// change log's retention.
     pub(crate) lock_version: String,
     /// Whether the store holds any entry or message.
     pub(crate) any_data: String,
@@ -96,6 +97,8 @@ pub(crate) struct Sql {
     pub(crate) log_read: String,
     /// The retention, the number of records, the first and the last record, in one statement.
     pub(crate) log_status: String,
+    /// Every record, in order: versionstamp and bytes (the integrity check).
+    pub(crate) log_all: String,
 }
 
 /// The longest schema name accepted (the NOTIFY channel adds a prefix, within PostgreSQL's 63).
@@ -215,7 +218,7 @@ impl Sql {
                  ORDER BY {due}, id LIMIT $3",
                 due = "(CASE WHEN lease IS NULL THEN ready_at ELSE LEAST(ready_at, $4) END)"
             ),
-            lock_version: format!("SELECT data_version FROM {meta} FOR UPDATE"),
+            lock_version: format!("SELECT data_version, change_log_ms FROM {meta} FOR UPDATE"),
             any_data: format!(
                 "SELECT EXISTS (SELECT 1 FROM {kv}) OR EXISTS (SELECT 1 FROM {queue})"
             ),
@@ -235,6 +238,7 @@ impl Sql {
             log_configure: format!("UPDATE {meta} SET change_log_ms = $1"),
             log_clear: format!("DELETE FROM {log}"),
             log_read: format!("SELECT vs, record FROM {log} WHERE vs > $1 ORDER BY vs LIMIT $2"),
+            log_all: format!("SELECT vs, record FROM {log} ORDER BY vs"),
             log_status: format!(
                 "SELECT (SELECT change_log_ms FROM {meta}), (SELECT count(*) FROM {log}), \
                  (SELECT record FROM {log} ORDER BY vs LIMIT 1), \
