@@ -255,7 +255,8 @@ pub async fn restore_at(
         .map(|at| format!(" ({})", at.to_rfc3339_opts(SecondsFormat::AutoSi, true)))
         .unwrap_or_default();
     eprintln!(
-        "restored {} entries and {} queued messages into {db}: the backup (versionstamp          {versionstamp}) and {} logged commit(s) after it, up to versionstamp {}{when}",
+        "restored {} entries and {} queued messages into {db}: the backup (versionstamp \
+         {versionstamp}) and {} logged commit(s) after it, up to versionstamp {}{when}",
         restored.imported.entries,
         restored.imported.messages,
         restored.commits,
