@@ -57,13 +57,16 @@ const COUNT: &str = "select count(*) from odkv_change_log";
 const FIRST: &str = "select record from odkv_change_log order by versionstamp limit 1";
 const LAST: &str = "select record from odkv_change_log order by versionstamp desc limit 1";
 
+/// Whether the file holds the log's tables (the log was switched on and not off since).
+pub(crate) fn tables_exist(conn: &Connection) -> Result<bool, KvError> {
+    conn.prepare_cached(TABLE_EXISTS)
+        .and_then(|mut stmt| stmt.query_row([], |row| row.get(0)))
+        .map_err(storage)
+}
+
 /// The log's setting in the file: the retention, `None` when off (or never switched on).
 fn setting(conn: &Connection) -> Result<Option<Duration>, KvError> {
-    let exists: bool = conn
-        .prepare_cached(TABLE_EXISTS)
-        .and_then(|mut stmt| stmt.query_row([], |row| row.get(0)))
-        .map_err(storage)?;
-    if !exists {
+    if !tables_exist(conn)? {
         return Ok(None);
     }
     let ms: Option<i64> = conn

@@ -6,7 +6,8 @@
 //! - a commit made by a program that does not log (here a plain SQLite connection doing what
 //!   Deno's own writer does to `data_version` and `kv`) breaks the chain, and a restore across it
 //!   is refused instead of giving a state that never existed;
-//! - a record that does not decode is reported as corrupt, never skipped.
+//! - a record that does not decode is reported as corrupt, never skipped, and the integrity
+//!   check names it.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -140,5 +141,14 @@ async fn a_record_that_does_not_decode_is_reported() -> Result<(), KvError> {
         .await
         .expect_err("corrupt");
     assert!(matches!(err, KvError::Corrupt { .. }), "{err}");
+    let report = kv.check_integrity().await?;
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains("odkv_change_log") && p.contains("does not decode")),
+        "the integrity check reports it: {:?}",
+        report.problems
+    );
     kv.close().await
 }
