@@ -131,8 +131,8 @@ mod tests {
         assert_eq!(
             describe(&status),
             "change log: on, records kept for 1day\nrecords: 2\n\
-             first: 00000000000000030000 at 2026-11-18T08:26:40Z\n\
-             last: 00000000000000030000 at 2026-11-18T08:26:40Z\n"
+             first: 00000000000000030000 at 2026-11-18T11:06:40Z\n\
+             last: 00000000000000030000 at 2026-11-18T11:06:40Z\n"
         );
     }
 }
