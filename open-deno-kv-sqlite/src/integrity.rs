@@ -1,5 +1,6 @@
 //! The integrity check: SQLite's own, then every row decoded as reads decode it.
 
+use open_deno_kv_proto::change_log::ChangeRecord;
 use open_deno_kv_proto::{IntegrityReport, KvError, RowProblem, TableHolds, decode_key};
 use rusqlite::{Connection, Row};
 
@@ -38,6 +39,32 @@ pub(crate) fn check(conn: &mut Connection) -> Result<IntegrityReport, KvError> {
         scan(&tx, sql, table, TableHolds::Messages, &mut report, |row| {
             queue_row(row).map(|_| ())
         });
+    }
+    if crate::change_log::tables_exist(&tx)? {
+        // The change log's records: each must decode, and sit under its own versionstamp.
+        const RECORDS_SQL: &str = "select versionstamp, record from odkv_change_log";
+        scan(
+            &tx,
+            RECORDS_SQL,
+            "odkv_change_log",
+            TableHolds::Index,
+            &mut report,
+            |row| {
+                let (key, bytes): (Vec<u8>, Vec<u8>) =
+                    (row.get(0).map_err(storage)?, row.get(1).map_err(storage)?);
+                let record = ChangeRecord::decode(&bytes)?;
+                if record.versionstamp.as_bytes().as_slice() != key {
+                    return Err(KvError::Corrupt {
+                        message: format!(
+                            "a change log record of commit {} is stored under {}",
+                            record.versionstamp,
+                            key.iter().map(|b| format!("{b:02x}")).collect::<String>()
+                        ),
+                    });
+                }
+                Ok(())
+            },
+        );
     }
     tx.finish().map_err(storage)?;
     Ok(report)

@@ -8,6 +8,10 @@
 //!   (plus `Deno.KvU64` sums, a check+set, `expireIn`, `kv.commitVersionstamp()` and an
 //!   `enqueue`) and prints what it wrote; open-deno-kv-sqlite opens the file, checks every entry and
 //!   dequeues the message.
+//! - **C, a file whose change log is on**: Deno opens it, writes and lists as usual (the log's
+//!   tables are not Deno's, and Deno ignores them); its commit is not logged, so a point-in-time
+//!   restore across it is refused as a gap, and one up to the commit before it works
+//!   (`tests/interop/write_into_logged_file.ts`).
 //!
 //! Deno is found through `DENO_BIN`, or installed from the npm registry by `.ci/install-deno`
 //! (cached in `target/deno-2.9.6`). If neither works the tests fail: they never skip.
@@ -1213,4 +1217,77 @@ fn deno_writes_rust_reads() {
     });
 
     checks.finish("deno_writes_rust_reads", &run.stderr);
+}
+
+/// The change log's tables do not disturb Deno, and Deno's own commits, which it does not log,
+/// make a gap that a point-in-time restore refuses to cross (while a restore up to the last
+/// logged commit before it still works).
+#[test]
+fn deno_writes_into_a_file_whose_change_log_is_on() {
+    use futures::TryStreamExt;
+    use open_deno_kv_proto::change_log::{RestorePoint, restore};
+    use open_deno_kv_proto::{Snapshot, SnapshotItem};
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("logged.sqlite3");
+    let rt = runtime();
+    let (backup, items, before_deno) = rt.block_on(async {
+        let kv = SqliteBackend::open(&path).expect("open");
+        kv.configure_change_log(Some(Duration::from_secs(3600)))
+            .await
+            .expect("log on");
+        commit_mutations(&kv, vec![set(&key!["a"], KvValue::U64(1))]).await;
+        let snapshot = kv.export_snapshot().await.expect("export");
+        let backup = snapshot.versionstamp;
+        let items: Vec<SnapshotItem> = snapshot.items.try_collect().await.expect("items");
+        let before_deno = commit_mutations(&kv, vec![set(&key!["a"], KvValue::U64(2))]).await;
+        kv.close().await.expect("close");
+        (backup, items, before_deno)
+    });
+    let run = run_deno("write_into_logged_file.ts", &[path.as_os_str()]);
+    let deno_stamp = run.json["versionstamp"]
+        .as_str()
+        .expect("versionstamp")
+        .to_owned();
+    assert_eq!(
+        run.json["keys"],
+        json!([["a"], ["from_deno"]]),
+        "Deno reads the file as its own"
+    );
+    rt.block_on(async {
+        let kv = SqliteBackend::open(&path).expect("reopen");
+        let after_deno = commit_mutations(&kv, vec![set(&key!["a"], KvValue::U64(3))]).await;
+        let log = kv
+            .read_change_log(Versionstamp::ZERO, 100)
+            .await
+            .expect("log");
+        let stamps: Vec<String> = log.iter().map(|r| r.versionstamp.to_string()).collect();
+        assert!(!stamps.contains(&deno_stamp), "Deno's commit is not logged");
+        assert_eq!(log.last().map(|r| r.previous.to_string()), Some(deno_stamp));
+
+        let target = SqliteBackend::open(dir.path().join("ok.sqlite3")).expect("target");
+        let restored = restore(
+            Snapshot::from_items(backup, items.clone()),
+            &kv,
+            RestorePoint::Commit(before_deno),
+            &target,
+        )
+        .await
+        .expect("up to the last commit before Deno's");
+        assert_eq!(restored.versionstamp, before_deno);
+        target.close().await.expect("close");
+
+        let target = SqliteBackend::open(dir.path().join("refused.sqlite3")).expect("target");
+        let err = restore(
+            Snapshot::from_items(backup, items),
+            &kv,
+            RestorePoint::Commit(after_deno),
+            &target,
+        )
+        .await
+        .expect_err("across Deno's commit");
+        assert!(err.to_string().contains("gap"), "{err}");
+        target.close().await.expect("close");
+        kv.close().await.expect("close");
+    });
 }
