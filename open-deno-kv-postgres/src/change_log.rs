@@ -4,7 +4,7 @@
 //! is off), in the row every writer locks first: [`configure`] updates that row, so it waits for
 //! the group holding the lock and every group that locks the row after it returns reads the new
 //! value, in every process (the group reads it in the statement that takes the lock, see
-//! `group.rs`). Records are rows of `kv_log`: `vs` (the commit's 10-byte versionstamp, primary
+//! `group.rs`). Records are rows of `kv_change_log`: `vs` (the commit's 10-byte versionstamp, primary
 //! key, byte order = commit order), `at` (the commit's time in ms, rounded down, for pruning
 //! without decoding) and `record` (the bytes of [`ChangeRecord::encode`], open-deno-kv-proto's
 //! one layout for every engine). The group commit writes them (`group.rs`); this module reads
@@ -100,7 +100,7 @@ pub(crate) async fn read(
     .await
 }
 
-/// The record of a `kv_log` row (`vs, record`): it decodes, and it is the commit of its row.
+/// The record of a `kv_change_log` row (`vs, record`): it decodes, and it is the commit of its row.
 pub(crate) fn record(row: &Row) -> Result<ChangeRecord, KvError> {
     let stamp: Vec<u8> = row.try_get(0).map_err(pg)?;
     let bytes: Vec<u8> = row.try_get(1).map_err(pg)?;

@@ -9,7 +9,7 @@
 //! SELECT the rows the checks and sums read     a fresh snapshot, taken under the lock
 //! -- in Rust, write i of n against an overlay: open-deno-kv-proto's write path with version base+i
 //! INSERT … ON CONFLICT / DELETE / INSERT queue the survivors' final state, pipelined
-//! INSERT kv_log (unnest)                       only while the change log is on: see below
+//! INSERT kv_change_log (unnest)                       only while the change log is on: see below
 //! pg_notify                                    other processes wake their watches and consumers
 //! COMMIT
 //! ```

@@ -47,7 +47,7 @@ pub(crate) async fn check(mut client: Object, sql: &Sql) -> Result<IntegrityRepo
     scan(
         &tx,
         &sql.log_all,
-        "kv_log",
+        "kv_change_log",
         TableHolds::Index,
         &mut report,
         log_record,

@@ -15,7 +15,7 @@
 //! ## How the model maps onto PostgreSQL
 //!
 //! - **Tables** (`schema.rs`): `kv` (keys as `bytea`, whose `memcmp` order is Deno's key order),
-//!   `kv_queue`, `kv_log` (the change log), and `kv_meta`, one row holding the schema version,
+//!   `kv_queue`, `kv_change_log` (the change log), and `kv_meta`, one row holding the schema version,
 //!   the last commit version and the change log's retention.
 //!   The backend creates them on first open; tables of a newer version, or with our names and
 //!   another shape, are refused untouched.

@@ -7,12 +7,12 @@
 //! | `kv_meta` | one row: `schema_version`, `data_version`, the last commit version handed out, and `change_log_ms`, the change log's retention in ms (NULL: the log is off); every write transaction locks this row first, and reads the retention from it in the same statement |
 //! | `kv` | entries: `k` (Deno's key encoding, `bytea`: ordered by `memcmp` then length, Deno's order), `v`, `v_encoding` (1 V8, 2 u64 little-endian, 3 bytes: Deno's numbering), `vs` (the 10-byte versionstamp), `expires_at` (ms, or NULL) |
 //! | `kv_queue` | messages: `id`, `ready_at` (ms), `payload`, `keys_if_undelivered`, `backoff_ms` (the intervals left), and while a consumer holds it `lease` (a token) and `deadline` (ms) |
-//! | `kv_log` | the change log (see `open_deno_kv_proto::change_log`): `vs`, the commit's 10-byte versionstamp (primary key: its byte order is commit order), `at`, the commit's time in ms (rounded down; what pruning compares), and `record`, the bytes of `ChangeRecord::encode` (its own layout, in open-deno-kv-proto's `change_log/codec.rs`) |
+//! | `kv_change_log` | the change log (see `open_deno_kv_proto::change_log`): `vs`, the commit's 10-byte versionstamp (primary key: its byte order is commit order), `at`, the commit's time in ms (rounded down; what pruning compares), and `record`, the bytes of `ChangeRecord::encode` (its own layout, in open-deno-kv-proto's `change_log/codec.rs`) |
 //!
 //! ## Versions
 //!
 //! - **1**: `kv_meta` (`id`, `schema_version`, `data_version`), `kv`, `kv_queue`.
-//! - **2**: adds `kv_meta.change_log_ms` and the table `kv_log`. A writable open of a version 1
+//! - **2**: adds `kv_meta.change_log_ms` and the table `kv_change_log`. A writable open of a version 1
 //!   store migrates it in one transaction (under the same advisory lock as the creation): a
 //!   nullable column (a catalogue change, no table rewrite), an empty table, and the version.
 //!   The log stays off until `configure_change_log` switches it on.
@@ -49,7 +49,7 @@ const META_V1: Table = (
     ],
 );
 
-/// Every table of a version 1 store (`kv_log` absent).
+/// Every table of a version 1 store (`kv_change_log` absent).
 const TABLES_V1: [Table; 3] = [TABLES[0], META_V1, TABLES[2]];
 
 /// Every table of a store at [`SCHEMA_VERSION`] and its columns, in order.
@@ -86,7 +86,7 @@ const TABLES: [Table; 4] = [
         ],
     ),
     (
-        "kv_log",
+        "kv_change_log",
         &[("vs", "bytea"), ("at", "int8"), ("record", "bytea")],
     ),
 ];
@@ -129,9 +129,9 @@ pub(crate) async fn ensure(client: &mut Client, sql: &Sql) -> Result<(), Postgre
         }
         Some(1) => {
             let checked = check_shape(&found, &TABLES_V1).and_then(|()| {
-                if found.contains_key("kv_log") {
+                if found.contains_key("kv_change_log") {
                     Err(PostgresError::NotOurs {
-                        reason: "a table kv_log is beside a store of version 1".to_owned(),
+                        reason: "a table kv_change_log is beside a store of version 1".to_owned(),
                     })
                 } else {
                     Ok(())
@@ -180,7 +180,7 @@ fn migrate_to_2(s: &str) -> String {
 /// The statement that creates the change log's table in `s`.
 fn create_log(s: &str) -> String {
     format!(
-        "CREATE TABLE \"{s}\".kv_log (
+        "CREATE TABLE \"{s}\".kv_change_log (
            vs bytea PRIMARY KEY CHECK (length(vs) = 10),
            at bigint NOT NULL,
            record bytea NOT NULL

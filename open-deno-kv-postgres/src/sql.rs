@@ -131,7 +131,7 @@ impl Sql {
         let kv = format!("\"{schema}\".kv");
         let meta = format!("\"{schema}\".kv_meta");
         let queue = format!("\"{schema}\".kv_queue");
-        let log = format!("\"{schema}\".kv_log");
+        let log = format!("\"{schema}\".kv_change_log");
         let visible = "(expires_at IS NULL OR expires_at >";
         Ok(Sql {
             schema: schema.to_owned(),

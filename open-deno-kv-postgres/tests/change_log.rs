@@ -120,7 +120,10 @@ async fn the_setting_is_shared_and_kept_and_switching_off_deletes_the_records() 
     assert_eq!((status.retention, status.records), (None, 0));
     set(&reopened, "d", 4).await;
     assert_eq!(reopened.change_log_status().await.unwrap().records, 0);
-    assert_eq!(count(&cluster, "SELECT count(*) FROM setting.kv_log"), 0);
+    assert_eq!(
+        count(&cluster, "SELECT count(*) FROM setting.kv_change_log"),
+        0
+    );
     reopened.close().await.unwrap();
 }
 
@@ -203,7 +206,7 @@ async fn a_group_of_concurrent_writes_logs_each_write_in_a_chain() {
     assert_eq!(logged.last().map(|r| r.versionstamp), Some(now_version));
     let grouped = count(
         &cluster,
-        "SELECT count(DISTINCT xmin::text) FROM grouped.kv_log",
+        "SELECT count(DISTINCT xmin::text) FROM grouped.kv_change_log",
     );
     assert!(grouped < logged.len(), "records were not written in groups");
 
@@ -297,7 +300,7 @@ async fn pruning_deletes_the_records_older_than_the_retention() {
     let logged = records(&kv).await;
     assert!(logged.iter().all(|r| r.at >= cutoff));
     assert_eq!(
-        count(&cluster, "SELECT count(*) FROM pruned.kv_log"),
+        count(&cluster, "SELECT count(*) FROM pruned.kv_change_log"),
         fresh + 1
     );
     kv.close().await.unwrap();
@@ -315,8 +318,8 @@ async fn a_record_that_does_not_decode_is_corrupt() {
     cluster
         .psql(
             "postgres",
-            "UPDATE broken.kv_log SET record = substring(record from 1 for 15) \
-             WHERE vs = (SELECT vs FROM broken.kv_log ORDER BY vs LIMIT 1)",
+            "UPDATE broken.kv_change_log SET record = substring(record from 1 for 15) \
+             WHERE vs = (SELECT vs FROM broken.kv_change_log ORDER BY vs LIMIT 1)",
         )
         .unwrap();
     let err = kv
@@ -329,7 +332,7 @@ async fn a_record_that_does_not_decode_is_corrupt() {
     let report = kv.check_integrity().await.unwrap();
     assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
     assert!(
-        report.problems[0].starts_with("table kv_log, row 0"),
+        report.problems[0].starts_with("table kv_change_log, row 0"),
         "{:?}",
         report.problems
     );
@@ -348,7 +351,7 @@ async fn a_version_1_store_is_migrated_on_open() {
     cluster
         .psql(
             "postgres",
-            "DROP TABLE old.kv_log; ALTER TABLE old.kv_meta DROP COLUMN change_log_ms; \
+            "DROP TABLE old.kv_change_log; ALTER TABLE old.kv_meta DROP COLUMN change_log_ms; \
              UPDATE old.kv_meta SET schema_version = 1",
         )
         .unwrap();
