@@ -227,13 +227,19 @@ impl Sql {
                 "INSERT INTO {log} (vs, at, record) \
                  SELECT * FROM unnest($1::bytea[], $2::int8[], $3::bytea[])"
             ),
-            // The bound is the first of the oldest records that is not older; none: past them
-            // all (11 bytes of 0xff sort after every 10-byte versionstamp).
+            // Deletes a range of the primary key from its front, up to the first of the `$2`
+            // oldest records that is not older than `$1` (excluded), and up to the `$2`-th oldest
+            // (included). Either bound, when there is none, is 11 bytes of 0xff, which sort after
+            // every 10-byte versionstamp. Both are read by scans of the key from the front that
+            // stop early, so a pruning with nothing due reads a row or two, and one that is due
+            // reads what it deletes.
             log_prune: format!(
-                "WITH head AS (SELECT vs, at FROM {log} ORDER BY vs LIMIT $2) \
-                 DELETE FROM {log} WHERE vs IN (SELECT vs FROM head WHERE vs < coalesce(\
-                 (SELECT vs FROM head WHERE at >= $1 ORDER BY vs LIMIT 1), \
-                 '\\xffffffffffffffffffffff'::bytea))"
+                "DELETE FROM {log} WHERE vs < coalesce(\
+                 (SELECT head.vs FROM (SELECT vs, at FROM {log} ORDER BY vs LIMIT $2) AS head \
+                 WHERE head.at >= $1 ORDER BY head.vs LIMIT 1), {past}) \
+                 AND vs <= coalesce((SELECT vs FROM {log} ORDER BY vs OFFSET $2 - 1 LIMIT 1), \
+                 {past})",
+                past = "'\\xffffffffffffffffffffff'::bytea"
             ),
             log_configure: format!("UPDATE {meta} SET change_log_ms = $1"),
             log_clear: format!("DELETE FROM {log}"),

@@ -406,3 +406,34 @@ async fn a_replay_across_an_import_finds_a_gap() {
     assert!(matches!(err, KvError::InvalidArgument { .. }), "{err}");
     kv.close().await.unwrap();
 }
+
+/// Pruning walks from the oldest record and stops at the first one that is not older than the
+/// retention, even when older ones follow it (a clock set back): versionstamp order stands for
+/// time order, and no record after a kept one is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pruning_stops_at_the_first_record_it_keeps() {
+    let Some(cluster) = cluster() else { return };
+    let t0 = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+    let clock = ManualClock::new(t0);
+    let kv = open_at(&cluster, "unordered", &clock).await;
+    let retention = Duration::from_secs(60);
+    kv.configure_change_log(Some(retention)).await.unwrap();
+    set(&kv, "old", 1).await;
+    clock.set(t0 + Duration::from_secs(100));
+    let kept = set(&kv, "kept", 1).await;
+    clock.set(t0);
+    set(&kv, "set back", 1).await;
+    clock.set(t0 + Duration::from_secs(130));
+    for i in 0..PRUNE_EVERY as usize - 3 {
+        set(&kv, &format!("new {i}"), 1).await;
+    }
+    // The pruning ran with the last commit: its cutoff is t0 + 70 s.
+    let logged = records(&kv).await;
+    assert_eq!(logged.len(), PRUNE_EVERY as usize - 1);
+    assert_eq!(logged[0].versionstamp, kept);
+    assert_eq!(
+        logged[1].at, t0,
+        "the record after the kept one stays, old as it is"
+    );
+    kv.close().await.unwrap();
+}
