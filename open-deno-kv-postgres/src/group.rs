@@ -4,12 +4,13 @@
 //! ```text
 //! BEGIN                                        (READ COMMITTED)
 //! UPDATE kv_meta SET data_version += n         the row lock FIRST: writers queue here, so
-//!                                              versions follow commit order
+//!                                              versions follow commit order; it returns
+//!                                              the change log's retention too
 //! DELETE the claimed queue messages            (dead letters: only while their lease holds)
 //! SELECT the rows the checks and sums read     a fresh snapshot, taken under the lock
 //! -- in Rust, write i of n against an overlay: open-deno-kv-proto's write path with version base+i
 //! INSERT … ON CONFLICT / DELETE / INSERT queue the survivors' final state, pipelined
-//! INSERT kv_change_log (unnest)                       only while the change log is on: see below
+//! INSERT kv_change_log … unnest(…)             the records, only while the log is on (below)
 //! pg_notify                                    other processes wake their watches and consumers
 //! COMMIT
 //! ```
