@@ -60,6 +60,7 @@
 //! ```
 
 mod backup;
+mod change_log;
 mod codec;
 mod consumer;
 mod error;
@@ -76,12 +77,15 @@ mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
+
+use open_deno_kv_proto::change_log::{ChangeLogStatus, ChangeRecord};
 
 use open_deno_kv_proto::{
     Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, ImportSummary,
     IntegrityReport, KvError, Limits, QueueMessageHandle, QueuedMessage, RangeCount,
     RangeWatchStream, ReadRangeOutput, Snapshot, SystemClock, ValidatedRange, ValidatedRead,
-    ValidatedWatch, ValidatedWrite, WatchStream, blocking_range_watch_stream,
+    ValidatedWatch, ValidatedWrite, Versionstamp, WatchStream, blocking_range_watch_stream,
     blocking_watch_stream,
 };
 use open_deno_kv_proto::{run_blocking, run_read};
@@ -221,7 +225,7 @@ impl RedbBackend {
 
 impl Engine for RedbBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::durable_store(self.shared.is_read_only())
+        Capabilities::durable_store(self.shared.is_read_only()).with_change_log(true)
     }
 
     async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
@@ -268,6 +272,28 @@ impl Engine for RedbBackend {
         let summary = backup::import(self.shared.clone(), snapshot).await?;
         self.shared.notifier.notify_everything();
         Ok(summary)
+    }
+
+    /// A command of the file's writer (see the `change_log` module), so that it takes effect
+    /// between two commits.
+    async fn configure_change_log(&self, retention: Option<Duration>) -> Result<(), KvError> {
+        self.shared.writer()?.configure_log(retention).await
+    }
+
+    /// One read transaction (see the `change_log` module).
+    async fn change_log_status(&self) -> Result<ChangeLogStatus, KvError> {
+        let shared = self.shared.clone();
+        run_blocking(move || shared.with_db(change_log::status)).await
+    }
+
+    /// One read transaction (see the `change_log` module).
+    async fn read_change_log(
+        &self,
+        after: Versionstamp,
+        limit: usize,
+    ) -> Result<Vec<ChangeRecord>, KvError> {
+        let shared = self.shared.clone();
+        run_blocking(move || shared.with_db(|db| change_log::read(db, after, limit))).await
     }
 
     fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {
