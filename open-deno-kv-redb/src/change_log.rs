@@ -220,10 +220,11 @@ fn record_key(key: &[u8]) -> Result<Versionstamp, KvError> {
     Ok(Versionstamp::from(bytes))
 }
 
+/// The change log's table as a read transaction sees it.
+type LogSnapshot = redb::ReadOnlyTable<&'static [u8], &'static [u8]>;
+
 /// The change log's table in a read transaction; `None` if the file has none (the log is off).
-fn open_log(
-    txn: &ReadTransaction,
-) -> Result<Option<redb::ReadOnlyTable<&'static [u8], &'static [u8]>>, KvError> {
+fn open_log(txn: &ReadTransaction) -> Result<Option<LogSnapshot>, KvError> {
     match txn.open_table(CHANGE_LOG) {
         Ok(table) => Ok(Some(table)),
         Err(TableError::TableDoesNotExist(_)) => Ok(None),
@@ -246,18 +247,19 @@ pub(crate) fn status(db: &dyn ReadableDatabase) -> Result<ChangeLogStatus, KvErr
         return Ok(status);
     };
     status.records = table.len().map_err(storage)?;
-    let mark = |row: Option<(redb::AccessGuard<'_, &[u8]>, redb::AccessGuard<'_, &[u8]>)>| {
-        row.map(|(_, value)| {
-            let record = ChangeRecord::decode(value.value())?;
-            Ok::<_, KvError>(LogMark {
-                versionstamp: record.versionstamp,
-                at: record.at,
+    let mark = |record: Option<redb::AccessGuard<'_, &[u8]>>| {
+        record
+            .map(|value| {
+                let record = ChangeRecord::decode(value.value())?;
+                Ok::<_, KvError>(LogMark {
+                    versionstamp: record.versionstamp,
+                    at: record.at,
+                })
             })
-        })
-        .transpose()
+            .transpose()
     };
-    status.first = mark(table.first().map_err(storage)?)?;
-    status.last = mark(table.last().map_err(storage)?)?;
+    status.first = mark(table.first().map_err(storage)?.map(|(_, value)| value))?;
+    status.last = mark(table.last().map_err(storage)?.map(|(_, value)| value))?;
     Ok(status)
 }
 

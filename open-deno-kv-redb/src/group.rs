@@ -1045,4 +1045,102 @@ mod tests {
         let mut state = thread_on(&path, &clock);
         assert_eq!(write_one(&mut state, "c", 3, clock.now()), 3);
     }
+
+    /// A switch of the change log, as its own command.
+    fn configure_command(
+        retention: Option<Duration>,
+    ) -> (Command, oneshot::Receiver<Result<(), KvError>>) {
+        let (reply, answer) = oneshot::channel();
+        (
+            Change::Engine(Own::Configure(Configure { retention, reply })),
+            answer,
+        )
+    }
+
+    fn logged(db: &Database) -> Vec<open_deno_kv_proto::change_log::ChangeRecord> {
+        change_log::read(db, Versionstamp::ZERO, 1000).expect("read log")
+    }
+
+    /// A switch takes effect between two commands of one group: the write before it is not
+    /// logged, the one after it is, and names the one before as its previous commit.
+    #[test]
+    fn a_switch_applies_to_the_commands_after_it_in_its_group() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clock = ManualClock::at_test_epoch();
+        let mut state = thread_on(&dir.path().join("kv.redb"), &clock);
+        let now = clock.now();
+        let one = |name: &str| AtomicWrite {
+            mutations: vec![set(name, 1)],
+            ..Default::default()
+        };
+        let (before, _a) = write_command(one("before"), now);
+        let (switch, mut switched) = configure_command(Some(Duration::from_secs(60)));
+        let (after, _b) = write_command(one("after"), now);
+        state.run_group(vec![before, switch, after]);
+        switched.try_recv().expect("answered").expect("switched");
+        let records = logged(&state.test_db());
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_eq!(records[0].previous, Versionstamp::from_version(1, 0));
+        assert_eq!(records[0].versionstamp, Versionstamp::from_version(2, 0));
+        assert!(records[0].changes.writes.contains_key(&k("after")));
+    }
+
+    /// After a crash (no clean close, so the file's ceiling is far above the last commit), a
+    /// file whose log is on numbers on from its last record: the chain goes on unbroken. With
+    /// the log off, numbering continues above the ceiling as before.
+    #[test]
+    fn after_a_crash_a_logged_file_numbers_on_from_its_last_record() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("kv.redb");
+        let clock = ManualClock::at_test_epoch();
+        {
+            let mut state = thread_on(&path, &clock);
+            let (switch, _answer) = configure_command(Some(Duration::from_secs(60)));
+            state.run_group(vec![switch]);
+            for n in 1..=3 {
+                assert_eq!(write_one(&mut state, "a", n, clock.now()), n);
+            }
+            // Dropped without `close`, as a killed process would leave it.
+        }
+        {
+            let mut state = thread_on(&path, &clock);
+            assert_eq!(write_one(&mut state, "b", 4, clock.now()), 4);
+            let records = logged(&state.test_db());
+            assert_eq!(records.len(), 4);
+            assert_eq!(records[3].previous, records[2].versionstamp);
+            let (switch, _answer) = configure_command(None);
+            state.run_group(vec![switch]);
+            assert_eq!(write_one(&mut state, "c", 5, clock.now()), 5);
+            // Crashes again, with the log off.
+        }
+        // The ceiling the first commit of the first run raised, never crossed since.
+        let mut state = thread_on(&path, &clock);
+        assert_eq!(
+            write_one(&mut state, "d", 6, clock.now()),
+            1 + VERSION_RESERVATION + 1
+        );
+    }
+
+    /// An import is not a commit and leaves no record, only its version as the log's floor: after
+    /// a crash, numbering continues above the floor when it is above the last record.
+    #[test]
+    fn after_a_crash_numbering_continues_above_an_import() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("kv.redb");
+        let clock = ManualClock::at_test_epoch();
+        {
+            let mut state = thread_on(&path, &clock);
+            let (switch, _answer) = configure_command(Some(Duration::from_secs(60)));
+            state.run_group(vec![switch]);
+            write_one(&mut state, "a", 1, clock.now());
+            // What `backup::import_into` leaves beside its entries.
+            let txn = state.test_db().begin_write().expect("txn");
+            change_log::note_import(&mut Tables::new(&txn), 50).expect("note");
+            txn.commit().expect("commit");
+        }
+        let mut state = thread_on(&path, &clock);
+        assert_eq!(write_one(&mut state, "b", 2, clock.now()), 51);
+        let records = logged(&state.test_db());
+        assert_eq!(records[1].previous, Versionstamp::from_version(50, 0));
+    }
 }

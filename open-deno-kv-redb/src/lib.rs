@@ -31,6 +31,10 @@
 //!   dead-letter rule. A message handed out and not finished is retried when its handle is
 //!   dropped or closed, and a message a crashed process held is requeued when the file is next
 //!   opened.
+//! - **Change log** (opt-in, for point-in-time restores; see `open_deno_kv_proto::change_log`):
+//!   switched on or off through the writer and stored in the file, so every later handle keeps
+//!   it; while on, every commit stores its record in its own transaction, and the writer prunes
+//!   records past the retention (see the `change_log` module for the layout).
 //! - **Watch** uses open-deno-kv-proto's [`ChangeSignal`] and [`watch_stream`].
 //! - **One process, many handles.** redb lets one process at a time open a file. Handles opened
 //!   in this process on the same path share one open file, one writer and one queue (they see
@@ -79,6 +83,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use open_deno_kv_proto::change_log::{ChangeLogStatus, ChangeRecord};
 
 use open_deno_kv_proto::{
@@ -261,9 +266,15 @@ impl Engine for RedbBackend {
         run_blocking(move || shared.with_db(integrity::check)).await
     }
 
-    /// One read transaction holding a known commit (see the `backup` module).
+    /// One read transaction holding a known commit (see the `backup` module). The stream is
+    /// fused: polled again after its end it ends again (open-deno-kv-proto's `Replay::over`
+    /// polls a backup's stream once more after its last entry when it holds no message).
     async fn export_snapshot(&self) -> Result<Snapshot, KvError> {
-        backup::export(self.shared.clone(), self.clock.now()).await
+        let snapshot = backup::export(self.shared.clone(), self.clock.now()).await?;
+        Ok(Snapshot {
+            versionstamp: snapshot.versionstamp,
+            items: snapshot.items.fuse().boxed(),
+        })
     }
 
     /// One write transaction beside the writer, which continues numbering above the
