@@ -15,7 +15,9 @@
 use std::io::{BufRead, Write};
 use std::path::Path;
 
+use chrono::SecondsFormat;
 use futures::StreamExt;
+use open_deno_kv_proto::change_log::{self, RestorePoint};
 use open_deno_kv_proto::{
     KvEntry, KvError, Snapshot, SnapshotItem, Versionstamp, decode_key, encode_key,
 };
@@ -222,6 +224,45 @@ fn open_backup(input: &Path) -> Result<(Versionstamp, BackupLines), CliError> {
         ))
     })?;
     Ok((versionstamp, lines))
+}
+
+/// `kv restore --at POINT --log SOURCE`: the backup `input` with `source`'s change log replayed
+/// over it up to `point`, into the new or empty database `db`, all or nothing.
+pub async fn restore_at(
+    input: &Path,
+    db: &str,
+    point: RestorePoint,
+    source: &str,
+) -> Result<(), CliError> {
+    let (versionstamp, lines) = open_backup(input)?;
+    let log = open(source, Access::Read)?;
+    let target = Target::create(db).await?;
+    let backend = target.kv()?.backend().clone();
+    if !backend.capabilities().import {
+        return Err(CliError::NoImport { db: db.to_owned() });
+    }
+    let backup = Snapshot {
+        versionstamp,
+        items: futures::stream::iter(lines).boxed(),
+    };
+    let restored = change_log::restore(backup, &**log.backend(), point, &*backend).await;
+    log.close().await?;
+    let restored = restored?;
+    drop(backend);
+    target.commit().await?;
+    let when = restored
+        .at
+        .map(|at| format!(" ({})", at.to_rfc3339_opts(SecondsFormat::AutoSi, true)))
+        .unwrap_or_default();
+    eprintln!(
+        "restored {} entries and {} queued messages into {db}: the backup (versionstamp \
+         {versionstamp}) and {} logged commit(s) after it, up to versionstamp {}{when}",
+        restored.imported.entries,
+        restored.imported.messages,
+        restored.commits,
+        restored.versionstamp
+    );
+    Ok(())
 }
 
 /// `kv restore`: writes the backup `input` into the new or empty database `db`, all or nothing.

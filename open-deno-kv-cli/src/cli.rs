@@ -2,8 +2,10 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use open_deno_kv_proto::change_log::RestorePoint;
 
 /// The embedded default database, when no `--db` is given.
 pub const DEFAULT_DB: &str = "sqlite:./kv.sqlite3";
@@ -52,6 +54,21 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// What `kv log` does.
+#[derive(Debug, Subcommand)]
+pub enum LogAction {
+    /// Whether the log is on, its retention, and its first and last records.
+    Status,
+    /// Switch the log on, or change its retention (records are kept).
+    Enable {
+        /// How long records are kept: 7d, 12h, 90min, 1h 30m...
+        #[arg(long, value_name = "DURATION", value_parser = crate::change_log::parse_retention)]
+        keep: Duration,
+    },
+    /// Switch the log off and delete its records.
+    Disable,
 }
 
 /// The subcommands.
@@ -202,9 +219,33 @@ pub enum Command {
     /// backup of any other. A file that is cut short or damaged, or any failure, leaves the
     /// target as it was (a file target is written beside it and moved into place at the end);
     /// a target that holds data is refused.
+    ///
+    /// With --at and --log, a point-in-time restore: the backup, then the change log of the
+    /// database --log names (see `kv log`) replayed over it up to the commit --at names (a
+    /// versionstamp), or the last commit at or before a time (RFC 3339). The log must hold every
+    /// commit from the backup on; a gap (the log was off, or pruned past the backup) is
+    /// refused. Queue deliveries are not logged: a message handled between the backup and the
+    /// point is delivered again.
     Restore {
         /// The backup file (written by `kv backup`, or by `kv dump` of a local database).
         file: PathBuf,
+        /// Restore the state as of this commit (a versionstamp) or time (RFC 3339).
+        #[arg(long, value_name = "VERSIONSTAMP|TIME", requires = "log", value_parser = crate::change_log::parse_point)]
+        at: Option<RestorePoint>,
+        /// The database whose change log is replayed (read only; usually the one backed up).
+        #[arg(long, value_name = "URL", requires = "at")]
+        log: Option<String>,
+    },
+    /// The change log of the database (--db), for point-in-time restores (not part of Deno
+    /// KV).
+    ///
+    /// While on, every commit's effects are stored with it, in the same transaction, and kept
+    /// for the retention given. The setting is stored in the database: every program that opens
+    /// it with this library keeps logging (SQLite, redb and PostgreSQL databases). Deno itself
+    /// does not log its own commits to a shared SQLite file; a restore across one is refused.
+    Log {
+        #[command(subcommand)]
+        action: LogAction,
     },
     /// Read a dump into a new or empty database (all or nothing).
     ///

@@ -12,6 +12,7 @@
 //! Run `kv --help` for every subcommand.
 
 mod backup;
+mod change_log;
 mod cli;
 mod commands;
 mod dump;
@@ -30,7 +31,7 @@ use std::process::ExitCode;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, LogAction};
 use crate::commands::ListArgs;
 use crate::error::CliError;
 use crate::store::chosen_database;
@@ -126,7 +127,15 @@ async fn run(db: &str, db_on_command_line: bool, command: Command) -> Result<(),
         }
         Command::Load { input } => commands::load(db, &input).await,
         Command::Backup { file } => backup::backup(db, &file).await,
-        Command::Restore { file } => backup::restore(&file, db).await,
+        Command::Restore { file, at, log } => match (at, log) {
+            (Some(at), Some(log)) => backup::restore_at(&file, db, at, &log).await,
+            _ => backup::restore(&file, db).await,
+        },
+        Command::Log { action } => match action {
+            LogAction::Status => change_log::status(db).await,
+            LogAction::Enable { keep } => change_log::enable(db, keep).await,
+            LogAction::Disable => change_log::disable(db).await,
+        },
         Command::Stats { database, prefix } => {
             let db = chosen_database(db, db_on_command_line, database.database)?;
             match prefix {

@@ -60,11 +60,15 @@ pub enum Fault {
     CountIncludesTheEnd,
     /// Leaves deleted keys out of a range watch's changes.
     RangeWatchDropsDeletions,
+    /// Reads the change log without the ranges its commits deleted.
+    ChangeLogDropsRangeDeletes,
+    /// Leaves the second record of every page of the change log out.
+    ChangeLogSkipsARecord,
 }
 
 impl Fault {
     /// Every seeded fault.
-    pub const ALL: [Fault; 19] = [
+    pub const ALL: [Fault; 21] = [
         Fault::IgnoresChecks,
         Fault::CheckFailureIsError,
         Fault::DropsLastListEntry,
@@ -84,6 +88,8 @@ impl Fault {
         Fault::RangeDeleteOutOfOrder,
         Fault::CountIncludesTheEnd,
         Fault::RangeWatchDropsDeletions,
+        Fault::ChangeLogDropsRangeDeletes,
+        Fault::ChangeLogSkipsARecord,
     ];
 }
 
@@ -213,7 +219,17 @@ impl Backend for FaultyBackend {
         after: open_deno_kv_proto::Versionstamp,
         limit: usize,
     ) -> Result<Vec<open_deno_kv_proto::change_log::ChangeRecord>, KvError> {
-        self.inner.read_change_log(after, limit).await
+        let mut records = self.inner.read_change_log(after, limit).await?;
+        match self.fault {
+            Fault::ChangeLogDropsRangeDeletes => records
+                .iter_mut()
+                .for_each(|record| record.changes.deleted_ranges.clear()),
+            Fault::ChangeLogSkipsARecord if records.len() >= 2 => {
+                records.remove(1);
+            }
+            _ => {}
+        }
+        Ok(records)
     }
 
     fn watch_range(

@@ -136,6 +136,8 @@ pub struct Needs {
     pub export: bool,
     /// Importing a snapshot ([`open_deno_kv_proto::Capabilities::import`]).
     pub import: bool,
+    /// A change log ([`open_deno_kv_proto::Capabilities::change_log`]).
+    pub change_log: bool,
 }
 
 impl Needs {
@@ -151,6 +153,7 @@ impl Needs {
         watch_range: false,
         export: false,
         import: false,
+        change_log: false,
     };
     /// Queues.
     pub const QUEUES: Needs = Needs {
@@ -207,6 +210,12 @@ impl Needs {
         ..Needs::NOTHING
     };
 
+    /// A change log.
+    pub const CHANGE_LOG: Needs = Needs {
+        change_log: true,
+        ..Needs::NOTHING
+    };
+
     /// Everything `self` needs and everything `other` needs.
     pub const fn and(self, other: Needs) -> Needs {
         Needs {
@@ -220,6 +229,7 @@ impl Needs {
             watch_range: self.watch_range || other.watch_range,
             export: self.export || other.export,
             import: self.import || other.import,
+            change_log: self.change_log || other.change_log,
         }
     }
 
@@ -235,6 +245,7 @@ impl Needs {
             && (!self.watch_range || features.watch_range)
             && (!self.export || features.export)
             && (!self.import || features.import)
+            && (!self.change_log || features.change_log)
     }
 }
 
@@ -261,6 +272,8 @@ pub struct Features {
     pub export: bool,
     /// `import_snapshot` works.
     pub import: bool,
+    /// The change log works.
+    pub change_log: bool,
 }
 
 impl Features {
@@ -277,6 +290,7 @@ impl Features {
             watch_range: capabilities.watch_range,
             export: capabilities.export,
             import: capabilities.import,
+            change_log: capabilities.change_log,
         }
     }
 }

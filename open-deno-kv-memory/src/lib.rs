@@ -34,12 +34,15 @@ mod queue;
 mod store;
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use open_deno_kv_proto::change_log::{ChangeLogStatus, ChangeRecord};
 use open_deno_kv_proto::{
     Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, ImportSummary,
     IntegrityReport, KvError, Limits, QueueMessageHandle, QueuedMessage, RangeCount,
     RangeWatchStream, ReadRangeOutput, Snapshot, SystemClock, ValidatedRange, ValidatedRead,
-    ValidatedWatch, ValidatedWrite, WatchReader, WatchStream, range_watch_stream, watch_stream,
+    ValidatedWatch, ValidatedWrite, Versionstamp, WatchReader, WatchStream, range_watch_stream,
+    watch_stream,
 };
 
 pub use store::MemoryStore;
@@ -109,6 +112,7 @@ impl Engine for MemoryBackend {
             .with_integrity_check(true)
             .with_beyond_deno(true)
             .with_backup(true)
+            .with_change_log(true)
     }
 
     async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
@@ -139,6 +143,24 @@ impl Engine for MemoryBackend {
 
     async fn import_snapshot(&self, snapshot: Snapshot) -> Result<ImportSummary, KvError> {
         self.store.import_snapshot(snapshot).await
+    }
+
+    /// In memory, beside the entries (see the `store::change_log` module).
+    async fn configure_change_log(&self, retention: Option<Duration>) -> Result<(), KvError> {
+        self.store.configure_change_log(retention);
+        Ok(())
+    }
+
+    async fn change_log_status(&self) -> Result<ChangeLogStatus, KvError> {
+        Ok(self.store.change_log_status())
+    }
+
+    async fn read_change_log(
+        &self,
+        after: Versionstamp,
+        limit: usize,
+    ) -> Result<Vec<ChangeRecord>, KvError> {
+        self.store.read_change_log(after, limit)
     }
 
     fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use chrono::{DateTime, Utc};
+use open_deno_kv_proto::change_log::ChangeRecord;
 use open_deno_kv_proto::queue::{DeliveryOutcome, IdMap, Leases, QueuedMessage, Settlement};
 use open_deno_kv_proto::{
     ChangeSignal, CommitResult, Effects, IntegrityReport, KeyRange, KvEntry, KvError, Notifier,
@@ -18,6 +19,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 mod backup;
+mod change_log;
 
 /// The data behind one or more [`crate::MemoryBackend`] handles. Clones share the same data.
 #[derive(Clone, Default)]
@@ -47,6 +49,8 @@ struct State {
     running: IdMap<QueuedMessage>,
     /// Who holds each running message, under which delivery token.
     leases: Leases,
+    /// The change log, while it is on.
+    log: Option<change_log::MemoryLog>,
 }
 
 impl fmt::Debug for MemoryStore {
@@ -274,6 +278,14 @@ impl State {
             ..Effects::default()
         };
         effects.changed = staged.changed();
+        if let Some(log) = &mut self.log {
+            log.append(&ChangeRecord {
+                versionstamp,
+                previous: Versionstamp::from_version(self.version, 0),
+                at: now,
+                changes: staged.clone(),
+            });
+        }
         for range in &staged.deleted_ranges {
             self.delete_range(range);
         }

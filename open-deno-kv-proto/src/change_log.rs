@@ -72,7 +72,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use crate::{KvError, StagedCommit, Versionstamp};
 
 pub use recording::RecordingTransaction;
-pub use replay::{Replay, RestorePoint, replay_log};
+pub use replay::{Replay, RestorePoint, Restored, replay_log, restore};
 
 /// The most records one [`crate::Backend::read_change_log`] call returns.
 pub const MAX_READ: usize = 1000;

@@ -45,6 +45,7 @@
 //! ```
 
 mod backup;
+mod change_log;
 mod integrity;
 mod messages;
 mod reader;
@@ -54,13 +55,15 @@ mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
+use open_deno_kv_proto::change_log::{ChangeLogStatus, ChangeRecord};
 use open_deno_kv_proto::committer::SettleAtNow;
 use open_deno_kv_proto::{
     Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, ImportSummary,
     IntegrityReport, KvError, Limits, Notifier, QueueMessageHandle, QueuedMessage, RangeCount,
     RangeWatchStream, ReadRangeOutput, Snapshot, SystemClock, ValidatedRange, ValidatedRead,
-    ValidatedWatch, ValidatedWrite, WatchStream, blocking_range_watch_stream,
+    ValidatedWatch, ValidatedWrite, Versionstamp, WatchStream, blocking_range_watch_stream,
     blocking_watch_stream,
 };
 use thiserror::Error;
@@ -248,7 +251,7 @@ impl SqliteBackend {
 
 impl Engine for SqliteBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::durable_store(self.read_only)
+        Capabilities::durable_store(self.read_only).with_change_log(true)
     }
 
     async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
@@ -293,6 +296,27 @@ impl Engine for SqliteBackend {
         let summary = backup::import(self.path.clone(), snapshot).await?;
         self.notifier.notify_everything();
         Ok(summary)
+    }
+
+    /// On a connection of its own (see the `change_log` module); the writer sees the switch
+    /// at its next group.
+    async fn configure_change_log(&self, retention: Option<Duration>) -> Result<(), KvError> {
+        let path = self.path.clone();
+        run_blocking(move || change_log::configure(&path, retention)).await
+    }
+
+    async fn change_log_status(&self) -> Result<ChangeLogStatus, KvError> {
+        let (path, read_only) = (self.path.clone(), self.read_only);
+        run_blocking(move || change_log::status(&path, read_only)).await
+    }
+
+    async fn read_change_log(
+        &self,
+        after: Versionstamp,
+        limit: usize,
+    ) -> Result<Vec<ChangeRecord>, KvError> {
+        let (path, read_only) = (self.path.clone(), self.read_only);
+        run_blocking(move || change_log::read(&path, read_only, after, limit)).await
     }
 
     fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {

@@ -41,6 +41,8 @@ const SELECT_RUNNING: &str =
 /// Deno's queue tables on a connection inside the writer's transaction (or savepoint).
 pub(crate) struct SqlQueue<'a> {
     pub(crate) conn: &'a Connection,
+    /// Dead-letter writes store change records (the change log is on).
+    pub(crate) log: bool,
 }
 
 impl QueueTables for SqlQueue<'_> {
@@ -89,17 +91,18 @@ impl QueueTables for SqlQueue<'_> {
         now: DateTime<Utc>,
         effects: &mut Effects,
     ) -> Result<(), KvError> {
-        commit_write(self.conn, write, now, effects).map(|_| ())
+        commit_write(self.conn, write, now, effects, self.log).map(|_| ())
     }
 }
 
 /// Requeues (or dead-letters) running messages whose deadline passed and that no live consumer
-/// in this process holds.
+/// in this process holds. With `log`, their dead letters store change records.
 pub(crate) fn requeue_dead(
     conn: &Connection,
     now: DateTime<Utc>,
     registry_key: &Path,
     effects: &mut Effects,
+    log: bool,
 ) -> Result<(), KvError> {
     let dead: Vec<String> = {
         let mut stmt = conn.prepare_cached(SELECT_DEAD).map_err(storage)?;
@@ -111,5 +114,5 @@ pub(crate) fn requeue_dead(
         .cloned()
         .unwrap_or_default();
     let abandoned = dead.into_iter().filter(|id| !alive.contains(id));
-    fail_deliveries(&mut SqlQueue { conn }, abandoned, now, effects)
+    fail_deliveries(&mut SqlQueue { conn, log }, abandoned, now, effects)
 }

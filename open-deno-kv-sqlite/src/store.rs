@@ -4,6 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use open_deno_kv_proto::change_log::{ChangeRecord, RecordingTransaction};
 use open_deno_kv_proto::queue::QueuedMessage;
 use open_deno_kv_proto::{
     CommitResult, Effects, KeyRange, KvEntry, KvError, KvValue, StoredEntry, ValidatedWrite,
@@ -308,24 +309,43 @@ pub(crate) fn insert_queue_row(
     )
 }
 
-/// Bumps the file's version and returns the new one.
+/// Bumps the file's version and returns the new one. (`seq` is 0 in every versionstamp Deno
+/// hands out; it is reset here so that `data_version` names the last commit exactly after an
+/// import of a snapshot whose versionstamp has another.)
 fn next_version(conn: &Connection) -> Result<Versionstamp, KvError> {
     const NEXT: &str =
-        "update data_version set version = version + 1 where k = 0 returning version";
+        "update data_version set version = version + 1, seq = 0 where k = 0 returning version";
     let mut next = conn.prepare_cached(NEXT).map_err(storage)?;
     let version: i64 = next.query_row([], |row| row.get(0)).map_err(storage)?;
     let version = u64::try_from(version).map_err(|_| bad(format!("data_version {version}")))?;
     Ok(Versionstamp::from_version(version, 0))
 }
 
+/// The versionstamp of the file's last commit, as `data_version` holds it.
+pub(crate) fn last_commit(conn: &Connection) -> Result<Versionstamp, KvError> {
+    const LAST: &str = "select version, seq from data_version where k = 0";
+    let mut last = conn.prepare_cached(LAST).map_err(storage)?;
+    let (version, seq): (i64, i64) = last
+        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .map_err(storage)?;
+    let version = u64::try_from(version).map_err(|_| bad(format!("data_version {version}")))?;
+    let seq = u16::try_from(seq).map_err(|_| bad(format!("data_version seq {seq}")))?;
+    Ok(Versionstamp::from_version(version, seq))
+}
+
 /// Runs one validated atomic write through open-deno-kv-proto's write path on `conn` (inside the caller's
 /// transaction or savepoint, which the caller rolls back unless this returns `Ok(Some(_))`).
+/// With `log`, a committed write also stores its change record (see [`crate::change_log`]).
 pub(crate) fn commit_write(
     conn: &Connection,
     write: &ValidatedWrite,
     now: DateTime<Utc>,
     effects: &mut Effects,
+    log: bool,
 ) -> Result<Option<CommitResult>, KvError> {
+    if log {
+        return commit_logged_write(conn, write, now, effects);
+    }
     let versionstamp = next_version(conn)?;
     let outcome = apply_atomic_write(&mut SqlTransaction { conn }, write, versionstamp, now)?;
     effects.record(&outcome);
@@ -333,4 +353,31 @@ pub(crate) fn commit_write(
         WriteOutcome::CheckFailed => None,
         WriteOutcome::Committed { .. } => Some(CommitResult { versionstamp }),
     })
+}
+
+/// [`commit_write`] with the change log on: the write runs through a recording transaction,
+/// and its record is stored with it.
+fn commit_logged_write(
+    conn: &Connection,
+    write: &ValidatedWrite,
+    now: DateTime<Utc>,
+    effects: &mut Effects,
+) -> Result<Option<CommitResult>, KvError> {
+    let previous = last_commit(conn)?;
+    let versionstamp = next_version(conn)?;
+    let mut txn = SqlTransaction { conn };
+    let mut recording = RecordingTransaction::new(&mut txn);
+    let outcome = apply_atomic_write(&mut recording, write, versionstamp, now)?;
+    effects.record(&outcome);
+    if outcome == WriteOutcome::CheckFailed {
+        return Ok(None);
+    }
+    let record = ChangeRecord {
+        versionstamp,
+        previous,
+        at: now,
+        changes: recording.into_changes(),
+    };
+    crate::change_log::append(conn, &record)?;
+    Ok(Some(CommitResult { versionstamp }))
 }

@@ -45,6 +45,7 @@ use open_deno_kv_proto::queue::{
 use open_deno_kv_proto::{Clock, CommitResult, Effects, KvError, Notifier, ValidatedWrite};
 use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior, params};
 
+use crate::change_log::WriterLog;
 use crate::messages::{self, SqlQueue, held_registry};
 use crate::store::{BUSY_TIMEOUT, commit_write, execute, open_connection, storage};
 use crate::{Durability, SqliteError, schema};
@@ -113,6 +114,7 @@ impl WriteConnection {
             registry_key: std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
             keepalive: Every::new(MESSAGE_KEEPALIVE_INTERVAL),
             sweep: Every::new(SWEEP_INTERVAL),
+            log: WriterLog::default(),
         };
         connection.sweep()?;
         Ok(connection)
@@ -135,6 +137,8 @@ pub(crate) struct WriteConnection {
     keepalive: Every,
     /// When expired entries and dead consumers' messages are swept next.
     sweep: Every,
+    /// The change log's setting as this writer last read it, and its pruning.
+    log: WriterLog,
 }
 
 impl GroupRunner for WriteConnection {
@@ -197,8 +201,12 @@ impl GroupRunner for WriteConnection {
         }
         let now = self.clock.now();
         let mut effects = Effects::default();
+        let log = &mut self.log;
         let failed = self.syncing.begin(&self.conn, true, true).and_then(|tx| {
-            let mut tables = SqlQueue { conn: &tx };
+            let mut tables = SqlQueue {
+                conn: &tx,
+                log: log.refresh(&tx)?,
+            };
             kit::fail_deliveries(&mut tables, own.iter().cloned(), now, &mut effects)?;
             self.syncing.commit(tx)
         });
@@ -294,11 +302,19 @@ impl WriteConnection {
                 return Ok(());
             }
         };
+        let log = match self.log.refresh(&tx) {
+            Ok(log) => log,
+            Err(err) => {
+                committer::reject_all(group, &err);
+                return Ok(());
+            }
+        };
         let registry_key = &self.registry_key;
         let run = run_isolated(
             &mut SqlGroup {
                 tx: &tx,
                 registry_key,
+                log,
             },
             group,
         );
@@ -307,6 +323,9 @@ impl WriteConnection {
         let committed = if run.kept == 0 {
             tx.rollback().map_err(storage)
         } else {
+            // Pruning is housekeeping: if it fails, the group still commits, and it is tried
+            // again at the next due time.
+            let _ = self.log.logged(&tx, run.kept, self.clock.now());
             self.syncing.commit(tx)
         };
         let notifier = self.notifier.clone();
@@ -347,9 +366,10 @@ impl WriteConnection {
         let now = self.clock.now();
         let mut effects = Effects::default();
         let tx = self.syncing.begin(&self.conn, false, true)?;
+        let log = self.log.refresh(&tx)?;
         let expired = "delete from kv where expiration_ms >= 0 and expiration_ms <= ?1";
         execute(&tx, expired, [now.timestamp_millis()])?;
-        messages::requeue_dead(&tx, now, &self.registry_key, &mut effects)?;
+        messages::requeue_dead(&tx, now, &self.registry_key, &mut effects, log)?;
         self.syncing.commit(tx)?;
         self.notifier.notify(&effects);
         Ok(())
@@ -439,6 +459,8 @@ struct SqlGroup<'t, 'c> {
     tx: &'t Transaction<'c>,
     /// The file, for the held-message registry.
     registry_key: &'t Path,
+    /// Commits store change records.
+    log: bool,
 }
 
 impl IsolatingTxn for SqlGroup<'_, '_> {
@@ -461,13 +483,17 @@ impl IsolatingTxn for SqlGroup<'_, '_> {
         now: DateTime<Utc>,
         effects: &mut Effects,
     ) -> Result<Option<CommitResult>, KvError> {
-        commit_write(self.tx, write, now, effects)
+        commit_write(self.tx, write, now, effects, self.log)
     }
 
     /// Requeues dead consumers' messages first, so they are due again.
     fn take(&mut self, now: DateTime<Utc>, effects: &mut Effects) -> Result<Due<String>, KvError> {
-        messages::requeue_dead(self.tx, now, self.registry_key, effects)?;
-        kit::take_due(&mut SqlQueue { conn: self.tx }, now)
+        messages::requeue_dead(self.tx, now, self.registry_key, effects, self.log)?;
+        let mut tables = SqlQueue {
+            conn: self.tx,
+            log: self.log,
+        };
+        kit::take_due(&mut tables, now)
     }
 
     fn settle(
@@ -477,7 +503,11 @@ impl IsolatingTxn for SqlGroup<'_, '_> {
         now: DateTime<Utc>,
         effects: &mut Effects,
     ) -> Result<(), KvError> {
-        kit::settle(&mut SqlQueue { conn: self.tx }, id, outcome, now, effects)
+        let mut tables = SqlQueue {
+            conn: self.tx,
+            log: self.log,
+        };
+        kit::settle(&mut tables, id, outcome, now, effects)
     }
 }
 

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use open_deno_kv_proto::change_log::ChangeLogStatus;
 use open_deno_kv_proto::queue::QueuedMessage;
 use open_deno_kv_proto::{
     AtomicWrite, Backend, Clock, CommitResult, Consistency, Key, RangeCount, ReadRange,
@@ -198,6 +199,43 @@ impl Kv {
         Ok(RangeWatch::new(
             self.backend.watch_range(selector.key_range()?)?,
         ))
+    }
+
+    /// Switches the store's change log on, keeping every commit's effects for `retention`, so
+    /// that a backup can later be rolled forward to any commit within it (`kv restore --at`,
+    /// [`open_deno_kv_proto::change_log::restore`]). Calling it again changes the retention.
+    /// The setting is stored in the database. Not part of Deno KV ([`Error::Unsupported`] where
+    /// the backend keeps no log: SQLite, redb and PostgreSQL do).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> open_deno_kv::Result<()> {
+    /// use std::time::Duration;
+    /// use open_deno_kv::{Kv, key};
+    ///
+    /// let dir = tempfile::tempdir().expect("a temporary directory");
+    /// let kv = Kv::open(&format!("sqlite:{}", dir.path().join("kv.sqlite3").display())).await?;
+    /// kv.enable_change_log(Duration::from_secs(7 * 24 * 3600)).await?;
+    /// let commit = kv.set(key!["visits"], 1u64).await?;
+    /// let status = kv.change_log_status().await?;
+    /// assert_eq!(status.records, 1);
+    /// assert_eq!(status.last.map(|mark| mark.versionstamp), Some(commit.versionstamp));
+    /// kv.disable_change_log().await?; // and its records are deleted
+    /// # kv.close().await }
+    /// ```
+    pub async fn enable_change_log(&self, retention: Duration) -> Result<()> {
+        Ok(self.backend.configure_change_log(Some(retention)).await?)
+    }
+
+    /// Switches the change log off and deletes its records. Not part of Deno KV.
+    pub async fn disable_change_log(&self) -> Result<()> {
+        Ok(self.backend.configure_change_log(None).await?)
+    }
+
+    /// Whether the change log is on, its retention, and its first and last records. Not part
+    /// of Deno KV.
+    pub async fn change_log_status(&self) -> Result<ChangeLogStatus> {
+        Ok(self.backend.change_log_status().await?)
     }
 
     /// Lists the entries a selector names, as a stream that fetches pages as it is read. Errors

@@ -84,6 +84,11 @@ pub use watch::WatchStream;
 /// same module under the path programs use.
 pub use open_deno_kv_proto::v8;
 
+/// The change log and point-in-time restores: [`Kv::enable_change_log`] switches a store's log
+/// on; [`change_log::restore`] rolls a backup forward to a commit with it. The module lives in
+/// open-deno-kv-proto; this is the same module under the path programs use.
+pub use open_deno_kv_proto::change_log;
+
 // The data model, re-exported so a program needs only this crate.
 pub use open_deno_kv_proto::{
     Backend, CommitResult, Consistency, Key, KeyPart, KeyRange, KvError, KvValue, QueuedMessage,

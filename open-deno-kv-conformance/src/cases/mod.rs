@@ -6,6 +6,7 @@ use crate::Case;
 
 mod backup;
 mod basics;
+mod change_log;
 mod checks;
 mod concurrency;
 mod expiry;
@@ -24,7 +25,7 @@ type CaseGroup = fn() -> Vec<Case>;
 
 /// Every scenario case.
 pub(crate) fn all() -> Vec<Case> {
-    let groups: [(&str, CaseGroup); 14] = [
+    let groups: [(&str, CaseGroup); 15] = [
         ("basics", basics::cases),
         ("ordering", ordering::cases),
         ("list", list::cases),
@@ -38,6 +39,7 @@ pub(crate) fn all() -> Vec<Case> {
         ("watch", watch::cases),
         ("concurrency", concurrency::cases),
         ("ranges", ranges::cases),
+        ("change_log", change_log::cases),
         ("backup", backup::cases),
     ];
     groups

@@ -22,8 +22,8 @@ use futures::StreamExt;
 use super::{ChangeRecord, MAX_READ};
 use crate::queue::QueuedMessage;
 use crate::{
-    Backend, KeyRange, KvEntry, KvError, Snapshot, SnapshotItem, SnapshotStream, StagedCommit,
-    StoredEntry, Versionstamp,
+    Backend, ImportSummary, KeyRange, KvEntry, KvError, Snapshot, SnapshotItem, SnapshotStream,
+    StagedCommit, StoredEntry, Versionstamp,
 };
 
 /// The commit a restore stops at.
@@ -217,6 +217,40 @@ pub async fn replay_log(
             }
         }
     }
+}
+
+/// What [`restore`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restored {
+    /// The commit the target now stands at: the last one replayed, or the backup's.
+    pub versionstamp: Versionstamp,
+    /// When that commit ran, if it came from the log.
+    pub at: Option<DateTime<Utc>>,
+    /// How many commits of the log were replayed over the backup.
+    pub commits: u64,
+    /// What the import wrote.
+    pub imported: ImportSummary,
+}
+
+/// A point-in-time restore: `backup`, with `source`'s change log replayed over it up to `point`
+/// ([`replay_log`], [`Replay::over`]), imported into `target`, a new or empty store
+/// ([`crate::Backend::import_snapshot`]: all or nothing). `source` is only read; `target` may
+/// be any engine that imports.
+pub async fn restore(
+    backup: Snapshot,
+    source: &dyn Backend,
+    point: RestorePoint,
+    target: &dyn Backend,
+) -> Result<Restored, KvError> {
+    let replay = replay_log(source, backup.versionstamp, point).await?;
+    let (versionstamp, at, commits) = (replay.last(), replay.last_at(), replay.commits());
+    let imported = target.import_snapshot(replay.over(backup)?).await?;
+    Ok(Restored {
+        versionstamp,
+        at,
+        commits,
+        imported,
+    })
 }
 
 /// The replayed ranges, sorted and merged, for a binary search per backup key.
