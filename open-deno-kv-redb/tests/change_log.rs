@@ -472,3 +472,32 @@ async fn a_restore_to_a_past_commit_gives_the_store_as_of_it() {
     copy.close().await.expect("close");
     kv.close().await.expect("close");
 }
+
+/// The file's version is looked at before its tables: a newer layout that adds a table of its
+/// own (as the change log added one) is refused as newer, untouched, not as a foreign file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_layout_with_a_new_table_is_refused_as_newer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("kv.redb");
+    let clock = ManualClock::at_test_epoch();
+    let kv = open(&path, &clock);
+    set(&*kv, "a", 1).await;
+    kv.close().await.expect("close");
+    {
+        let db = Database::create(&path).expect("raw open");
+        let txn = db.begin_write().expect("txn");
+        {
+            let future: TableDefinition<&[u8], &[u8]> = TableDefinition::new("deno_kv.future");
+            txn.open_table(future).expect("new table");
+            let mut meta = txn.open_table(META).expect("meta");
+            meta.insert("schema_version", open_deno_kv_redb::SCHEMA_VERSION + 1)
+                .expect("version");
+        }
+        txn.commit().expect("commit");
+    }
+    let before = std::fs::read(&path).expect("read");
+    let err = RedbBackend::open_with(&path, options(&clock)).expect_err("refused");
+    assert!(matches!(err, KvError::Storage { .. }), "{err:?}");
+    assert!(err.to_string().contains("is newer"), "{err}");
+    assert_eq!(std::fs::read(&path).expect("read"), before);
+}
