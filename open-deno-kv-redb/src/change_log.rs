@@ -29,7 +29,12 @@
 //! crash. While the log is on its last record *is* the last commit in the file (a commit and its
 //! record are stored together), so a writable open numbers on from it instead
 //! ([`last_logged_version`]), or from the floor an import left if that is higher (an import is
-//! not a commit and has no record).
+//! not a commit and has no record). Only with [`crate::Durability::Immediate`], where every
+//! acknowledged commit is synced before its answer, so no version above the last record was ever
+//! seen by anyone. A [`crate::Durability::Deferred`] store may have acknowledged commits that the
+//! crash lost; their versions must never be handed out again (a check naming one would match a
+//! different write), so it numbers on above the ceiling, and its log has a gap at the crash: a
+//! restore across it is refused, and a backup taken after it replays.
 //!
 //! **Reading** ([`status`], [`read`]) uses a read transaction of its own, on writable and
 //! read-only handles alike: a file without the table reads as a log that is off (or empty).

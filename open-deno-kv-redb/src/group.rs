@@ -394,10 +394,16 @@ impl GroupState {
             let mut tables = Tables::new(&txn);
             tables.logging = log.is_on();
             // Numbering continues above the ceiling: every version handed out before is at or
-            // below. With the change log on and holding records, from the last commit exactly
-            // (see `crate::change_log`, "Numbering after a crash").
-            let mut last_version = change_log::last_logged_version(&mut tables)?
-                .map_or(version_ceiling, |logged| logged.min(version_ceiling));
+            // below. With the change log on and holding records, and every acknowledged commit
+            // synced (`Immediate`), from the last commit exactly (see `crate::change_log`,
+            // "Numbering after a crash"); a `Deferred` store may have acknowledged commits the
+            // crash lost, whose versions must not be handed out again.
+            let logged = match durability {
+                Durability::Immediate => change_log::last_logged_version(&mut tables)?,
+                Durability::Deferred => None,
+            };
+            let mut last_version =
+                logged.map_or(version_ceiling, |logged| logged.min(version_ceiling));
             // Problems with single rows are left for inspection; they do not prevent the open.
             let _undecodable =
                 queue::recover(&mut tables, clock.now(), &mut last_version, &mut effects)
@@ -675,6 +681,14 @@ mod tests {
     }
 
     fn thread_on(path: &std::path::Path, clock: &ManualClock) -> GroupState {
+        thread_with(path, clock, Durability::Immediate)
+    }
+
+    fn thread_with(
+        path: &std::path::Path,
+        clock: &ManualClock,
+        durability: Durability,
+    ) -> GroupState {
         let db = Arc::new(
             crate::file::DbSlot::open_writable(path, Arc::new(crate::file::FileStorage), false)
                 .expect("open"),
@@ -682,7 +696,7 @@ mod tests {
         GroupState::prepare(
             db,
             Arc::new(clock.clone()),
-            Durability::Immediate,
+            durability,
             Arc::new(Notifier::new()),
             Arc::new(ReadSnapshot::default()),
             Arc::new(crate::backup::CommitClock::default()),
@@ -1118,6 +1132,29 @@ mod tests {
         assert_eq!(
             write_one(&mut state, "d", 6, clock.now()),
             1 + VERSION_RESERVATION + 1
+        );
+    }
+
+    /// A `Deferred` store may have acknowledged commits a crash lost: even with the log on, it
+    /// numbers on above the ceiling after a crash, never reusing a version it may have handed
+    /// out (its log then has a gap at the crash).
+    #[test]
+    fn after_a_crash_a_deferred_store_never_reuses_a_version() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("kv.redb");
+        let clock = ManualClock::at_test_epoch();
+        {
+            let mut state = thread_with(&path, &clock, Durability::Deferred);
+            let (switch, _answer) = configure_command(Some(Duration::from_secs(60)));
+            state.run_group(vec![switch]);
+            assert_eq!(write_one(&mut state, "a", 1, clock.now()), 1);
+            // Dropped without `close`, as a killed process would leave it.
+        }
+        let mut state = thread_with(&path, &clock, Durability::Deferred);
+        assert_eq!(
+            write_one(&mut state, "b", 2, clock.now()),
+            1 + VERSION_RESERVATION + 1,
+            "above the ceiling, not after the last record"
         );
     }
 
