@@ -56,7 +56,13 @@ open-deno-kv-bench diagnose-commits [--sets N] [--rounds N]
                         the kv table alone), and count the pages each commit writes
 open-deno-kv-bench diagnose-ranges [--entries N] [--rounds N]
                         time deleting and counting a prefix of N entries with the range
-                        operations against listing it page by page (memory, sqlite, redb)";
+                        operations against listing it page by page (memory, sqlite, redb)
+open-deno-kv-bench diagnose-change-log [--sets N] [--rounds N] [--engines sqlite,redb,postgres]
+    [--postgres-url URL]
+                        time W1 (N sequential durable sets, default 5,000, 7 rounds) with the
+                        change log off and on, per engine, and check the log's record count;
+                        an engine without the log is reported as such. postgres runs on a
+                        throwaway cluster unless --postgres-url is given";
 
 /// Options of a run.
 #[derive(Debug, Clone, PartialEq)]

@@ -33,6 +33,7 @@
 
 mod anchor;
 mod args;
+mod change_log;
 mod child;
 mod commits;
 mod diag;
@@ -53,6 +54,7 @@ fn main() {
         Some(("diagnose-memory", rest)) => std::process::exit(diagnose_main(rest)),
         Some(("diagnose-commits", rest)) => std::process::exit(diagnose_commits_main(rest)),
         Some(("diagnose-ranges", rest)) => std::process::exit(diagnose_ranges_main(rest)),
+        Some(("diagnose-change-log", rest)) => std::process::exit(diagnose_change_log_main(rest)),
         _ => {}
     }
     let code = match args::parse(&args) {
@@ -102,6 +104,23 @@ fn diagnose_ranges_main(args: &[String]) -> i32 {
     match counts(args, [("--entries", 100_000), ("--rounds", 3)], usage) {
         Ok([entries, rounds]) => report("diagnose-ranges", ranges::run(entries, rounds)),
         Err(code) => code,
+    }
+}
+
+/// `diagnose-change-log [--sets N] [--rounds N] [--engines sqlite,redb,postgres]
+/// [--postgres-url URL]`: W1 with the change log off and on, per engine (see [`change_log`]).
+fn diagnose_change_log_main(args: &[String]) -> i32 {
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{}", change_log::USAGE);
+        return 0;
+    }
+    match change_log::parse(args) {
+        Ok(options) => report("diagnose-change-log", change_log::run(&options)),
+        Err(message) => {
+            eprintln!("open-deno-kv-bench diagnose-change-log: {message}");
+            eprintln!("{}", change_log::USAGE);
+            2
+        }
     }
 }
 

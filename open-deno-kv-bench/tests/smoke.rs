@@ -266,3 +266,52 @@ fn diagnose_commits_accounts_for_every_page() {
     let table = account("raw kv table");
     assert!(!table[3].contains("data_version"), "{report}");
 }
+
+/// `diagnose-change-log` on every engine (postgres on a throwaway cluster it starts): each one's
+/// row is there, measured or "log not offered"; SQLite keeps a log, so its row is measured (the
+/// record count after each run with the log on is checked by the command itself).
+#[test]
+fn diagnose_change_log_reports_every_engine() {
+    use open_deno_kv_postgres::testing::ServerBinaries;
+    let engines = if ServerBinaries::find().is_err() && ServerBinaries::skip_requested() {
+        eprintln!(
+            "\n*** postgres SKIPPED: no PostgreSQL on this machine (KV_POSTGRES_TESTS=skip) ***\n"
+        );
+        "sqlite,redb"
+    } else {
+        "sqlite,redb,postgres"
+    };
+    let output = open_deno_kv_bench(&[
+        "diagnose-change-log",
+        "--sets",
+        "30",
+        "--rounds",
+        "2",
+        "--engines",
+        engines,
+    ]);
+    assert!(
+        output.status.success(),
+        "diagnose-change-log failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = String::from_utf8_lossy(&output.stdout);
+    for engine in engines.split(',') {
+        let row = report
+            .lines()
+            .find(|line| line.starts_with(&format!("| {engine} |")))
+            .unwrap_or_else(|| panic!("no row for {engine}:\n{report}"));
+        assert!(
+            row.contains("log not offered") || row.contains("x ("),
+            "{row}"
+        );
+    }
+    assert!(
+        !report
+            .lines()
+            .any(|line| line.starts_with("| sqlite |") && line.contains("not offered")),
+        "{report}"
+    );
+    let bad = open_deno_kv_bench(&["diagnose-change-log", "--engines", "memory"]);
+    assert_eq!(bad.status.code(), Some(2));
+}

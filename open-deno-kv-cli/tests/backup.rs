@@ -13,25 +13,8 @@ mod common;
 
 use std::path::Path;
 
-use common::kv;
+use common::{kv_fails, kv_ok};
 use serde_json::Value as Json;
-
-fn kv_ok(dir: &Path, args: &[&str]) -> String {
-    let output = kv(dir, args);
-    assert!(
-        output.status.success(),
-        "kv {args:?} failed ({}):\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn kv_fails(dir: &Path, args: &[&str]) -> String {
-    let output = kv(dir, args);
-    assert!(!output.status.success(), "kv {args:?} should have failed");
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
 
 fn temp_dir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap_or_else(|e| panic!("no temp dir: {e}"))

@@ -16,7 +16,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::kv;
+use common::{kv, kv_fails, kv_ok};
 use serde_json::{Value as Json, json};
 
 fn fixtures() -> PathBuf {
@@ -30,25 +30,6 @@ fn read_json(path: &Path) -> Json {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// Runs `kv` and returns its stdout; the command must succeed.
-fn kv_ok(dir: &Path, args: &[&str]) -> String {
-    let output = kv(dir, args);
-    assert!(
-        output.status.success(),
-        "kv {args:?} failed ({}):\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-/// Runs `kv`, which must fail; returns its stderr.
-fn kv_fails(dir: &Path, args: &[&str]) -> String {
-    let output = kv(dir, args);
-    assert!(!output.status.success(), "kv {args:?} should have failed");
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 fn temp_dir() -> tempfile::TempDir {

@@ -7,24 +7,7 @@ mod common;
 
 use std::path::Path;
 
-use common::kv;
-
-fn kv_ok(dir: &Path, args: &[&str]) -> String {
-    let output = kv(dir, args);
-    assert!(
-        output.status.success(),
-        "kv {args:?} failed ({}):\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn kv_fails(dir: &Path, args: &[&str]) -> String {
-    let output = kv(dir, args);
-    assert!(!output.status.success(), "kv {args:?} should have failed");
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
+use common::{kv, kv_fails, kv_ok};
 
 /// The versionstamp `kv get --format json` prints for `key`.
 fn versionstamp_of(dir: &Path, db: &str, key: &str) -> String {

@@ -21,7 +21,10 @@
 //! its expiry index row and every message, and raises the ceiling to the snapshot's version.
 //! Before it commits it leaves the version in the [`CommitClock`] as a floor, which the writer
 //! applies when it next begins a group (and re-reads its sweep hint): the next commit gets a
-//! later version.
+//! later version. An import is not a commit and writes no change record; with the log on it
+//! notes its version in `meta` (`change_log_floor`, see [`crate::change_log`]). The next commit's
+//! record names the snapshot's version as its `previous`, as an export between the two reports:
+//! a backup taken after the import replays onto the log, one from before does not (a gap).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -252,6 +255,7 @@ fn import_into(
     if version > ceiling {
         tables.set_version_ceiling(version).map_err(fatal)?;
     }
+    crate::change_log::note_import(&mut tables, version).map_err(fatal)?;
     drop(tables);
     // Before the commit: the writer begins its next group only after this transaction ends, and
     // then finds the floor.

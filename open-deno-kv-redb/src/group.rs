@@ -46,6 +46,7 @@ use redb::{Database, ReadableTable};
 use uuid::Uuid;
 
 use crate::backup::CommitClock;
+use crate::change_log::{self, LogSetting};
 use crate::error::storage;
 use crate::file::{DbSlot, needs_reopen};
 use crate::queue::{self, Engine, RedbQueue, Ticket};
@@ -65,8 +66,39 @@ const SWEEP_BATCH: usize = 256;
 /// How long sweeping stops after a sweep failed (reads still hide expired entries meanwhile).
 const SWEEP_PAUSE_AFTER_FAILURE: Duration = Duration::from_secs(60);
 
-/// One change the writer makes, run inside a group: the kit's changes, and [`Release`].
-pub(crate) type Command = Change<Engine, Release>;
+/// One change the writer makes, run inside a group: the kit's changes, and open-deno-kv-redb's
+/// own ([`Own`]).
+pub(crate) type Command = Change<Engine, Own>;
+
+/// The writer's commands of open-deno-kv-redb's own.
+pub(crate) enum Own {
+    /// See [`Release`].
+    Release(Release),
+    /// See [`Configure`].
+    Configure(Configure),
+}
+
+impl committer::Command for Own {
+    fn reject(self, err: KvError) {
+        match self {
+            Own::Release(release) => release.reject(err),
+            Own::Configure(configure) => configure.reject(err),
+        }
+    }
+}
+
+/// Switches the change log on with a retention, or off (see [`crate::change_log`]): every
+/// command after it in the writer's order sees the new setting.
+pub(crate) struct Configure {
+    pub(crate) retention: Option<Duration>,
+    pub(crate) reply: Reply<()>,
+}
+
+impl committer::Command for Configure {
+    fn reject(self, err: KvError) {
+        committer::answer(Some(self.reply), Err(err));
+    }
+}
 
 /// A handle closed: its unfinished messages are failed deliveries, and it gets no more.
 pub(crate) struct Release {
@@ -85,7 +117,9 @@ impl committer::Command for Release {
 fn command_now(command: &Command) -> DateTime<Utc> {
     match command {
         Change::Write { now, .. } | Change::Take { now, .. } | Change::Settle { now, .. } => *now,
-        Change::Engine(release) => release.now,
+        Change::Engine(Own::Release(release)) => release.now,
+        // A switch runs at no time of its own: it never holds a sweep back.
+        Change::Engine(Own::Configure(_)) => DateTime::<Utc>::MAX_UTC,
     }
 }
 
@@ -133,6 +167,8 @@ pub(crate) struct GroupState {
     unsynced: Unsynced,
     /// Set after a sweep failed: no sweeping until then.
     sweep_paused_until: Option<Instant>,
+    /// The change log's setting, cached (see [`crate::change_log`]).
+    log: LogSetting,
 }
 
 /// The earliest expiry time in the index, the sweep hint.
@@ -151,6 +187,8 @@ struct Saved {
     /// Only saved for groups with queue commands (the only ones that change it).
     leases: Option<Leases>,
     next_expiry: Option<DateTime<Utc>>,
+    /// The change log's retention (a switch in the group did not happen).
+    log_retention: Option<Duration>,
 }
 
 impl GroupRunner for GroupState {
@@ -220,6 +258,7 @@ impl GroupRunner for GroupState {
             last_version: self.last_version,
             leases: touches_queue.then(|| self.leases.clone()),
             next_expiry: self.next_expiry,
+            log_retention: self.log.retention(),
         };
         // Never sweep what a command of this group may still see as alive.
         let sweep_now = group
@@ -233,6 +272,7 @@ impl GroupRunner for GroupState {
         let mut raised_ceiling = None;
         let dirty = {
             let mut tables = Tables::new(&txn);
+            tables.logging = self.log.is_on();
             let sweep_due = self.next_expiry.is_some_and(|at| at <= sweep_now)
                 && self
                     .sweep_paused_until
@@ -254,6 +294,14 @@ impl GroupRunner for GroupState {
                         fatal = ran.err().map(|Fatal(err)| err);
                     }
                 }
+            }
+            // Pruning is housekeeping too, but it shares the transaction of the commits that made
+            // it due; its failure is redb's own and abandons the group like any other.
+            if fatal.is_none()
+                && self.log.prune_due(tables.logged)
+                && let Err(Fatal(err)) = self.log.prune(&mut tables, sweep_now)
+            {
+                fatal = Some(err);
             }
             // The new ceiling is kept in memory only once it is committed (below): a ceiling
             // above the file's would let later groups commit versions the file does not cover.
@@ -311,6 +359,9 @@ impl GroupRunner for GroupState {
                     self.leases = leases;
                 }
                 self.next_expiry = saved.next_expiry;
+                if self.log.retention() != saved.log_retention {
+                    self.log = LogSetting::restored(saved.log_retention);
+                }
                 answers.send(Err(&err));
                 self.recover_from(&err);
             }
@@ -335,12 +386,24 @@ impl GroupState {
         if layout == schema::Layout::Empty {
             schema::initialize(&txn).map_err(storage)?;
         }
-        // Numbering continues above the ceiling: every version handed out before is at or below.
-        let mut last_version = schema::version_ceiling(&txn)?;
-        let mut version_ceiling = last_version;
+        let log =
+            LogSetting::read(&txn.open_table(schema::META).map_err(storage)?).map_err(storage)?;
+        let mut version_ceiling = schema::version_ceiling(&txn)?;
         let mut effects = Effects::default();
-        let (dirty, next_expiry) = {
+        let (dirty, next_expiry, last_version) = {
             let mut tables = Tables::new(&txn);
+            tables.logging = log.is_on();
+            // Numbering continues above the ceiling: every version handed out before is at or
+            // below. With the change log on and holding records, and every acknowledged commit
+            // synced (`Immediate`), from the last commit exactly (see `crate::change_log`,
+            // "Numbering after a crash"); a `Deferred` store may have acknowledged commits the
+            // crash lost, whose versions must not be handed out again.
+            let logged = match durability {
+                Durability::Immediate => change_log::last_logged_version(&mut tables)?,
+                Durability::Deferred => None,
+            };
+            let mut last_version =
+                logged.map_or(version_ceiling, |logged| logged.min(version_ceiling));
             // Problems with single rows are left for inspection; they do not prevent the open.
             let _undecodable =
                 queue::recover(&mut tables, clock.now(), &mut last_version, &mut effects)
@@ -351,7 +414,7 @@ impl GroupState {
                     .set_version_ceiling(version_ceiling)
                     .map_err(|Fatal(err)| err)?;
             }
-            (tables.dirty, earliest_expiry(&mut tables)?)
+            (tables.dirty, earliest_expiry(&mut tables)?, last_version)
         };
         if dirty || layout == schema::Layout::Empty {
             txn.commit().map_err(storage)?;
@@ -373,6 +436,7 @@ impl GroupState {
             next_expiry,
             unsynced: Unsynced::new(DEFERRED_SYNC_INTERVAL),
             sweep_paused_until: None,
+            log,
         })
     }
 
@@ -467,7 +531,13 @@ impl GroupState {
         let txn = db.begin_write().map_err(storage)?;
         let ceiling = schema::version_ceiling(&txn)?;
         let next_expiry = earliest_expiry(&mut Tables::new(&txn))?;
+        // A switch the file lost (Deferred mode) is not in effect.
+        let log =
+            LogSetting::read(&txn.open_table(schema::META).map_err(storage)?).map_err(storage)?;
         txn.abort().map_err(storage)?;
+        if log.retention() != self.log.retention() {
+            self.log = log;
+        }
         self.version_ceiling = ceiling;
         self.last_version = self.last_version.max(ceiling);
         self.next_expiry = next_expiry;
@@ -541,7 +611,11 @@ impl GroupState {
                 };
                 hold(answers, reply, step)
             }
-            Change::Engine(Release { owner, now, reply }) => {
+            Change::Engine(Own::Configure(Configure { retention, reply })) => {
+                let step = self.log.switch(tables, retention);
+                hold(answers, Some(reply), step)
+            }
+            Change::Engine(Own::Release(Release { owner, now, reply })) => {
                 let mut step = Ok(Ok(()));
                 for id in self.leases.close_owner(owner) {
                     match self.settle(tables, id, DeliveryOutcome::Failed, now, effects) {
@@ -607,6 +681,14 @@ mod tests {
     }
 
     fn thread_on(path: &std::path::Path, clock: &ManualClock) -> GroupState {
+        thread_with(path, clock, Durability::Immediate)
+    }
+
+    fn thread_with(
+        path: &std::path::Path,
+        clock: &ManualClock,
+        durability: Durability,
+    ) -> GroupState {
         let db = Arc::new(
             crate::file::DbSlot::open_writable(path, Arc::new(crate::file::FileStorage), false)
                 .expect("open"),
@@ -614,7 +696,7 @@ mod tests {
         GroupState::prepare(
             db,
             Arc::new(clock.clone()),
-            Durability::Immediate,
+            durability,
             Arc::new(Notifier::new()),
             Arc::new(ReadSnapshot::default()),
             Arc::new(crate::backup::CommitClock::default()),
@@ -976,5 +1058,126 @@ mod tests {
         }
         let mut state = thread_on(&path, &clock);
         assert_eq!(write_one(&mut state, "c", 3, clock.now()), 3);
+    }
+
+    /// A switch of the change log, as its own command.
+    fn configure_command(
+        retention: Option<Duration>,
+    ) -> (Command, oneshot::Receiver<Result<(), KvError>>) {
+        let (reply, answer) = oneshot::channel();
+        (
+            Change::Engine(Own::Configure(Configure { retention, reply })),
+            answer,
+        )
+    }
+
+    fn logged(db: &Database) -> Vec<open_deno_kv_proto::change_log::ChangeRecord> {
+        change_log::read(db, Versionstamp::ZERO, 1000).expect("read log")
+    }
+
+    /// A switch takes effect between two commands of one group: the write before it is not
+    /// logged, the one after it is, and names the one before as its previous commit.
+    #[test]
+    fn a_switch_applies_to_the_commands_after_it_in_its_group() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clock = ManualClock::at_test_epoch();
+        let mut state = thread_on(&dir.path().join("kv.redb"), &clock);
+        let now = clock.now();
+        let one = |name: &str| AtomicWrite {
+            mutations: vec![set(name, 1)],
+            ..Default::default()
+        };
+        let (before, _a) = write_command(one("before"), now);
+        let (switch, mut switched) = configure_command(Some(Duration::from_secs(60)));
+        let (after, _b) = write_command(one("after"), now);
+        state.run_group(vec![before, switch, after]);
+        switched.try_recv().expect("answered").expect("switched");
+        let records = logged(&state.test_db());
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_eq!(records[0].previous, Versionstamp::from_version(1, 0));
+        assert_eq!(records[0].versionstamp, Versionstamp::from_version(2, 0));
+        assert!(records[0].changes.writes.contains_key(&k("after")));
+    }
+
+    /// After a crash (no clean close, so the file's ceiling is far above the last commit), a
+    /// file whose log is on numbers on from its last record: the chain goes on unbroken. With
+    /// the log off, numbering continues above the ceiling as before.
+    #[test]
+    fn after_a_crash_a_logged_file_numbers_on_from_its_last_record() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("kv.redb");
+        let clock = ManualClock::at_test_epoch();
+        {
+            let mut state = thread_on(&path, &clock);
+            let (switch, _answer) = configure_command(Some(Duration::from_secs(60)));
+            state.run_group(vec![switch]);
+            for n in 1..=3 {
+                assert_eq!(write_one(&mut state, "a", n, clock.now()), n);
+            }
+            // Dropped without `close`, as a killed process would leave it.
+        }
+        {
+            let mut state = thread_on(&path, &clock);
+            assert_eq!(write_one(&mut state, "b", 4, clock.now()), 4);
+            let records = logged(&state.test_db());
+            assert_eq!(records.len(), 4);
+            assert_eq!(records[3].previous, records[2].versionstamp);
+            let (switch, _answer) = configure_command(None);
+            state.run_group(vec![switch]);
+            assert_eq!(write_one(&mut state, "c", 5, clock.now()), 5);
+            // Crashes again, with the log off.
+        }
+        // The ceiling the first commit of the first run raised, never crossed since.
+        let mut state = thread_on(&path, &clock);
+        assert_eq!(
+            write_one(&mut state, "d", 6, clock.now()),
+            1 + VERSION_RESERVATION + 1
+        );
+    }
+
+    /// A `Deferred` store may have acknowledged commits a crash lost: even with the log on, it
+    /// numbers on above the ceiling after a crash, never reusing a version it may have handed
+    /// out (its log then has a gap at the crash).
+    #[test]
+    fn after_a_crash_a_deferred_store_never_reuses_a_version() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("kv.redb");
+        let clock = ManualClock::at_test_epoch();
+        {
+            let mut state = thread_with(&path, &clock, Durability::Deferred);
+            let (switch, _answer) = configure_command(Some(Duration::from_secs(60)));
+            state.run_group(vec![switch]);
+            assert_eq!(write_one(&mut state, "a", 1, clock.now()), 1);
+            // Dropped without `close`, as a killed process would leave it.
+        }
+        let mut state = thread_with(&path, &clock, Durability::Deferred);
+        assert_eq!(
+            write_one(&mut state, "b", 2, clock.now()),
+            1 + VERSION_RESERVATION + 1,
+            "above the ceiling, not after the last record"
+        );
+    }
+
+    /// An import is not a commit and leaves no record, only its version as the log's floor: after
+    /// a crash, numbering continues above the floor when it is above the last record.
+    #[test]
+    fn after_a_crash_numbering_continues_above_an_import() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("kv.redb");
+        let clock = ManualClock::at_test_epoch();
+        {
+            let mut state = thread_on(&path, &clock);
+            let (switch, _answer) = configure_command(Some(Duration::from_secs(60)));
+            state.run_group(vec![switch]);
+            write_one(&mut state, "a", 1, clock.now());
+            // What `backup::import_into` leaves beside its entries.
+            let txn = state.test_db().begin_write().expect("txn");
+            change_log::note_import(&mut Tables::new(&txn), 50).expect("note");
+            txn.commit().expect("commit");
+        }
+        let mut state = thread_on(&path, &clock);
+        assert_eq!(write_one(&mut state, "b", 2, clock.now()), 51);
+        let records = logged(&state.test_db());
+        assert_eq!(records[1].previous, Versionstamp::from_version(50, 0));
     }
 }

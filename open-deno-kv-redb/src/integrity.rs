@@ -7,12 +7,13 @@
 //! everything through the B-trees instead: a damaged page that breaks a tree stops a scan, which
 //! is reported, and a record that does not decode is reported with its key.
 
+use open_deno_kv_proto::change_log::ChangeRecord;
 use open_deno_kv_proto::{IntegrityReport, KvError, TableHolds, decode_key};
-use redb::{ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 
 use crate::codec;
 use crate::error::storage;
-use crate::schema::{ENTRIES, EXPIRY, QUEUE_READY, QUEUE_RUNNING};
+use crate::schema::{CHANGE_LOG, ENTRIES, EXPIRY, QUEUE_READY, QUEUE_RUNNING};
 
 /// Checks the file `db` is open on, from one snapshot. Problems go in the report; an error means
 /// the check could not start.
@@ -52,6 +53,29 @@ pub(crate) fn check(db: &dyn ReadableDatabase) -> Result<IntegrityReport, KvErro
         &mut report,
         |key, record| codec::decode_running(record, codec::decode_id(key)?).map(|_| ()),
     );
+    // The change log's table exists only while the log is on.
+    let has_log = txn
+        .list_tables()
+        .map_err(storage)?
+        .any(|handle| handle.name() == CHANGE_LOG.name());
+    if has_log {
+        scan(
+            &txn,
+            CHANGE_LOG,
+            TableHolds::Index,
+            &mut report,
+            |key, value| {
+                let record = ChangeRecord::decode(value)?;
+                if record.versionstamp.as_bytes().as_slice() != key {
+                    return Err(crate::error::corrupt(format!(
+                        "a change log record of commit {} under another key",
+                        record.versionstamp
+                    )));
+                }
+                Ok(())
+            },
+        );
+    }
     Ok(report)
 }
 

@@ -31,6 +31,10 @@
 //!   dead-letter rule. A message handed out and not finished is retried when its handle is
 //!   dropped or closed, and a message a crashed process held is requeued when the file is next
 //!   opened.
+//! - **Change log** (opt-in, for point-in-time restores; see `open_deno_kv_proto::change_log`):
+//!   switched on or off through the writer and stored in the file, so every later handle keeps
+//!   it; while on, every commit stores its record in its own transaction, and the writer prunes
+//!   records past the retention (see the `change_log` module for the layout).
 //! - **Watch** uses open-deno-kv-proto's [`ChangeSignal`] and [`watch_stream`].
 //! - **One process, many handles.** redb lets one process at a time open a file. Handles opened
 //!   in this process on the same path share one open file, one writer and one queue (they see
@@ -60,6 +64,7 @@
 //! ```
 
 mod backup;
+mod change_log;
 mod codec;
 mod consumer;
 mod error;
@@ -76,12 +81,16 @@ mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use open_deno_kv_proto::change_log::{ChangeLogStatus, ChangeRecord};
 
 use open_deno_kv_proto::{
     Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, ImportSummary,
     IntegrityReport, KvError, Limits, QueueMessageHandle, QueuedMessage, RangeCount,
     RangeWatchStream, ReadRangeOutput, Snapshot, SystemClock, ValidatedRange, ValidatedRead,
-    ValidatedWatch, ValidatedWrite, WatchStream, blocking_range_watch_stream,
+    ValidatedWatch, ValidatedWrite, Versionstamp, WatchStream, blocking_range_watch_stream,
     blocking_watch_stream,
 };
 use open_deno_kv_proto::{run_blocking, run_read};
@@ -221,7 +230,7 @@ impl RedbBackend {
 
 impl Engine for RedbBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::durable_store(self.shared.is_read_only())
+        Capabilities::durable_store(self.shared.is_read_only()).with_change_log(true)
     }
 
     async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
@@ -257,9 +266,15 @@ impl Engine for RedbBackend {
         run_blocking(move || shared.with_db(integrity::check)).await
     }
 
-    /// One read transaction holding a known commit (see the `backup` module).
+    /// One read transaction holding a known commit (see the `backup` module). The stream is
+    /// fused: polled again after its end it ends again (open-deno-kv-proto's `Replay::over`
+    /// polls a backup's stream once more after its last entry when it holds no message).
     async fn export_snapshot(&self) -> Result<Snapshot, KvError> {
-        backup::export(self.shared.clone(), self.clock.now()).await
+        let snapshot = backup::export(self.shared.clone(), self.clock.now()).await?;
+        Ok(Snapshot {
+            versionstamp: snapshot.versionstamp,
+            items: snapshot.items.fuse().boxed(),
+        })
     }
 
     /// One write transaction beside the writer, which continues numbering above the
@@ -268,6 +283,28 @@ impl Engine for RedbBackend {
         let summary = backup::import(self.shared.clone(), snapshot).await?;
         self.shared.notifier.notify_everything();
         Ok(summary)
+    }
+
+    /// A command of the file's writer (see the `change_log` module), so that it takes effect
+    /// between two commits.
+    async fn configure_change_log(&self, retention: Option<Duration>) -> Result<(), KvError> {
+        self.shared.writer()?.configure_log(retention).await
+    }
+
+    /// One read transaction (see the `change_log` module).
+    async fn change_log_status(&self) -> Result<ChangeLogStatus, KvError> {
+        let shared = self.shared.clone();
+        run_blocking(move || shared.with_db(change_log::status)).await
+    }
+
+    /// One read transaction (see the `change_log` module).
+    async fn read_change_log(
+        &self,
+        after: Versionstamp,
+        limit: usize,
+    ) -> Result<Vec<ChangeRecord>, KvError> {
+        let shared = self.shared.clone();
+        run_blocking(move || shared.with_db(|db| change_log::read(db, after, limit))).await
     }
 
     fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {

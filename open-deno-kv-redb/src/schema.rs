@@ -6,11 +6,21 @@
 //! | `deno_kv.expiry` | expiry time + encoded key | `()` | one row per entry that expires, in time order, so sweeps walk only what is due |
 //! | `deno_kv.queue_ready` | ready time + message id | message body | messages waiting for delivery, in due order |
 //! | `deno_kv.queue_running` | message id | deadline + ready time + message body | messages handed to a consumer and not yet finished |
-//! | `deno_kv.meta` | name | `u64` | `schema_version`, and `last_version`: a ceiling no versionstamp's version handed out exceeds (the exact last one after a clean close; see the `group` module) |
+//! | `deno_kv.meta` | name | `u64` | `schema_version`, and `last_version`: a ceiling no versionstamp's version handed out exceeds (the exact last one after a clean close; see the `group` module); while the change log is on, `change_log_retention_ms` and, after an import, `change_log_floor` |
+//! | `deno_kv.change_log` | versionstamp (10 bytes, so byte order is commit order) | [`open_deno_kv_proto::change_log::ChangeRecord::encode`] | one record per commit while the change log is on (see [`crate::change_log`]); the table exists only then |
 //!
 //! Byte layouts are in [`crate::codec`]. Opening a file never modifies it before it has been
-//! recognised: a file with other tables than these, or with a newer `schema_version`, is refused
-//! untouched.
+//! recognised: a file with a newer `schema_version`, or with other tables than these, is refused
+//! untouched (the version is looked at first, so a newer layout's new tables are reported as a
+//! newer schema, not as a foreign file).
+//!
+//! **The change log and older builds.** The change log did not change `schema_version` (still
+//! 1): its table is optional, created when the log is switched on and dropped, with its `meta`
+//! rows, when it is switched off. A file whose log is off is exactly what builds before the
+//! change log wrote, and they open it. A file whose log is on holds `deno_kv.change_log`, which
+//! those builds do not know: they refuse it untouched (as "not a Deno KV redb file: it has a
+//! table named \"deno_kv.change_log\""), so they can never commit to it without logging and
+//! break the log's chain unnoticed.
 
 use std::path::Path;
 
@@ -31,6 +41,9 @@ pub(crate) const QUEUE_RUNNING: TableDefinition<&[u8], &[u8]> =
     TableDefinition::new("deno_kv.queue_running");
 /// Small named numbers.
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("deno_kv.meta");
+/// The change log: one record per commit, by versionstamp (see [`crate::change_log`]).
+pub(crate) const CHANGE_LOG: TableDefinition<&[u8], &[u8]> =
+    TableDefinition::new("deno_kv.change_log");
 
 /// `meta` row: the layout version of the file.
 pub(crate) const META_SCHEMA_VERSION: &str = "schema_version";
@@ -39,15 +52,23 @@ pub(crate) const META_SCHEMA_VERSION: &str = "schema_version";
 /// close; files written either way read the same.
 pub(crate) const META_LAST_VERSION: &str = "last_version";
 
+/// `meta` row: the change log's retention in milliseconds; absent when the log is off.
+pub(crate) const META_CHANGE_LOG_RETENTION_MS: &str = "change_log_retention_ms";
+/// `meta` row: the version an import left while the change log was on (an import is not a
+/// commit and has no record), so that numbering after a crash continues above it (see
+/// [`crate::change_log::last_logged_version`]). Absent when the log is off.
+pub(crate) const META_CHANGE_LOG_FLOOR: &str = "change_log_floor";
+
 /// The layout this build writes and reads.
 pub const SCHEMA_VERSION: u64 = 1;
 
-const TABLE_NAMES: [&str; 5] = [
+const TABLE_NAMES: [&str; 6] = [
     "deno_kv.entries",
     "deno_kv.expiry",
     "deno_kv.queue_ready",
     "deno_kv.queue_running",
     "deno_kv.meta",
+    "deno_kv.change_log",
 ];
 
 /// Opens (or creates) the redb file at `path`, after recognising an existing file through a
@@ -99,11 +120,6 @@ pub(crate) fn inspect(db: &dyn ReadableDatabase) -> Result<Layout, RedbError> {
         .list_multimap_tables()
         .map_err(redb::Error::from)?
         .count();
-    if let Some(foreign) = names.iter().find(|n| !TABLE_NAMES.contains(&n.as_str())) {
-        return Err(RedbError::NotDenoKv {
-            reason: format!("it has a table named {foreign:?}"),
-        });
-    }
     if multimaps > 0 {
         return Err(RedbError::NotDenoKv {
             reason: "it has multimap tables".into(),
@@ -112,11 +128,19 @@ pub(crate) fn inspect(db: &dyn ReadableDatabase) -> Result<Layout, RedbError> {
     if names.is_empty() {
         return Ok(Layout::Empty);
     }
-    if !names.iter().any(|n| n == META.name()) {
-        return Err(RedbError::NotDenoKv {
-            reason: "it has no deno_kv.meta table".into(),
+    let foreign = names
+        .iter()
+        .find(|n| !TABLE_NAMES.contains(&n.as_str()))
+        .map(|foreign| RedbError::NotDenoKv {
+            reason: format!("it has a table named {foreign:?}"),
         });
+    if !names.iter().any(|n| n == META.name()) {
+        return Err(foreign.unwrap_or_else(|| RedbError::NotDenoKv {
+            reason: "it has no deno_kv.meta table".into(),
+        }));
     }
+    // The version before the table names: a newer layout may have tables this build does not
+    // know, and is reported as newer, not as foreign.
     let meta = txn.open_table(META).map_err(redb::Error::from)?;
     let found = meta
         .get(META_SCHEMA_VERSION)
@@ -127,6 +151,9 @@ pub(crate) fn inspect(db: &dyn ReadableDatabase) -> Result<Layout, RedbError> {
         })?;
     let recorded = i64::try_from(found).unwrap_or(i64::MAX);
     SchemaTooNew::check(recorded, SCHEMA_VERSION as i64)?;
+    if let Some(foreign) = foreign {
+        return Err(foreign);
+    }
     match found {
         SCHEMA_VERSION => Ok(Layout::Current),
         older => Err(RedbError::NotDenoKv {

@@ -18,8 +18,14 @@
 //!
 //! Expired entries are swept through the expiry index ([`Tables::sweep_expired`]) as part of
 //! group transactions, so the sweep never needs a transaction of its own while writes flow.
+//!
+//! While the change log is on ([`Tables::logging`]), the apply phase also stores the commit's
+//! record (see [`crate::change_log`]): the staged effects themselves, moved into the record once
+//! they are applied, so a logged commit costs one encoding and one insert, and an unlogged one
+//! nothing.
 
 use chrono::{DateTime, Utc};
+use open_deno_kv_proto::change_log::ChangeRecord;
 use open_deno_kv_proto::queue::QueuedMessage;
 use open_deno_kv_proto::{
     CommitResult, Effects, KeyRange, KvError, StoredEntry, ValidatedWrite, Versionstamp,
@@ -29,7 +35,9 @@ use redb::{ReadableTable, Table};
 
 use crate::codec::{self, EntryRecord, TIME_LEN};
 use crate::error::storage;
-use crate::schema::{ENTRIES, EXPIRY, META, META_LAST_VERSION, QUEUE_READY, QUEUE_RUNNING};
+use crate::schema::{
+    CHANGE_LOG, ENTRIES, EXPIRY, META, META_LAST_VERSION, QUEUE_READY, QUEUE_RUNNING,
+};
 
 /// A failure after the group's transaction was modified: the whole group must be abandoned.
 #[derive(Debug, Clone)]
@@ -54,6 +62,12 @@ pub(crate) struct Tables<'t> {
     expiry: Option<Table<'t, &'static [u8], ()>>,
     ready: Option<BytesTable<'t>>,
     running: Option<BytesTable<'t>>,
+    change_log: Option<BytesTable<'t>>,
+    /// Whether every commit made through these tables stores its change record (the log is
+    /// on). Set by the writer from its cached setting.
+    pub(crate) logging: bool,
+    /// How many change records were stored (the writer's pruning schedule counts them).
+    pub(crate) logged: usize,
     /// Whether anything was written (a group that wrote nothing is aborted, not committed).
     pub(crate) dirty: bool,
     /// The earliest expiry written by this group, to keep the writer's sweep hint.
@@ -68,6 +82,9 @@ impl<'t> Tables<'t> {
             expiry: None,
             ready: None,
             running: None,
+            change_log: None,
+            logging: false,
+            logged: 0,
             dirty: false,
             earliest_new_expiry: None,
         }
@@ -103,6 +120,39 @@ impl<'t> Tables<'t> {
             None => self.txn.open_table(QUEUE_RUNNING)?,
         };
         Ok(self.running.insert(table))
+    }
+
+    pub(crate) fn change_log(&mut self) -> Result<&mut BytesTable<'t>, redb::Error> {
+        let table = match self.change_log.take() {
+            Some(table) => table,
+            None => self.txn.open_table(CHANGE_LOG)?,
+        };
+        Ok(self.change_log.insert(table))
+    }
+
+    /// The metadata table, opened for one use (drop it before the next).
+    pub(crate) fn meta(&self) -> Result<Table<'t, &'static str, u64>, redb::Error> {
+        Ok(self.txn.open_table(META)?)
+    }
+
+    /// Deletes the change log's table with every record (the log is switched off).
+    pub(crate) fn drop_change_log(&mut self) -> Result<(), Fatal> {
+        // redb refuses to delete a table this transaction holds open.
+        self.change_log = None;
+        self.dirty = true;
+        self.txn.delete_table(CHANGE_LOG).map_err(fatal)?;
+        Ok(())
+    }
+
+    /// Stores the change record of a commit (see [`crate::change_log`]).
+    fn log(&mut self, record: &ChangeRecord) -> Result<(), Fatal> {
+        let bytes = record.encode();
+        self.change_log()
+            .map_err(fatal)?
+            .insert(record.versionstamp.as_bytes().as_slice(), bytes.as_slice())
+            .map_err(fatal)?;
+        self.logged += 1;
+        Ok(())
     }
 
     /// Records the version ceiling: no versionstamp handed out is above it (see
@@ -261,7 +311,9 @@ impl<'t> Tables<'t> {
 ///
 /// The write gets version `last_version + 1`; `last_version` moves only if the write commits
 /// (a failed check or a refused mutation hands out nothing, so versionstamps stay in commit
-/// order with no reuse).
+/// order with no reuse). While the log is on, a committed write also stores its record, whose
+/// `previous` is `last_version` before the write: the version an export reports between commits
+/// (see [`crate::backup`]), and within a group the group's previous write.
 pub(crate) fn commit_write(
     tables: &mut Tables<'_>,
     write: &ValidatedWrite,
@@ -291,8 +343,16 @@ pub(crate) fn commit_write(
     }
     // Even a write with no mutations takes a versionstamp and counts as a commit.
     tables.dirty = true;
-    *last_version = version;
     effects.changed.merge(staged.changed());
     effects.queue |= !staged.enqueued.is_empty();
+    if tables.logging {
+        tables.log(&ChangeRecord {
+            versionstamp,
+            previous: Versionstamp::from_version(*last_version, 0),
+            at: now,
+            changes: staged,
+        })?;
+    }
+    *last_version = version;
     Ok(Ok(Some(CommitResult { versionstamp })))
 }

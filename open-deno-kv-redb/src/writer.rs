@@ -9,6 +9,7 @@
 
 use std::ops::Deref;
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use open_deno_kv_proto::Clock;
@@ -16,11 +17,11 @@ use open_deno_kv_proto::KvError;
 use open_deno_kv_proto::committer::{Change, Committer, SettleAtNow};
 
 use crate::RedbError;
-use crate::group::{GroupState, Release};
+use crate::group::{Configure, GroupState, Own, Release};
 use crate::queue::Engine;
 
 /// The writer of one open file, shared by its handles: the kit's committer (writes, takes,
-/// settlements) and the one command of open-deno-kv-redb's own, [`Release`].
+/// settlements) and open-deno-kv-redb's own commands ([`Own`]).
 pub(crate) struct Writer(Arc<Committer<GroupState>>);
 
 impl Deref for Writer {
@@ -49,7 +50,7 @@ impl Writer {
     pub(crate) async fn release(&self, owner: u64, now: DateTime<Utc>) -> Result<(), KvError> {
         self.ask(|reply| {
             let reply = Some(reply);
-            Change::Engine(Release { owner, now, reply })
+            Change::Engine(Own::Release(Release { owner, now, reply }))
         })
         .await
     }
@@ -57,7 +58,15 @@ impl Writer {
     /// [`Writer::release`] without waiting (a handle dropped without `close`).
     pub(crate) fn release_in_background(&self, owner: u64, now: DateTime<Utc>) {
         let reply = None;
-        self.send(Change::Engine(Release { owner, now, reply }));
+        self.send(Change::Engine(Own::Release(Release { owner, now, reply })));
+    }
+
+    /// Switches the change log on with `retention`, or off (see [`crate::change_log`]): in
+    /// effect for every command the writer runs after it, so for every commit that starts after
+    /// this returns. Dropping the future does not withdraw the switch.
+    pub(crate) async fn configure_log(&self, retention: Option<Duration>) -> Result<(), KvError> {
+        self.ask(|reply| Change::Engine(Own::Configure(Configure { retention, reply })))
+            .await
     }
 }
 

@@ -263,3 +263,22 @@ pub fn kv(dir: &Path, args: &[&str]) -> Output {
     );
     output
 }
+
+/// Runs `kv` in `dir` and returns its stdout; the command must succeed.
+pub fn kv_ok(dir: &Path, args: &[&str]) -> String {
+    let output = kv(dir, args);
+    assert!(
+        output.status.success(),
+        "kv {args:?} failed ({}):\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Runs `kv` in `dir`, which must fail; returns its stderr.
+pub fn kv_fails(dir: &Path, args: &[&str]) -> String {
+    let output = kv(dir, args);
+    assert!(!output.status.success(), "kv {args:?} should have failed");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}

@@ -18,25 +18,35 @@ use open_deno_kv_proto::{KvError, Versionstamp};
 
 use super::MemoryStore;
 
+/// One record as the log keeps it: its commit's time (for pruning) and its bytes.
+#[derive(Debug)]
+struct Logged {
+    at: DateTime<Utc>,
+    bytes: Vec<u8>,
+}
+
 /// The log while it is on.
 #[derive(Debug)]
 pub(super) struct MemoryLog {
     retention: Duration,
-    /// versionstamp → (commit time, record bytes).
-    records: BTreeMap<Versionstamp, (DateTime<Utc>, Vec<u8>)>,
+    /// versionstamp → its record.
+    records: BTreeMap<Versionstamp, Logged>,
     schedule: PruneSchedule,
 }
 
 impl MemoryLog {
     /// Stores `record`, then prunes when due.
     pub(super) fn append(&mut self, record: &ChangeRecord) {
-        self.records
-            .insert(record.versionstamp, (record.at, record.encode()));
+        let logged = Logged {
+            at: record.at,
+            bytes: record.encode(),
+        };
+        self.records.insert(record.versionstamp, logged);
         if self.schedule.logged(1) {
             let before = prune_before(record.at, self.retention);
             let old: Vec<Versionstamp> = (self.records.iter())
                 .take(PRUNE_BATCH)
-                .take_while(|(_, (at, _))| *at < before)
+                .take_while(|(_, logged)| logged.at < before)
                 .map(|(versionstamp, _)| *versionstamp)
                 .collect();
             for versionstamp in old {
@@ -45,10 +55,10 @@ impl MemoryLog {
         }
     }
 
-    fn mark(&self, entry: Option<(&Versionstamp, &(DateTime<Utc>, Vec<u8>))>) -> Option<LogMark> {
-        entry.map(|(versionstamp, (at, _))| LogMark {
+    fn mark(entry: Option<(&Versionstamp, &Logged)>) -> Option<LogMark> {
+        entry.map(|(versionstamp, logged)| LogMark {
             versionstamp: *versionstamp,
-            at: *at,
+            at: logged.at,
         })
     }
 }
@@ -76,8 +86,8 @@ impl MemoryStore {
         ChangeLogStatus {
             retention: Some(log.retention),
             records: log.records.len() as u64,
-            first: log.mark(log.records.first_key_value()),
-            last: log.mark(log.records.last_key_value()),
+            first: MemoryLog::mark(log.records.first_key_value()),
+            last: MemoryLog::mark(log.records.last_key_value()),
         }
     }
 
@@ -94,7 +104,7 @@ impl MemoryStore {
             (log.records
                 .range((Bound::Excluded(after), Bound::Unbounded)))
             .take(limit)
-            .map(|(_, (_, bytes))| bytes.clone())
+            .map(|(_, logged)| logged.bytes.clone())
             .collect()
         };
         bytes

@@ -135,7 +135,9 @@ impl Replay {
             writes, enqueued, ..
         } = self.overlay;
         let merge = Merge {
-            backup: backup.items,
+            // Fused: the merge may look for messages after the entries ended the stream, and a
+            // stream built with `unfold` (every blocking engine's export) panics if polled again.
+            backup: backup.items.fuse().boxed(),
             next_backup: None,
             entries_done: false,
             first_message: None,

@@ -269,3 +269,29 @@ fn retention_is_at_least_a_second_and_pruning_keeps_up() {
     assert_eq!(due, 1000 / PRUNE_EVERY as usize);
     const { assert!(PRUNE_BATCH > PRUNE_EVERY as usize) };
 }
+
+/// A backup stream that must not be polled after its end (as `futures::stream::unfold`, which
+/// the blocking engines' exports are built on): the merge reads past the entries to look for
+/// messages, and must stop at the end.
+#[tokio::test]
+async fn a_backup_stream_is_not_polled_after_its_end() {
+    use futures::StreamExt;
+    let backup_items = vec![SnapshotItem::Entry(entry(b"a", 1, 1))];
+    let stream = futures::stream::unfold(backup_items.into_iter(), |mut rest| async move {
+        rest.next().map(|item| (Ok(item), rest))
+    })
+    .boxed();
+    let backup = Snapshot {
+        versionstamp: vs(1),
+        items: stream,
+    };
+    let mut replay = Replay::after(vs(1));
+    replay.apply(record(2, &[(b"b", 2)], &[])).expect("follows");
+    assert_eq!(
+        items(replay.over(backup).expect("same")).await,
+        vec![
+            SnapshotItem::Entry(entry(b"a", 1, 1)),
+            SnapshotItem::Entry(entry(b"b", 2, 2)),
+        ]
+    );
+}
