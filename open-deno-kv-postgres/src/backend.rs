@@ -6,12 +6,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use open_deno_kv_proto::change_log::{ChangeLogStatus, ChangeRecord};
 use open_deno_kv_proto::queue::{QueueMessageHandle, QueuedMessage};
 use open_deno_kv_proto::{
     Capabilities, Checked, CommitResult, Consistency, Engine, ImportSummary, IntegrityReport,
     KvError, RangeCount, RangeWatchStream, ReadRangeOutput, Snapshot, ValidatedRange,
-    ValidatedRead, ValidatedWatch, ValidatedWrite, WatchReader, WatchStream, range_watch_stream,
-    watch_stream,
+    ValidatedRead, ValidatedWatch, ValidatedWrite, Versionstamp, WatchReader, WatchStream,
+    range_watch_stream, watch_stream,
 };
 use tokio::task::JoinHandle;
 use tokio_postgres::{Config, NoTls};
@@ -199,6 +200,7 @@ impl Engine for PostgresBackend {
             .with_integrity_check(true)
             .with_beyond_deno(true)
             .with_backup(true)
+            .with_change_log(true)
     }
 
     /// Strong reads go to the primary. Eventual reads go to a replica when there is one, in
@@ -267,6 +269,25 @@ impl Engine for PostgresBackend {
         let summary = crate::backup::import(&self.pool, &self.sql, snapshot).await?;
         self.events.notifier.notify_everything();
         Ok(summary)
+    }
+
+    /// Updates `kv_meta.change_log_ms` (deleting every record when switching off) in one
+    /// transaction that takes the `kv_meta` row lock: every commit of any process that starts
+    /// after this returns reads the new setting (see the `change_log` module).
+    async fn configure_change_log(&self, retention: Option<Duration>) -> Result<(), KvError> {
+        crate::change_log::configure(&self.pool, &self.sql, retention).await
+    }
+
+    async fn change_log_status(&self) -> Result<ChangeLogStatus, KvError> {
+        crate::change_log::status(&self.pool, &self.sql).await
+    }
+
+    async fn read_change_log(
+        &self,
+        after: Versionstamp,
+        limit: usize,
+    ) -> Result<Vec<ChangeRecord>, KvError> {
+        crate::change_log::read(&self.pool, &self.sql, after, limit).await
     }
 
     fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {

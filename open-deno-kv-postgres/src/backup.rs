@@ -12,7 +12,10 @@
 //! writes of any process wait for the import rather than interleave), checks that `kv` and
 //! `kv_queue` are empty, writes the entries in batches with their versionstamps and expiry and
 //! the messages with their ids, raises `data_version` to the snapshot's version, notifies every
-//! handle, and commits. Dropping the future, or an error, rolls it back.
+//! handle, and commits. While the change log is on, an import is not logged: when it would leave
+//! `data_version` where it was (a store emptied after later commits than the snapshot's), it
+//! takes one version more instead, so that the log's chain shows the import as a gap (a replay
+//! across it is refused rather than missing the imported data). Dropping the future, or an error, rolls it back.
 
 use std::sync::Arc;
 
@@ -184,7 +187,9 @@ pub(crate) async fn import(
     })?;
     let mut client = reader::pooled(pool).await?;
     let tx = client.transaction().await.map_err(pg)?;
-    tx.query_one(&sql.lock_version, &[]).await.map_err(pg)?;
+    let locked = tx.query_one(&sql.lock_version, &[]).await.map_err(pg)?;
+    let before: i64 = locked.try_get(0).map_err(pg)?;
+    let logging = locked.try_get::<_, Option<i64>>(1).map_err(pg)?.is_some();
     let occupied: bool = tx
         .query_one(&sql.any_data, &[])
         .await
@@ -224,9 +229,19 @@ pub(crate) async fn import(
         }
     }
     insert_entries(&tx, &upsert, columns).await?;
-    tx.execute(&sql.raise_version, &[&version])
-        .await
-        .map_err(pg)?;
+    if logging && before > 0 && before >= version {
+        // The import is not logged. Had the version stayed where it was, the next commit's
+        // record would name the last one before the import as its predecessor, and a replay of
+        // the log over an older backup would pass the chain check without the imported data.
+        // One version further, the chain shows the gap.
+        tx.execute(&sql.set_version, &[&(before + 1)])
+            .await
+            .map_err(pg)?;
+    } else {
+        tx.execute(&sql.raise_version, &[&version])
+            .await
+            .map_err(pg)?;
+    }
     // A payload without an origin: every handle, in every process, looks at everything again.
     let notify_params: [&(dyn ToSql + Sync); 2] = [&sql.channel, &"restore"];
     tx.execute(&sql.notify, &notify_params).await.map_err(pg)?;

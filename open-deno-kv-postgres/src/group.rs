@@ -4,11 +4,13 @@
 //! ```text
 //! BEGIN                                        (READ COMMITTED)
 //! UPDATE kv_meta SET data_version += n         the row lock FIRST: writers queue here, so
-//!                                              versions follow commit order
+//!                                              versions follow commit order; it returns
+//!                                              the change log's retention too
 //! DELETE the claimed queue messages            (dead letters: only while their lease holds)
 //! SELECT the rows the checks and sums read     a fresh snapshot, taken under the lock
 //! -- in Rust, write i of n against an overlay: open-deno-kv-proto's write path with version base+i
 //! INSERT … ON CONFLICT / DELETE / INSERT queue the survivors' final state, pipelined
+//! INSERT kv_change_log … unnest(…)             the records, only while the log is on (below)
 //! pg_notify                                    other processes wake their watches and consumers
 //! COMMIT
 //! ```
@@ -18,6 +20,19 @@
 //! leaves no trace; the others commit. Why the lock comes first: under READ COMMITTED each
 //! statement takes a new snapshot, so the SELECT after the lock sees every earlier writer's
 //! commit (a check made before the lock, or in the same statement, could miss one).
+//!
+//! **The change log.** The version bump also returns `kv_meta.change_log_ms`, the log's
+//! retention, read from the row it has just locked: a `configure_change_log` (which updates the
+//! same row, so takes the same lock) is in effect for every group that locks the row after it
+//! committed, in every process, at no cost to the commit when the log is off. While it is on,
+//! each surviving write becomes one [`ChangeRecord`] (its effects as staged, its `now`, and the
+//! write before it: the previous survivor of the group, or for the first one the version the
+//! group started from, which is what an export would have reported), and the group stores them
+//! all with one `INSERT … SELECT unnest(…)`. Versions of writes that fail are otherwise skipped;
+//! while logging, when the last writes of a group fail, the group sets `data_version` back to its
+//! last survivor, so the next commit (and any export) follows the last record and the chain holds.
+//! Every [`PRUNE_EVERY`](open_deno_kv_proto::change_log::PRUNE_EVERY) logged commits, the group
+//! also deletes the oldest records older than the retention (at most [`PRUNE_BATCH`]).
 //!
 //! **Failures.** A connection or server failure before `COMMIT` was sent rolls everything back on
 //! the server, so the group is run again on a new connection (for up to [`RETRY_FOR`]). A failure
@@ -32,6 +47,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::future::try_join_all;
+use open_deno_kv_proto::change_log::{ChangeRecord, PRUNE_BATCH, PruneSchedule, prune_before};
 use open_deno_kv_proto::queue::QueuedMessage;
 use open_deno_kv_proto::{
     ChangedKeys, CommitResult, Effects, KeyRange, KvError, MutationKind, StoredEntry,
@@ -75,12 +91,17 @@ pub(crate) struct WriteGroup {
     /// Raised to the last version of every group committed (read-your-writes on replicas).
     committed: Arc<AtomicU64>,
     connection: Option<Prepared>,
+    /// When the change log is next pruned.
+    prune: PruneSchedule,
 }
 
 /// The committer's connection with its statements prepared.
 struct Prepared {
     client: Client,
     bump_version: Statement,
+    set_version: Statement,
+    log_insert: Statement,
+    log_prune: Statement,
     claim_leased: Statement,
     read_keys: Statement,
     upsert: Statement,
@@ -137,22 +158,26 @@ impl WriteGroup {
             origin,
             committed,
             connection: None,
+            prune: PruneSchedule::default(),
         }
     }
 
-    async fn connection(&mut self) -> Result<&mut Prepared, PostgresError> {
-        if self
-            .connection
-            .as_ref()
-            .is_some_and(|c| c.client.is_closed())
-        {
-            self.connection = None;
+    /// The connection in `slot`, made and prepared first if there is none (or it closed).
+    async fn connection<'a>(
+        slot: &'a mut Option<Prepared>,
+        config: &Config,
+        sql: &Sql,
+    ) -> Result<&'a mut Prepared, PostgresError> {
+        if slot.as_ref().is_some_and(|c| c.client.is_closed()) {
+            *slot = None;
         }
-        if self.connection.is_none() {
-            let client = connect(&self.config).await?;
-            let sql = &self.sql;
+        if slot.is_none() {
+            let client = connect(config).await?;
             let prepared = Prepared {
                 bump_version: client.prepare(&sql.bump_version).await?,
+                set_version: client.prepare(&sql.set_version).await?,
+                log_insert: client.prepare(&sql.log_insert).await?,
+                log_prune: client.prepare(&sql.log_prune).await?,
                 claim_leased: client.prepare(&sql.claim_leased).await?,
                 read_keys: client.prepare(&sql.read_keys).await?,
                 upsert: client.prepare(&sql.upsert).await?,
@@ -162,9 +187,9 @@ impl WriteGroup {
                 notify: client.prepare(&sql.notify).await?,
                 client,
             };
-            self.connection = Some(prepared);
+            *slot = Some(prepared);
         }
-        match self.connection.as_mut() {
+        match slot.as_mut() {
             Some(prepared) => Ok(prepared),
             None => unreachable!("connected just above"),
         }
@@ -177,13 +202,12 @@ impl WriteGroup {
     ) -> Result<Vec<WriteAnswer>, GroupFailure> {
         let channel = self.sql.channel.clone();
         let origin = self.origin.clone();
-        let conn = self.connection().await?;
+        let conn = Self::connection(&mut self.connection, &self.config, &self.sql).await?;
         let tx = conn.client.transaction().await?;
         let count = i64::try_from(items.len()).unwrap_or(i64::MAX);
-        let last: i64 = tx
-            .query_one(&conn.bump_version, &[&count])
-            .await?
-            .try_get(0)?;
+        let bumped = tx.query_one(&conn.bump_version, &[&count]).await?;
+        let last: i64 = bumped.try_get(0)?;
+        let retention_ms: Option<i64> = bumped.try_get(1)?;
         // Versions are positive and only grow; the row holds the last one handed out.
         let base = u64::try_from(last - count).unwrap_or(0);
 
@@ -206,7 +230,7 @@ impl WriteGroup {
             state.insert(key, Some(entry));
         }
 
-        let mut outcome = Staged::default();
+        let mut outcome = Staged::new(base, retention_ms.is_some());
         let answers: Vec<WriteAnswer> = items
             .iter()
             .enumerate()
@@ -214,8 +238,7 @@ impl WriteGroup {
                 if item.claim.is_some_and(|(id, _)| !claimed.contains(&id)) {
                     return Ok(None);
                 }
-                let stamp = Versionstamp::from_version(base + i as u64 + 1, 0);
-                outcome.stage(&mut state, item, stamp)
+                outcome.stage(&mut state, item, base + i as u64 + 1)
             })
             .collect();
 
@@ -282,6 +305,36 @@ impl WriteGroup {
                 .await
             }
         }));
+        // The change log: the records, the version of the last one if later writes failed, and
+        // a pruning when one is due. Nothing at all while the log is off.
+        let mut final_version = last;
+        let mut log = LogColumns::default();
+        let mut prune_cutoff: Option<i64> = None;
+        if let Some(retention_ms) = retention_ms {
+            final_version = i64::try_from(outcome.last_version).unwrap_or(i64::MAX);
+            for record in &outcome.records {
+                log.push(record);
+            }
+            if !outcome.records.is_empty() && self.prune.logged(outcome.records.len()) {
+                let now = items.iter().map(|i| i.now).max().unwrap_or_default();
+                let retention = Duration::from_millis(u64::try_from(retention_ms).unwrap_or(0));
+                prune_cutoff = Some(codec::ms(prune_before(now, retention)));
+            }
+        }
+        let log_insert = async {
+            if !log.stamps.is_empty() {
+                tx.execute(&conn.log_insert, &[&log.stamps, &log.times, &log.records])
+                    .await?;
+            }
+            if let Some(cutoff) = prune_cutoff {
+                let batch = i64::try_from(PRUNE_BATCH).unwrap_or(i64::MAX);
+                tx.execute(&conn.log_prune, &[&cutoff, &batch]).await?;
+            }
+            if final_version != last {
+                tx.execute(&conn.set_version, &[&final_version]).await?;
+            }
+            Ok::<_, tokio_postgres::Error>(())
+        };
         let note = payload(
             &origin,
             !outcome.writes.is_empty() || !outcome.deleted_ranges.is_empty(),
@@ -289,7 +342,7 @@ impl WriteGroup {
         );
         let notify_params: [&(dyn ToSql + Sync); 2] = [&channel, &note];
         let notify = tx.execute(&conn.notify, &notify_params);
-        tokio::try_join!(upsert, delete, enqueue, notify)?;
+        tokio::try_join!(upsert, delete, enqueue, log_insert, notify)?;
         if let Err(err) = tx.commit().await {
             return Err(if err.as_db_error().is_some() {
                 // The server answered: it rolled the transaction back.
@@ -299,7 +352,7 @@ impl WriteGroup {
             });
         }
         self.committed
-            .fetch_max(u64::try_from(last).unwrap_or(0), Ordering::AcqRel);
+            .fetch_max(u64::try_from(final_version).unwrap_or(0), Ordering::AcqRel);
         self.events.notifier.notify(&Effects {
             queue: !outcome.enqueued.is_empty(),
             changed: outcome.changed,
@@ -358,8 +411,23 @@ fn keys_read(items: &[WriteRequest]) -> BTreeSet<&[u8]> {
     keys
 }
 
-/// What the surviving writes of a group leave to store.
+/// The change records of a group as the columns of one `INSERT … unnest`.
 #[derive(Default)]
+struct LogColumns {
+    stamps: Vec<Vec<u8>>,
+    times: Vec<i64>,
+    records: Vec<Vec<u8>>,
+}
+
+impl LogColumns {
+    fn push(&mut self, record: &ChangeRecord) {
+        self.stamps.push(record.versionstamp.as_bytes().to_vec());
+        self.times.push(codec::ms(record.at));
+        self.records.push(record.encode());
+    }
+}
+
+/// What the surviving writes of a group leave to store.
 struct Staged {
     /// The ranges deleted as a whole, deleted before `writes` are stored.
     deleted_ranges: Vec<KeyRange>,
@@ -367,21 +435,41 @@ struct Staged {
     writes: BTreeMap<Vec<u8>, Option<StoredEntry>>,
     enqueued: Vec<QueuedMessage>,
     changed: ChangedKeys,
+    /// Whether the change log is on: each survivor then leaves a record in `records`.
+    logging: bool,
+    /// The version of the last survivor so far (the group's base before the first).
+    last_version: u64,
+    records: Vec<ChangeRecord>,
 }
 
 impl Staged {
+    /// Nothing staged yet, over a store whose last version is `base`.
+    fn new(base: u64, logging: bool) -> Self {
+        Staged {
+            deleted_ranges: Vec::new(),
+            writes: BTreeMap::new(),
+            enqueued: Vec::new(),
+            changed: ChangedKeys::default(),
+            logging,
+            last_version: base,
+            records: Vec::new(),
+        }
+    }
+
     fn is_empty(&self) -> bool {
         self.writes.is_empty() && self.enqueued.is_empty() && self.deleted_ranges.is_empty()
     }
 
     /// Runs one write through open-deno-kv-proto's path over `state` (the rows read under the lock, with
-    /// the earlier survivors' effects), and keeps its effects if it commits.
+    /// the earlier survivors' effects) at `version`, and keeps its effects (and, while logging,
+    /// its record) if it commits.
     fn stage(
         &mut self,
         state: &mut BTreeMap<Vec<u8>, Option<StoredEntry>>,
         item: &WriteRequest,
-        stamp: Versionstamp,
+        version: u64,
     ) -> WriteAnswer {
+        let stamp = Versionstamp::from_version(version, 0);
         let read = |key: &[u8]| match state.get(key) {
             Some(entry) => Ok(entry.clone()),
             None => Err(PostgresError::Internal {
@@ -392,6 +480,15 @@ impl Staged {
         let Some(staged) = stage_atomic_write(read, &item.write, stamp, item.now)? else {
             return Ok(None);
         };
+        if self.logging {
+            self.records.push(ChangeRecord {
+                versionstamp: stamp,
+                previous: Versionstamp::from_version(self.last_version, 0),
+                at: item.now,
+                changes: staged.clone(),
+            });
+        }
+        self.last_version = version;
         self.changed.merge(staged.changed());
         for range in staged.deleted_ranges {
             if range.is_empty() {

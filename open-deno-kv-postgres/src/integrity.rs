@@ -4,7 +4,8 @@
 //! PostgreSQL guards its own pages (its WAL, and data checksums where the cluster was created
 //! with them); what only this crate can tell is whether each row still means something: a key in
 //! Deno's encoding, a value that decodes under its encoding number, a 10-byte versionstamp, a
-//! message whose columns are whole. Rows are streamed and decoded in batches, so the check holds
+//! message whose columns are whole, a change log record that decodes (as the record of its row's
+//! commit). Rows are streamed and decoded in batches, so the check holds
 //! one batch in memory, not the store.
 
 use deadpool_postgres::Object;
@@ -43,6 +44,15 @@ pub(crate) async fn check(mut client: Object, sql: &Sql) -> Result<IntegrityRepo
         message,
     )
     .await;
+    scan(
+        &tx,
+        &sql.log_all,
+        "kv_change_log",
+        TableHolds::Index,
+        &mut report,
+        log_record,
+    )
+    .await;
     tx.commit().await.map_err(pg)?;
     Ok(report)
 }
@@ -57,6 +67,13 @@ fn entry(row: &Row) -> Result<(), RowProblem> {
 /// A message row decodes.
 fn message(row: &Row) -> Result<(), RowProblem> {
     codec::message(row).map(|_| ()).map_err(|err| (None, err))
+}
+
+/// A change log row decodes, as the record of its own commit.
+fn log_record(row: &Row) -> Result<(), RowProblem> {
+    crate::change_log::record(row)
+        .map(|_| ())
+        .map_err(|err| (None, err))
 }
 
 /// Streams every row of `query` through `decode` into the report, a batch at a time (see

@@ -15,7 +15,8 @@
 //! ## How the model maps onto PostgreSQL
 //!
 //! - **Tables** (`schema.rs`): `kv` (keys as `bytea`, whose `memcmp` order is Deno's key order),
-//!   `kv_queue`, and `kv_meta`, one row holding the schema version and the last commit version.
+//!   `kv_queue`, `kv_change_log` (the change log), and `kv_meta`, one row holding the schema version,
+//!   the last commit version and the change log's retention.
 //!   The backend creates them on first open; tables of a newer version, or with our names and
 //!   another shape, are refused untouched.
 //! - **Writes** (`group.rs`, `committer.rs`): one committer task per handle runs the writes
@@ -34,6 +35,9 @@
 //! - **Watch** (`listener.rs`): commits `NOTIFY`; a LISTEN connection per handle wakes the
 //!   watches, which re-read their keys (open-deno-kv-proto's [`watch_stream`](open_deno_kv_proto::watch_stream)).
 //! - **Expiry** (`housekeeping.rs`): a sweep deletes expired rows every second.
+//! - **Change log** (`change_log.rs`): opt-in, for point-in-time restores; the retention lives
+//!   in the `kv_meta` row every writer locks, and each commit's record is written by its group's
+//!   transaction, one `INSERT` per group.
 //! - **Backups** (`backup.rs`): an export streams one `REPEATABLE READ` snapshot in keyset pages;
 //!   an import writes a snapshot in one transaction that holds the `kv_meta` row lock.
 //!
@@ -48,6 +52,7 @@
 
 mod backend;
 mod backup;
+mod change_log;
 mod codec;
 mod committer;
 mod connect;

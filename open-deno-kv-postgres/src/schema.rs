@@ -1,11 +1,29 @@
-//! The store's tables: created on first open, recognised on every later one, refused untouched
-//! when they are not ours or are newer than this build.
+//! The store's tables: created on first open, recognised on every later one, brought up to
+//! date (version 1 to 2) on open, refused untouched when they are not ours or are newer than
+//! this build.
 //!
 //! | table | holds |
 //! |---|---|
-//! | `kv_meta` | one row: `schema_version`, and `data_version`, the last commit version handed out; every write transaction locks this row first |
+//! | `kv_meta` | one row: `schema_version`, `data_version`, the last commit version handed out, and `change_log_ms`, the change log's retention in ms (NULL: the log is off); every write transaction locks this row first, and reads the retention from it in the same statement |
 //! | `kv` | entries: `k` (Deno's key encoding, `bytea`: ordered by `memcmp` then length, Deno's order), `v`, `v_encoding` (1 V8, 2 u64 little-endian, 3 bytes: Deno's numbering), `vs` (the 10-byte versionstamp), `expires_at` (ms, or NULL) |
 //! | `kv_queue` | messages: `id`, `ready_at` (ms), `payload`, `keys_if_undelivered`, `backoff_ms` (the intervals left), and while a consumer holds it `lease` (a token) and `deadline` (ms) |
+//! | `kv_change_log` | the change log (see `open_deno_kv_proto::change_log`): `vs`, the commit's 10-byte versionstamp (primary key: its byte order is commit order), `at`, the commit's time in ms (rounded down; what pruning compares), and `record`, the bytes of `ChangeRecord::encode` (its own layout, in open-deno-kv-proto's `change_log/codec.rs`) |
+//!
+//! ## Versions
+//!
+//! - **1**: `kv_meta` (`id`, `schema_version`, `data_version`), `kv`, `kv_queue`.
+//! - **2**: adds `kv_meta.change_log_ms` and the table `kv_change_log`. A writable open of a version 1
+//!   store migrates it in one transaction (under the same advisory lock as the creation): a
+//!   nullable column (a catalogue change, no table rewrite), an empty table, and the version.
+//!   The log stays off until `configure_change_log` switches it on.
+//!
+//! A build of version 1 refuses a version 2 store untouched: it finds `kv_meta` with a column
+//! it does not know and reports the tables as not its own (`KvError::Corrupt`), before reading
+//! the version. So an old build can never commit into a store whose log it would not keep; a
+//! process of the old build that is still running when a new one migrates the store keeps
+//! writing (its statements still fit) until it is restarted, so upgrade every process before
+//! switching the log on. A store of a version above 2 is refused as [`SchemaTooNew`] by this
+//! build, untouched, whatever its shape.
 
 use std::collections::BTreeMap;
 
@@ -16,10 +34,26 @@ use crate::PostgresError;
 use crate::sql::Sql;
 
 /// The layout version this build writes and reads. A store with a larger one is refused.
-pub(crate) const SCHEMA_VERSION: i32 = 1;
+pub(crate) const SCHEMA_VERSION: i32 = 2;
 
-/// Every table of a store and its columns (name, PostgreSQL type name), in order.
-const TABLES: [(&str, &[(&str, &str)]); 3] = [
+/// A table's name and its columns (name, PostgreSQL type name), in order.
+type Table = (&'static str, &'static [(&'static str, &'static str)]);
+
+/// The `kv_meta` of version 1.
+const META_V1: Table = (
+    "kv_meta",
+    &[
+        ("id", "bool"),
+        ("schema_version", "int4"),
+        ("data_version", "int8"),
+    ],
+);
+
+/// Every table of a version 1 store (`kv_change_log` absent).
+const TABLES_V1: [Table; 3] = [TABLES[0], META_V1, TABLES[2]];
+
+/// Every table of a store at [`SCHEMA_VERSION`] and its columns, in order.
+const TABLES: [Table; 4] = [
     (
         "kv",
         &[
@@ -36,6 +70,7 @@ const TABLES: [(&str, &[(&str, &str)]); 3] = [
             ("id", "bool"),
             ("schema_version", "int4"),
             ("data_version", "int8"),
+            ("change_log_ms", "int8"),
         ],
     ),
     (
@@ -50,10 +85,15 @@ const TABLES: [(&str, &[(&str, &str)]); 3] = [
             ("deadline", "int8"),
         ],
     ),
+    (
+        "kv_change_log",
+        &[("vs", "bytea"), ("at", "int8"), ("record", "bytea")],
+    ),
 ];
 
 /// Makes sure the store's tables exist at [`SCHEMA_VERSION`]: creates them when none of them
-/// exists; otherwise checks their shape and version without changing anything.
+/// exists, migrates a version 1 store, and otherwise checks their shape and version without
+/// changing anything.
 pub(crate) async fn ensure(client: &mut Client, sql: &Sql) -> Result<(), PostgresError> {
     let tx = client.transaction().await?;
     // Two processes opening a new store at once: one creates, the other then finds the tables.
@@ -68,10 +108,84 @@ pub(crate) async fn ensure(client: &mut Client, sql: &Sql) -> Result<(), Postgre
         tx.commit().await?;
         return Ok(());
     }
-    let checked = check_shape(&found).and(check_version(&tx, sql).await);
-    // Nothing was changed either way; end the transaction without committing anything.
-    tx.rollback().await?;
-    checked
+    // The version first, when `kv_meta` has one: a newer store is refused as such, whatever
+    // its shape.
+    let has_version = found
+        .get("kv_meta")
+        .is_some_and(|c| c.iter().any(|(c, k)| c == "schema_version" && k == "int4"));
+    let version = if has_version {
+        Some(read_version(&tx, sql).await?)
+    } else {
+        None
+    };
+    match version {
+        Some(found_version) if found_version > SCHEMA_VERSION => {
+            tx.rollback().await?;
+            Err(SchemaTooNew {
+                found: found_version.into(),
+                supported: SCHEMA_VERSION.into(),
+            }
+            .into())
+        }
+        Some(1) => {
+            let checked = check_shape(&found, &TABLES_V1).and_then(|()| {
+                if found.contains_key("kv_change_log") {
+                    Err(PostgresError::NotOurs {
+                        reason: "a table kv_change_log is beside a store of version 1".to_owned(),
+                    })
+                } else {
+                    Ok(())
+                }
+            });
+            if let Err(err) = checked {
+                tx.rollback().await?;
+                return Err(err);
+            }
+            tx.batch_execute(&migrate_to_2(&sql.schema)).await?;
+            tx.commit().await?;
+            Ok(())
+        }
+        Some(SCHEMA_VERSION) => {
+            let checked = check_shape(&found, &TABLES);
+            // Nothing was changed; end the transaction without committing anything.
+            tx.rollback().await?;
+            checked
+        }
+        Some(other) => {
+            tx.rollback().await?;
+            Err(PostgresError::NotOurs {
+                reason: format!("kv_meta records schema version {other}"),
+            })
+        }
+        None => {
+            tx.rollback().await?;
+            // `kv_meta` is missing or has no version: the shape check names what differs.
+            check_shape(&found, &TABLES).and(Err(PostgresError::NotOurs {
+                reason: "kv_meta has no schema_version".to_owned(),
+            }))
+        }
+    }
+}
+
+/// The statements that bring a version 1 store in `s` to version 2 (see the module docs).
+fn migrate_to_2(s: &str) -> String {
+    format!(
+        "ALTER TABLE \"{s}\".kv_meta ADD COLUMN change_log_ms bigint CHECK (change_log_ms > 0);
+         {log}
+         UPDATE \"{s}\".kv_meta SET schema_version = 2;",
+        log = create_log(s)
+    )
+}
+
+/// The statement that creates the change log's table in `s`.
+fn create_log(s: &str) -> String {
+    format!(
+        "CREATE TABLE \"{s}\".kv_change_log (
+           vs bytea PRIMARY KEY CHECK (length(vs) = 10),
+           at bigint NOT NULL,
+           record bytea NOT NULL
+         );"
+    )
 }
 
 /// The statements that create the store's tables in `s` (at [`SCHEMA_VERSION`]).
@@ -81,9 +195,10 @@ fn create_tables(s: &str) -> String {
          CREATE TABLE \"{s}\".kv_meta (
            id boolean PRIMARY KEY DEFAULT true CHECK (id),
            schema_version integer NOT NULL,
-           data_version bigint NOT NULL
+           data_version bigint NOT NULL,
+           change_log_ms bigint CHECK (change_log_ms > 0)
          );
-         INSERT INTO \"{s}\".kv_meta VALUES (true, {SCHEMA_VERSION}, 0);
+         INSERT INTO \"{s}\".kv_meta VALUES (true, {SCHEMA_VERSION}, 0, NULL);
          CREATE TABLE \"{s}\".kv (
            k bytea PRIMARY KEY,
            v bytea NOT NULL,
@@ -104,7 +219,9 @@ fn create_tables(s: &str) -> String {
          );
          CREATE INDEX kv_queue_ready ON \"{s}\".kv_queue (ready_at, id) WHERE lease IS NULL;
          CREATE INDEX kv_queue_deadline ON \"{s}\".kv_queue (deadline)
-           WHERE lease IS NOT NULL;"
+           WHERE lease IS NOT NULL;
+         {log}",
+        log = create_log(s)
     )
 }
 
@@ -132,8 +249,11 @@ async fn columns(
 }
 
 /// Every table present, each with exactly our columns.
-fn check_shape(found: &BTreeMap<String, Vec<(String, String)>>) -> Result<(), PostgresError> {
-    for (table, expected) in TABLES {
+fn check_shape(
+    found: &BTreeMap<String, Vec<(String, String)>>,
+    tables: &[Table],
+) -> Result<(), PostgresError> {
+    for &(table, expected) in tables {
         let Some(columns) = found.get(table) else {
             return Err(PostgresError::NotOurs {
                 reason: format!("the table {table} is missing beside the others"),
@@ -154,7 +274,8 @@ fn check_shape(found: &BTreeMap<String, Vec<(String, String)>>) -> Result<(), Po
     Ok(())
 }
 
-async fn check_version(tx: &Transaction<'_>, sql: &Sql) -> Result<(), PostgresError> {
+/// The schema version `kv_meta` records (its one row).
+async fn read_version(tx: &Transaction<'_>, sql: &Sql) -> Result<i32, PostgresError> {
     let rows = tx
         .query(
             &format!("SELECT schema_version FROM \"{}\".kv_meta", sql.schema),
@@ -166,13 +287,5 @@ async fn check_version(tx: &Transaction<'_>, sql: &Sql) -> Result<(), PostgresEr
             reason: format!("kv_meta holds {} rows instead of one", rows.len()),
         });
     };
-    let found: i32 = row.try_get(0)?;
-    SchemaTooNew::check(found.into(), SCHEMA_VERSION.into())?;
-    if found < 1 {
-        return Err(PostgresError::NotOurs {
-            reason: format!("kv_meta records schema version {found}"),
-        });
-    }
-    // Version 1 is the only one so far: no migration to run.
-    Ok(())
+    Ok(row.try_get(0)?)
 }

@@ -14,9 +14,14 @@ pub(crate) struct Sql {
     /// The NOTIFY channel commits announce themselves on (one per store).
     pub(crate) channel: String,
 
-    /// `$1` = how many versions to take. Taken FIRST in every write transaction: the row lock
-    /// orders writers, so versions follow commit order.
+    /// `$1` = how many versions to take; returns the last one and the change log's retention
+    /// (ms, NULL when off). Taken FIRST in every write transaction: the row lock orders writers,
+    /// so versions follow commit order, and the retention read under it is the one every
+    /// `configure_change_log` that committed before has set.
     pub(crate) bump_version: String,
+    /// Sets the last commit version to `$1` (a logged group whose last writes failed gives their
+    /// versions back, so the next commit follows the last one logged).
+    pub(crate) set_version: String,
     /// The last version committed (as far as this server has it: a replica may lag).
     pub(crate) read_version: String,
     /// Entries of the keys in `$1` (expired or not).
@@ -71,12 +76,29 @@ pub(crate) struct Sql {
     /// Up to `$3` messages after (ready time `$1`, id `$2`) in (ready time, id) order, a leased
     /// message counting as ready at `$4` at the latest (an export's page).
     pub(crate) export_messages: String,
-    /// Locks the `kv_meta` row, as every writer does first (an import).
+    /// Locks the `kv_meta` row, as every writer does first (an import): the last version and the
+    /// change log's retention.
     pub(crate) lock_version: String,
     /// Whether the store holds any entry or message.
     pub(crate) any_data: String,
     /// Raises the last commit version to at least `$1` (an import).
     pub(crate) raise_version: String,
+
+    /// Stores change records given as parallel arrays: versionstamps, times (ms), record bytes.
+    pub(crate) log_insert: String,
+    /// Deletes the oldest records older than `$1` (ms): of the `$2` oldest, those before the first
+    /// that is not older (pruning).
+    pub(crate) log_prune: String,
+    /// Sets the retention to `$1` (ms, or NULL: off), under the `kv_meta` row lock.
+    pub(crate) log_configure: String,
+    /// Deletes every record (the log switched off).
+    pub(crate) log_clear: String,
+    /// Up to `$2` records after versionstamp `$1`, in order: versionstamp and bytes.
+    pub(crate) log_read: String,
+    /// The retention, the number of records, the first and the last record, in one statement.
+    pub(crate) log_status: String,
+    /// Every record, in order: versionstamp and bytes (the integrity check).
+    pub(crate) log_all: String,
 }
 
 /// The longest schema name accepted (the NOTIFY channel adds a prefix, within PostgreSQL's 63).
@@ -109,13 +131,16 @@ impl Sql {
         let kv = format!("\"{schema}\".kv");
         let meta = format!("\"{schema}\".kv_meta");
         let queue = format!("\"{schema}\".kv_queue");
+        let log = format!("\"{schema}\".kv_change_log");
         let visible = "(expires_at IS NULL OR expires_at >";
         Ok(Sql {
             schema: schema.to_owned(),
             channel: format!("kv_changes_{schema}"),
             bump_version: format!(
-                "UPDATE {meta} SET data_version = data_version + $1 RETURNING data_version"
+                "UPDATE {meta} SET data_version = data_version + $1 \
+                 RETURNING data_version, change_log_ms"
             ),
+            set_version: format!("UPDATE {meta} SET data_version = $1"),
             read_version: format!("SELECT data_version FROM {meta}"),
             read_keys: format!("SELECT {ENTRY} FROM {kv} WHERE k = ANY($1)"),
             read_point: format!("SELECT {ENTRY} FROM {kv} WHERE k = $1 AND {visible} $2)"),
@@ -193,11 +218,38 @@ impl Sql {
                  ORDER BY {due}, id LIMIT $3",
                 due = "(CASE WHEN lease IS NULL THEN ready_at ELSE LEAST(ready_at, $4) END)"
             ),
-            lock_version: format!("SELECT data_version FROM {meta} FOR UPDATE"),
+            lock_version: format!("SELECT data_version, change_log_ms FROM {meta} FOR UPDATE"),
             any_data: format!(
                 "SELECT EXISTS (SELECT 1 FROM {kv}) OR EXISTS (SELECT 1 FROM {queue})"
             ),
             raise_version: format!("UPDATE {meta} SET data_version = GREATEST(data_version, $1)"),
+            log_insert: format!(
+                "INSERT INTO {log} (vs, at, record) \
+                 SELECT * FROM unnest($1::bytea[], $2::int8[], $3::bytea[])"
+            ),
+            // Deletes a range of the primary key from its front, up to the first of the `$2`
+            // oldest records that is not older than `$1` (excluded), and up to the `$2`-th oldest
+            // (included). Either bound, when there is none, is 11 bytes of 0xff, which sort after
+            // every 10-byte versionstamp. Both are read by scans of the key from the front that
+            // stop early, so a pruning with nothing due reads a row or two, and one that is due
+            // reads what it deletes.
+            log_prune: format!(
+                "DELETE FROM {log} WHERE vs < coalesce(\
+                 (SELECT head.vs FROM (SELECT vs, at FROM {log} ORDER BY vs LIMIT $2) AS head \
+                 WHERE head.at >= $1 ORDER BY head.vs LIMIT 1), {past}) \
+                 AND vs <= coalesce((SELECT vs FROM {log} ORDER BY vs OFFSET $2 - 1 LIMIT 1), \
+                 {past})",
+                past = "'\\xffffffffffffffffffffff'::bytea"
+            ),
+            log_configure: format!("UPDATE {meta} SET change_log_ms = $1"),
+            log_clear: format!("DELETE FROM {log}"),
+            log_read: format!("SELECT vs, record FROM {log} WHERE vs > $1 ORDER BY vs LIMIT $2"),
+            log_all: format!("SELECT vs, record FROM {log} ORDER BY vs"),
+            log_status: format!(
+                "SELECT (SELECT change_log_ms FROM {meta}), (SELECT count(*) FROM {log}), \
+                 (SELECT record FROM {log} ORDER BY vs LIMIT 1), \
+                 (SELECT record FROM {log} ORDER BY vs DESC LIMIT 1)"
+            ),
         })
     }
 }

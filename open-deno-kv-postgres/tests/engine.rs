@@ -22,7 +22,7 @@ async fn a_store_with_a_newer_schema_version_is_refused_untouched() {
     set(&kv, "a", 1).await;
     kv.close().await.unwrap();
     cluster
-        .psql("postgres", "UPDATE newer.kv_meta SET schema_version = 2")
+        .psql("postgres", "UPDATE newer.kv_meta SET schema_version = 3")
         .unwrap();
     let before = cluster
         .psql(
@@ -36,8 +36,8 @@ async fn a_store_with_a_newer_schema_version_is_refused_untouched() {
         matches!(
             postgres_error(&err),
             Some(PostgresError::SchemaTooNew(SchemaTooNew {
-                found: 2,
-                supported: 1
+                found: 3,
+                supported: 2
             }))
         ),
         "{err}"
