@@ -344,7 +344,9 @@ pub trait Backend: Send + Sync {
     /// Writes `snapshot` into this store, which must hold no entry and no message
     /// ([`KvError::NotEmpty`] otherwise), in one transaction: every entry keeps its versionstamp
     /// and expiry, every message its id, and the store's version counter is left at
-    /// [`Snapshot::versionstamp`], so the next commit gets a later one. All or nothing: an
+    /// [`Snapshot::versionstamp`], so the next commit gets a later one (in a store that already
+    /// handed out that version or a later one, the counter stays, never going back:
+    /// [`crate::change_log::version_after_import`]). All or nothing: an
     /// error, a stream that fails or breaks the order rules ([`crate::backup::ordered_import`]),
     /// or a future dropped half-way leaves the store as it was. Writes to the store while the
     /// import runs wait for it (it holds the store's write lock or transaction): import into a

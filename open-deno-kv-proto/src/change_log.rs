@@ -24,6 +24,10 @@
 //! delivered again after the restore. Delivery is at least once, so this is allowed; it is never
 //! lost.
 //!
+//! An import ([`crate::Backend::import_snapshot`]) is not a commit either; the first commit after
+//! it chains onto a version no record has ([`version_after_import`]), so a replay never crosses
+//! an import.
+//!
 //! ## The chain
 //!
 //! Each record names the commit before it ([`ChangeRecord::previous`]), as the store counted it
@@ -155,6 +159,31 @@ pub fn prune_before(now: DateTime<Utc>, retention: Duration) -> DateTime<Utc> {
     let keep = TimeDelta::from_std(retention).unwrap_or(TimeDelta::MAX);
     now.checked_sub_signed(keep)
         .unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+/// The version an import leaves a store's counter at: the snapshot's, unless the store already
+/// handed out that version or a later one (it was emptied after later commits), whose versions
+/// must never be handed out again. Then the counter stays, and while the change log is on it
+/// moves one further: an import is not a commit and has no record, and the next commit's record
+/// must not name the last one before the import as its predecessor (a replay of an older backup
+/// across the import would pass the chain check without the imported data). It names a version
+/// no record has instead, so the chain shows the import as a gap.
+///
+/// ```
+/// use open_deno_kv_proto::change_log::version_after_import;
+/// assert_eq!(version_after_import(7, 3, false), 7); // a new store takes the snapshot's
+/// assert_eq!(version_after_import(7, 9, false), 9); // never backwards
+/// assert_eq!(version_after_import(7, 9, true), 10); // and a gap in the log's chain
+/// assert_eq!(version_after_import(9, 9, true), 10);
+/// ```
+pub fn version_after_import(snapshot: u64, current: u64, logging: bool) -> u64 {
+    if snapshot > current {
+        snapshot
+    } else if logging {
+        current.saturating_add(1)
+    } else {
+        current
+    }
 }
 
 /// Counts logged commits and says when to prune ([`PRUNE_EVERY`]). A writer keeps one.

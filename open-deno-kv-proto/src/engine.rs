@@ -179,7 +179,8 @@ pub trait Engine: Send + Sync {
 
     /// Writes `snapshot` into the store in one transaction, refusing a store that holds any
     /// entry or message with [`KvError::NotEmpty`], and leaves the version counter at
-    /// [`Snapshot::versionstamp`] (see [`crate::Backend::import_snapshot`]). The layer has
+    /// [`crate::change_log::version_after_import`] of [`Snapshot::versionstamp`] (see
+    /// [`crate::Backend::import_snapshot`]). The layer has
     /// checked the items' order ([`crate::backup::ordered_import`]); an error item, or a stream
     /// that ends in error, must roll everything back. Called only when [`Capabilities::import`]
     /// is on and the handle is writable.

@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use open_deno_kv_proto::backup::{ExportSink, ImportFeed, blocking_export, blocking_import};
+use open_deno_kv_proto::change_log::version_after_import;
 use open_deno_kv_proto::{
     ImportSummary, KvEntry, KvError, QueuedMessage, Snapshot, SnapshotItem, Versionstamp,
     backup::not_empty, is_expired,
@@ -87,6 +88,11 @@ impl CommitClock {
                 return Ok((txn, version));
             }
         }
+    }
+
+    /// The version of the last commit that landed.
+    pub(crate) fn last_landed(&self) -> u64 {
+        self.last_version.load(Ordering::SeqCst)
     }
 
     /// Leaves `version` for the writer to continue above.
@@ -194,17 +200,13 @@ pub(crate) async fn import(
     blocking_import(snapshot, move |versionstamp, feed| {
         let db = shared.writable_db()?;
         let txn = db.begin_write().map_err(storage)?;
-        let summary = import_into(&txn, versionstamp, feed, shared.commit_clock())?;
+        let (summary, version) = import_into(&txn, versionstamp, feed, shared.commit_clock())?;
         let clock = shared.commit_clock();
         // The file's writer waits for this transaction, so nothing else lands meanwhile.
         let before = clock.last_version.load(Ordering::SeqCst);
         clock.landing();
         let committed = txn.commit().map_err(storage);
-        clock.landed(if committed.is_ok() {
-            before.max(versionstamp.version())
-        } else {
-            before
-        });
+        clock.landed(if committed.is_ok() { version } else { before });
         committed?;
         shared.invalidate_snapshot();
         Ok(summary)
@@ -217,7 +219,7 @@ fn import_into(
     versionstamp: Versionstamp,
     feed: &mut ImportFeed,
     clock: &CommitClock,
-) -> Result<ImportSummary, KvError> {
+) -> Result<(ImportSummary, u64), KvError> {
     let fatal = |Fatal(err)| err;
     let mut tables = Tables::new(txn);
     let occupied = !tables
@@ -250,7 +252,11 @@ fn import_into(
             SnapshotItem::Message(message) => tables.insert_ready(&message).map_err(fatal)?,
         }
     }
-    let version = versionstamp.version();
+    // Never backwards, and a gap in the change log's chain (`version_after_import`): the
+    // writer cannot commit while this transaction is open, so the last version that landed is
+    // the store's.
+    let logging = crate::change_log::is_on(&mut tables).map_err(fatal)?;
+    let version = version_after_import(versionstamp.version(), clock.last_landed(), logging);
     let ceiling = schema::version_ceiling(txn)?;
     if version > ceiling {
         tables.set_version_ceiling(version).map_err(fatal)?;
@@ -260,5 +266,5 @@ fn import_into(
     // Before the commit: the writer begins its next group only after this transaction ends, and
     // then finds the floor.
     clock.set_floor(version);
-    Ok(summary)
+    Ok((summary, version))
 }

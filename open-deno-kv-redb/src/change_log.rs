@@ -205,6 +205,12 @@ pub(crate) fn last_logged_version(tables: &mut Tables<'_>) -> Result<Option<u64>
     Ok(Some(version.max(floor.unwrap_or(0))))
 }
 
+/// Whether the log is on, as the file says (inside a write transaction of its own).
+pub(crate) fn is_on(tables: &mut Tables<'_>) -> Result<bool, Fatal> {
+    let meta = tables.meta().map_err(fatal)?;
+    Ok(stored_retention(&meta).map_err(fatal)?.is_some())
+}
+
 /// Records the version an import leaves, if the log is on (see the module documentation).
 pub(crate) fn note_import(tables: &mut Tables<'_>, version: u64) -> Result<(), Fatal> {
     let mut meta = tables.meta().map_err(fatal)?;

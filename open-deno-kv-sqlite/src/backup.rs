@@ -9,13 +9,15 @@
 //!
 //! **Import**: one `BEGIN IMMEDIATE` transaction that first checks that `kv`, `queue` and
 //! `queue_running` are empty, inserts every row with its versionstamp, expiry and message id, and
-//! sets `data_version` to the snapshot's versionstamp: the writer's next commit takes the version
-//! after it. Anything short of the whole stream rolls the transaction back.
+//! sets `data_version` to the snapshot's versionstamp (or, in a store that handed out that version
+//! or later, leaves it there, one further while the change log is on: `version_after_import`):
+//! the writer's next commit takes the version after it. Anything short of the whole stream rolls the transaction back.
 
 use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
 use open_deno_kv_proto::backup::{ExportSink, ImportFeed, blocking_export, blocking_import};
+use open_deno_kv_proto::change_log::version_after_import;
 use open_deno_kv_proto::{
     ImportSummary, KvError, Snapshot, SnapshotItem, Versionstamp, WriteTransaction,
     backup::not_empty,
@@ -123,13 +125,19 @@ fn import_into(
             SnapshotItem::Message(message) => insert_queued(&tx, &message)?,
         }
     }
-    let version = i64::try_from(versionstamp.version())
+    // Never backwards, and a gap in the change log's chain (`version_after_import`).
+    let current = crate::store::last_commit(&tx)?;
+    let logging = crate::change_log::tables_exist(&tx)?;
+    let next = version_after_import(versionstamp.version(), current.version(), logging);
+    let seq = if next == versionstamp.version() {
+        versionstamp.seq()
+    } else {
+        0
+    };
+    let version = i64::try_from(next)
         .map_err(|_| KvError::invalid_argument("the snapshot's version is beyond SQLite's i64"))?;
     let changed = tx
-        .execute(
-            SET_LAST_COMMIT,
-            rusqlite::params![version, i64::from(versionstamp.seq())],
-        )
+        .execute(SET_LAST_COMMIT, rusqlite::params![version, i64::from(seq)])
         .map_err(storage)?;
     if changed != 1 {
         return Err(KvError::Corrupt {

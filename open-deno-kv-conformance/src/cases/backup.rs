@@ -44,6 +44,11 @@ pub(crate) fn cases() -> Vec<Case> {
             an_import_into_a_store_that_is_not_empty_is_refused_and_changes_nothing,
         ),
         Case::new(
+            "an_import_into_an_emptied_store_never_reuses_a_versionstamp",
+            Needs::BACKUP,
+            an_import_into_an_emptied_store_never_reuses_a_versionstamp,
+        ),
+        Case::new(
             "an_import_that_fails_half_way_leaves_the_store_empty",
             Needs::BACKUP,
             an_import_that_fails_half_way_leaves_the_store_empty,
@@ -386,4 +391,23 @@ async fn an_import_that_fails_half_way_leaves_the_store_empty(env: Env) {
     let entries = all_entries(&*kv).await;
     assert_eq!(keys_of(&entries), vec![key!["a"]]);
     assert_eq!(entries[0].versionstamp, Versionstamp::from_version(3, 0));
+}
+
+/// A store emptied after later commits, then given an older snapshot: its next commit still
+/// gets a versionstamp later than every one it handed out (a check naming an old one must not
+/// match a new write).
+async fn an_import_into_an_emptied_store_never_reuses_a_versionstamp(env: Env) {
+    let kv = &*env.kv;
+    set(kv, &key!["a"], KvValue::U64(1)).await;
+    let (versionstamp, items) = export_all(kv).await;
+    set(kv, &key!["a"], KvValue::U64(2)).await;
+    let emptied = delete(kv, &key!["a"]).await;
+    kv.import_snapshot(Snapshot::from_items(versionstamp, items))
+        .await
+        .expect("import into the emptied store");
+    let next = set(kv, &key!["b"], KvValue::U64(3)).await;
+    assert!(
+        next > emptied,
+        "the commit after the import ({next}) is not later than one before it ({emptied})"
+    );
 }

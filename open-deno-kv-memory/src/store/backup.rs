@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use open_deno_kv_proto::change_log::version_after_import;
 use open_deno_kv_proto::queue::QueuedMessage;
 use open_deno_kv_proto::{
     ImportSummary, KvEntry, KvError, Snapshot, SnapshotItem, Versionstamp, backup::not_empty,
@@ -83,7 +84,9 @@ impl MemoryStore {
             state.entries = entries;
             state.expiries = expiries;
             state.ready = ready;
-            state.version = versionstamp.version();
+            // Never backwards, and a gap in the change log's chain.
+            state.version =
+                version_after_import(versionstamp.version(), state.version, state.log.is_some());
         }
         // Watchers of any key, and consumers waiting on an empty queue, look again.
         self.shared.notifier.notify_everything();
