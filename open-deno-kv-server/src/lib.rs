@@ -58,6 +58,7 @@
 //! # }
 //! ```
 
+pub mod backup;
 mod connection;
 pub mod databases;
 pub mod ext;
