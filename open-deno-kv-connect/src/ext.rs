@@ -51,7 +51,8 @@
 //!   once it has the whole list, so a consumer never sees half a snapshot. See
 //!   [`open_deno_kv_proto::RangeWatchEvent`] for what the events mean.
 //! - **`snapshot/1`**: whole-store backups and restores ([`open_deno_kv_proto::backup`]).
-//!   `POST <endpoint>/snapshot/export` (empty body) answers the backend's `export_snapshot` as a
+//!   `POST <endpoint>/snapshot/export` (empty body, or an [`ExportRequest`] with
+//!   `messages_only`, which leaves the entries out: how a client lists the queue) answers the backend's `export_snapshot` as a
 //!   stream framed as the watch streams are ([`crate::frames`]), each frame a
 //!   [`SnapshotFrame`]: first a header holding the snapshot's versionstamp, then batches of
 //!   items (about [`SNAPSHOT_BATCH_BYTES`] each), then an end frame with the number of entries
@@ -104,9 +105,9 @@ use open_deno_kv_proto::{
 use crate::ProtocolError;
 
 pub use backup::{
-    CHANGE_LOG_READ_BYTES, ChangeLogStatusResponse, ConfigureChangeLogRequest, ImportResponse,
-    LogMarkPb, ReadChangeLogRequest, ReadChangeLogResponse, SNAPSHOT_BATCH_BYTES, SnapshotFrame,
-    SnapshotReader, SnapshotWriter,
+    CHANGE_LOG_READ_BYTES, ChangeLogStatusResponse, ConfigureChangeLogRequest, ExportRequest,
+    ImportResponse, LogMarkPb, ReadChangeLogRequest, ReadChangeLogResponse, SNAPSHOT_BATCH_BYTES,
+    SnapshotFrame, SnapshotReader, SnapshotWriter,
 };
 pub use range::{
     RANGE_WATCH_FRAME_BYTES, RangeCountResponse, RangeDeleteExt, RangeRequest, RangeWatchAssembler,

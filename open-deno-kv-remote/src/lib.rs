@@ -93,6 +93,7 @@
 //!   own database where it runs (`kv backup`).
 
 mod backend;
+mod backup;
 pub mod ext;
 mod queue;
 mod range;

@@ -6,7 +6,7 @@
 //!
 //! | endpoint | request | answer |
 //! |---|---|---|
-//! | `POST <endpoint>/snapshot/export` | empty | **200** and a stream of [`crate::ext::SnapshotFrame`]s (header, batches, end) |
+//! | `POST <endpoint>/snapshot/export` | empty, or [`crate::ext::ExportRequest`] `{messages_only}` | **200** and a stream of [`crate::ext::SnapshotFrame`]s (header, batches, end) |
 //! | `POST <endpoint>/snapshot/import` | the same stream | **200** [`crate::ext::ImportResponse`] once the import committed |
 //! | `POST <endpoint>/change_log/status` | empty | **200** [`crate::ext::ChangeLogStatusResponse`] |
 //! | `POST <endpoint>/change_log/read` | [`crate::ext::ReadChangeLogRequest`] | **200** [`crate::ext::ReadChangeLogResponse`] |
@@ -15,7 +15,9 @@
 //! A database whose backend cannot export, import or keep a change log answers 400 ("This
 //! database does not support ..."), and the metadata does not offer the extension for it; a
 //! read-only database refuses an import and `configure` as it refuses writes (400 "This
-//! database is read only.").
+//! database is read only."). An import into a database that is not empty is answered 400 with
+//! the text of [`open_deno_kv_proto::KvError::NotEmpty`], which the client reads back as that
+//! error.
 //!
 //! **What an export holds.** The backend's read snapshot, for as long as the answer streams:
 //! the body asks the backend's stream for more items only when the connection took the last
@@ -52,8 +54,8 @@ use tokio::sync::watch as signal;
 
 use crate::Shared;
 use crate::ext::{
-    self, ChangeLogStatusResponse, ConfigureChangeLogRequest, ImportResponse, ReadChangeLogRequest,
-    ReadChangeLogResponse, SnapshotFrame, SnapshotReader, SnapshotWriter,
+    self, ChangeLogStatusResponse, ConfigureChangeLogRequest, ExportRequest, ImportResponse,
+    ReadChangeLogRequest, ReadChangeLogResponse, SnapshotFrame, SnapshotReader, SnapshotWriter,
 };
 use crate::metrics::Endpoint;
 use crate::response::{Failure, ResponseBody, bytes_response, kv_failure, protobuf_response};
@@ -144,7 +146,10 @@ pub(crate) async fn handle(
     let invalid =
         |e: prost::DecodeError| Failure::bad_request(format!("Request protobuf is invalid: {e}"));
     match method {
-        BackupMethod::Export => export(backend, shared).await,
+        BackupMethod::Export => {
+            let request = ExportRequest::decode(body).map_err(invalid)?;
+            export(backend, shared, request.messages_only).await
+        }
         BackupMethod::Import => Err(Failure::bad_request("An import's body is streamed.")),
         BackupMethod::LogStatus => {
             let status = backend.change_log_status().await.map_err(failed)?;
@@ -180,6 +185,7 @@ pub(crate) async fn handle(
 async fn export(
     backend: Arc<dyn Backend>,
     shared: &Shared,
+    messages_only: bool,
 ) -> Result<Response<ResponseBody>, Failure> {
     let slot = shared.budgets.watch().ok_or_else(|| {
         Failure::new(
@@ -195,10 +201,18 @@ async fn export(
         .export_snapshot()
         .await
         .map_err(|e| kv_failure(shared, &e))?;
+    let items = if messages_only {
+        snapshot
+            .items
+            .filter(|item| std::future::ready(!matches!(item, Ok(SnapshotItem::Entry(_)))))
+            .boxed()
+    } else {
+        snapshot.items
+    };
     let state = ExportState {
         writer: Some(SnapshotWriter::new(snapshot.versionstamp)),
         header_sent: false,
-        items: snapshot.items,
+        items,
         queued: Vec::new(),
         shutdown: shared.shutdown.clone(),
         _held: (slot, backend),
@@ -341,6 +355,8 @@ pub(crate) async fn import(
         .await
         .map_err(|e| match e.body_failure() {
             Some(failure) => failure.failure(max),
+            // The client reads this text back as the error.
+            None if matches!(e, KvError::NotEmpty) => Failure::bad_request(e.to_string()),
             None => kv_failure(shared, &e),
         })?;
     shared.metrics.commit(true);

@@ -51,6 +51,16 @@ use crate::ProtocolError;
 /// item always fits (Deno's limits keep a key and value under 70 KiB, a message likewise).
 pub const SNAPSHOT_BATCH_BYTES: usize = 256 * 1024;
 
+/// The request of `snapshot/export` (an empty body asks for the whole snapshot).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ExportRequest {
+    /// Leave the entries out: only the queued messages travel (what a client lists the queue
+    /// with, [`open_deno_kv_proto::Backend::queued_messages`]). The server still reads its
+    /// snapshot whole.
+    #[prost(bool, tag = "1")]
+    pub messages_only: bool,
+}
+
 /// One frame of a `snapshot/1` stream (export answer, import request body).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct SnapshotFrame {
