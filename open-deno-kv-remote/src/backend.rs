@@ -70,8 +70,10 @@ impl RemoteBackend {
 
 impl Engine for RemoteBackend {
     /// Watch always; queues, range deletes, counts and range watches when the server offers
-    /// their extensions (`queue/1`, `range-delete/1`, `count/1`, `watch-range/1`), assumed until
-    /// the metadata is known. Never `durable`: durability is the server's business, and
+    /// their extensions (`queue/1`, `range-delete/1`, `count/1`, `watch-range/1`), export,
+    /// import and queue inspection with `snapshot/1`, the change log with `change-log/1`;
+    /// assumed until the metadata is known (each of these calls makes sure of it first, and
+    /// refuses with [`KvError::Unsupported`], sending nothing, when the extension is missing). Never `durable`: durability is the server's business, and
     /// reopening the same URL reaches the same data only if the server keeps it.
     ///
     /// Assuming is safe for the range operations because it is never acted on: a write holding

@@ -359,7 +359,6 @@ pub(crate) async fn import(
             None if matches!(e, KvError::NotEmpty) => Failure::bad_request(e.to_string()),
             None => kv_failure(shared, &e),
         })?;
-    shared.metrics.commit(true);
     Ok(bytes_response(
         crate::response::PROTOBUF,
         ImportResponse::from(summary).encode_to_vec(),
