@@ -528,3 +528,135 @@ impl ReadChangeLogResponse {
         Ok(records)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use open_deno_kv_proto::{KvValue, QueuedMessage};
+
+    fn entry(name: &str, size: usize) -> SnapshotItem {
+        SnapshotItem::Entry(KvEntry {
+            key: vec![2, name.as_bytes()[0], name.as_bytes()[1], 0],
+            value: KvValue::Bytes(vec![9; size]),
+            versionstamp: Versionstamp::from_version(3, 0),
+            expires_at: DateTime::from_timestamp(1_700_000_000, 123_456_789),
+        })
+    }
+
+    fn message() -> SnapshotItem {
+        SnapshotItem::Message(QueuedMessage::new(
+            vec![1, 2, 3],
+            DateTime::from_timestamp(1_700_000_000, 5).unwrap(),
+            vec![vec![2, b'd', 0]],
+            vec![100, 200],
+        ))
+    }
+
+    fn frames_of(items: &[SnapshotItem]) -> Vec<SnapshotFrame> {
+        let mut writer = SnapshotWriter::new(Versionstamp::from_version(9, 0));
+        let mut frames = vec![writer.header()];
+        for item in items {
+            frames.extend(writer.push(item.clone()));
+        }
+        frames.extend(writer.finish());
+        frames
+    }
+
+    fn items_of() -> Vec<SnapshotItem> {
+        let mut items: Vec<SnapshotItem> = (0..40u8)
+            .map(|i| entry(&format!("k{}", char::from(b'0' + i)), 20_000))
+            .collect();
+        items.extend([message(), message()]);
+        items
+    }
+
+    #[test]
+    fn items_round_trip_in_batches_in_order() {
+        let items = items_of();
+        let frames = frames_of(&items);
+        assert!(frames.len() > 4, "800 KB of entries take several batches");
+        let mut reader = SnapshotReader::default();
+        let mut read = Vec::new();
+        for frame in frames {
+            let bytes = frame.encode_to_vec();
+            read.extend(reader.push_bytes(&bytes).unwrap());
+        }
+        assert!(reader.is_complete());
+        assert_eq!(read, items);
+    }
+
+    #[test]
+    fn a_stream_cut_anywhere_is_never_complete() {
+        let frames = frames_of(&items_of());
+        for cut in 0..frames.len() {
+            let mut reader = SnapshotReader::default();
+            for frame in &frames[..cut] {
+                reader.push(frame.clone()).unwrap();
+            }
+            assert!(!reader.is_complete(), "cut after {cut} frames");
+        }
+    }
+
+    #[test]
+    fn frames_out_of_place_are_refused() {
+        let frames = frames_of(&items_of());
+        // No header first.
+        assert!(SnapshotReader::default().push(frames[1].clone()).is_err());
+        // A batch dropped: the end's counts do not match.
+        let mut reader = SnapshotReader::default();
+        for frame in frames.iter().enumerate().filter(|(i, _)| *i != 1) {
+            if let Err(err) = reader.push(frame.1.clone()) {
+                assert!(err.message.contains("sent"), "{err}");
+                return;
+            }
+        }
+        panic!("a missing batch went unnoticed");
+    }
+
+    #[test]
+    fn nothing_may_follow_the_end_and_a_failure_is_reported() {
+        let frames = frames_of(&[]);
+        let mut reader = SnapshotReader::default();
+        for frame in &frames {
+            reader.push(frame.clone()).unwrap();
+        }
+        assert!(reader.is_complete());
+        assert!(reader.push(frames[0].clone()).is_err());
+        let mut reader = SnapshotReader::default();
+        reader.push(frames[0].clone()).unwrap();
+        let err = reader
+            .push(SnapshotFrame::failure("disk on fire"))
+            .unwrap_err();
+        assert!(err.message.contains("disk on fire"), "{err}");
+    }
+
+    #[test]
+    fn change_log_reads_are_cut_by_size_and_checked_for_order() {
+        let record = |version| ChangeRecord {
+            versionstamp: Versionstamp::from_version(version, 0),
+            previous: Versionstamp::from_version(version - 1, 0),
+            at: DateTime::from_timestamp(1_700_000_000, 1).unwrap(),
+            changes: StagedCommit::default(),
+        };
+        let records = vec![record(2), record(3)];
+        let answer = ReadChangeLogResponse::of(&records);
+        assert_eq!(
+            answer
+                .clone()
+                .into_records(Versionstamp::from_version(1, 0), 10)
+                .unwrap(),
+            records
+        );
+        assert!(
+            answer
+                .clone()
+                .into_records(Versionstamp::from_version(1, 0), 1)
+                .is_err()
+        );
+        assert!(
+            answer
+                .into_records(Versionstamp::from_version(2, 0), 10)
+                .is_err()
+        );
+    }
+}
