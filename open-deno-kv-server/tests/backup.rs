@@ -298,3 +298,36 @@ async fn a_server_without_the_extensions_neither_lists_nor_serves_them() {
     assert!(json.get("kvExtensions").is_none(), "{json}");
     running.shutdown().await.unwrap();
 }
+
+/// A read-only database: exports and the log's status and records are served; an import and
+/// `configure` are refused as writes are.
+#[tokio::test]
+async fn a_read_only_database_exports_but_refuses_imports_and_configure() {
+    use open_deno_kv_sqlite::{FileEngine, SqliteBackend, SqliteOptions};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kv.sqlite3");
+    SqliteBackend::open(&file).unwrap().close().await.unwrap();
+    let options = SqliteOptions {
+        read_only: true,
+        ..Default::default()
+    };
+    let reader: Arc<dyn Backend> = Arc::new(SqliteBackend::open_with(&file, options).unwrap());
+    let running = start_with(config(), Databases::new(reader)).await;
+    let call = |path: &'static str, body: Vec<u8>| {
+        let path = url(&running, path);
+        async move { send(&http1_client(), "POST", path, &data_headers(), body).await }
+    };
+    let on = ConfigureChangeLogRequest::of(Some(Duration::from_secs(3600)));
+    let reply = call("/v2/change_log/configure", on.encode_to_vec()).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert_eq!(reply.text(), "This database is read only.");
+    let reply = call("/v2/snapshot/import", import_body(1, true)).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert_eq!(reply.text(), "This database is read only.");
+    let reply = call("/v2/change_log/status", vec![]).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    let reply = call("/v2/snapshot/export", vec![]).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    running.shutdown().await.unwrap();
+}
