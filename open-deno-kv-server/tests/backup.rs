@@ -151,6 +151,53 @@ async fn an_export_streams_its_header_items_and_end() {
     running.shutdown().await.unwrap();
 }
 
+/// An export holds a watch slot while it streams; a client that drops it half read gives the
+/// slot back (and the backend's snapshot with it).
+#[tokio::test]
+async fn an_export_dropped_half_read_gives_its_slot_back() {
+    use http_body_util::BodyExt;
+    let mut config = config();
+    config.resources.max_watches = 1;
+    let running = start_with(config, Databases::new(memory())).await;
+    let mut write = AtomicWrite::default();
+    for i in 0..500u32 {
+        write.mutations.push(Mutation::set(
+            encode_key(&key!["item", i]).unwrap(),
+            KvValue::Bytes(vec![1; 20_000]),
+        ));
+        if write.mutations.len() == 40 {
+            running
+                .backend
+                .atomic_write(std::mem::take(&mut write))
+                .await
+                .unwrap()
+                .unwrap();
+        }
+    }
+    let client = http2_client();
+    let path = url(&running, "/v2/snapshot/export");
+    let response = open(&client, "POST", path.clone(), &data_headers(), vec![]).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body();
+    body.frame().await.unwrap().unwrap();
+    // 10 MB do not fit the connection's window: the export is still running.
+    let second = send(&client, "POST", path.clone(), &data_headers(), vec![]).await;
+    assert_eq!(second.status, StatusCode::TOO_MANY_REQUESTS);
+    drop(body);
+    let mut answered = None;
+    for _ in 0..50 {
+        let response = open(&client, "POST", path.clone(), &data_headers(), vec![]).await;
+        if response.status() == StatusCode::OK {
+            answered = Some(response);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(answered.is_some(), "the dropped export's slot came back");
+    drop(answered);
+    running.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn an_import_cut_short_fails_and_leaves_the_store_empty() {
     let running = start().await;
