@@ -187,8 +187,10 @@ pub enum Command {
     /// rest of the buffer a typed array or DataView looks into, or which views share a buffer.
     /// Expired entries are not dumped. On a local database (SQLite, redb, PostgreSQL, memory)
     /// the dump is one consistent snapshot, taken while writers keep writing, exactly as
-    /// `kv backup` writes it; a KV Connect server has no snapshot export, so its dump is read a
-    /// page at a time (the header says "consistent": false): dump it while nothing writes.
+    /// `kv backup` writes it, and so is a dump of a `kv serve` server (its snapshot/1
+    /// extension); another KV Connect server (denokv) has no snapshot export, so its dump is
+    /// read a page at a time (the header says "consistent": false): dump it while nothing
+    /// writes.
     Dump {
         #[command(flatten)]
         database: DatabaseArg,
@@ -205,9 +207,10 @@ pub enum Command {
     /// Written in the dump format, version 3 (see `kv dump`): the header records the
     /// snapshot's versionstamp, entry lines keep their versionstamps and expiry, message lines
     /// their ids. A regular FILE is replaced only once the backup is complete; - writes to
-    /// standard output. Works on SQLite, redb, PostgreSQL and memory databases; a KV Connect
-    /// server (http://, https://) has no export endpoint and is refused. Restore with
-    /// `kv restore FILE --db URL`.
+    /// standard output. Works on SQLite, redb, PostgreSQL and memory databases, and on a
+    /// database served by `kv serve` (http://, https://), whose server streams its snapshot
+    /// (the snapshot/1 extension); another KV Connect server (denokv) has no export endpoint
+    /// and is refused. Restore with `kv restore FILE --db URL` (into `kv serve` too).
     Backup {
         /// Where to write the backup (- for standard output).
         file: PathBuf,

@@ -52,8 +52,9 @@ pub enum CliError {
     /// `kv backup` of a backend that has no consistent snapshot export.
     #[error(
         "{db} offers no consistent snapshot export, so it cannot be backed up online (a KV \
-         Connect server has no export endpoint); `kv dump` copies it page by page instead, or \
-         back up the server's own database"
+         Connect server without the snapshot/1 extension, such as denokv, has no export \
+         endpoint); `kv dump` copies it page by page instead, or back up the server's own \
+         database"
     )]
     NoExport {
         /// The database URL.

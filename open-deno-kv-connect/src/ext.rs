@@ -50,6 +50,34 @@
 //!   every frame of it but the last has `continues = true`, and a client applies the event only
 //!   once it has the whole list, so a consumer never sees half a snapshot. See
 //!   [`open_deno_kv_proto::RangeWatchEvent`] for what the events mean.
+//! - **`snapshot/1`**: whole-store backups and restores ([`open_deno_kv_proto::backup`]).
+//!   `POST <endpoint>/snapshot/export` (empty body, or an [`ExportRequest`] with
+//!   `messages_only`, which leaves the entries out: how a client lists the queue) answers the backend's `export_snapshot` as a
+//!   stream framed as the watch streams are ([`crate::frames`]), each frame a
+//!   [`SnapshotFrame`]: first a header holding the snapshot's versionstamp, then batches of
+//!   items (about [`SNAPSHOT_BATCH_BYTES`] each), then an end frame with the number of entries
+//!   and messages sent. A stream that stops before its end frame (or whose counts do not match)
+//!   is an error for the reader, never a short snapshot; an export that fails on the server
+//!   after the answer began ends with a frame holding `error`. A batch is the change log's
+//!   record layout (`open-deno-kv-proto`'s `change_log/codec.rs`, [`ChangeRecord::encode`]):
+//!   its entries as the record's `writes` (key order, never a deletion) and its messages as
+//!   `enqueued`; see [`SnapshotWriter`] and [`SnapshotReader`].
+//!   `POST <endpoint>/snapshot/import` takes the same stream as its request body and answers an
+//!   [`ImportResponse`] `{entries, messages}` once the backend's `import_snapshot` committed.
+//!   All or nothing: a body that breaks off, breaks the frame rules or lacks its end frame
+//!   fails the import, and the engine rolls it back. Both sides hold one batch at a time.
+//! - **`change-log/1`**: the change log ([`open_deno_kv_proto::change_log`]).
+//!   `POST <endpoint>/change_log/status` (empty body) → [`ChangeLogStatusResponse`];
+//!   `/change_log/read` [`ReadChangeLogRequest`] `{after, limit}` → [`ReadChangeLogResponse`]
+//!   `{records}`, each record as [`ChangeRecord::encode`] gives it, at most `limit` and cut at
+//!   [`CHANGE_LOG_READ_BYTES`] (at least one: a reader asks again after the last it got);
+//!   `/change_log/configure` [`ConfigureChangeLogRequest`] `{retention_ms}` (absent: off) →
+//!   empty 200. Configure is a write: refused as writes are by a read-only server.
+//!
+//! A server offers `snapshot/1` only when its backend can both export and import, and
+//! `change-log/1` only when it keeps a change log ([`open_deno_kv_proto::Capabilities`]);
+//! a server whose backend lacks them answers 400 "This database does not support ..." as it
+//! does for the other capabilities.
 //!
 //! Appending a field to an encoded message is valid protobuf (a message is a sequence of fields,
 //! and decoders merge them), so the standard messages are encoded by `open-deno-kv-connect` unchanged and
@@ -64,15 +92,23 @@
 //! assert_eq!(Extensions::negotiate(Some(&asked), &EXTENSIONS), EXTENSIONS.to_vec());
 //! ```
 
+mod backup;
 mod range;
 
 use chrono::{DateTime, Utc};
+#[cfg(doc)]
+use open_deno_kv_proto::change_log::ChangeRecord;
 use open_deno_kv_proto::{
     AtomicWrite, KvEntry, MutationKind, ReadRangeOutput, WatchKeyOutput, ms_to_datetime,
 };
 
 use crate::ProtocolError;
 
+pub use backup::{
+    CHANGE_LOG_READ_BYTES, ChangeLogStatusResponse, ConfigureChangeLogRequest, ExportRequest,
+    ImportResponse, LogMarkPb, ReadChangeLogRequest, ReadChangeLogResponse, SNAPSHOT_BATCH_BYTES,
+    SnapshotFrame, SnapshotReader, SnapshotWriter,
+};
 pub use range::{
     RANGE_WATCH_FRAME_BYTES, RangeCountResponse, RangeDeleteExt, RangeRequest, RangeWatchAssembler,
     RangeWatchChange, RangeWatchFrame, range_watch_frames,
@@ -100,6 +136,11 @@ pub const COUNT: &str = "count/1";
 /// The extension name for the `range/watch` endpoint.
 pub const WATCH_RANGE: &str = "watch-range/1";
 
+/// The extension name for the `snapshot/export` and `snapshot/import` endpoints.
+pub const SNAPSHOT: &str = "snapshot/1";
+/// The extension name for the `change_log/*` endpoints.
+pub const CHANGE_LOG: &str = "change-log/1";
+
 /// The field number of the `range-delete/1` list inside an `atomic_write` body (next to
 /// [`EXT_FIELD`], which holds the enqueue list of `enqueue-no-retry/1`).
 pub const RANGE_DELETE_FIELD: u32 = 1002;
@@ -116,13 +157,15 @@ pub const RANGE_DELETE_MUTATION_TYPE: i32 = 1002;
 pub const METADATA_FIELD: &str = "kvExtensions";
 
 /// Every extension open-deno-kv-server offers (to a client that asks, see [`Extensions::negotiate`]).
-pub const EXTENSIONS: [&str; 6] = [
+pub const EXTENSIONS: [&str; 8] = [
     QUEUE,
     EXPIRY,
     ENQUEUE_NO_RETRY,
     RANGE_DELETE,
     COUNT,
     WATCH_RANGE,
+    SNAPSHOT,
+    CHANGE_LOG,
 ];
 
 /// The expiry times of a `snapshot_read` answer (field [`EXT_FIELD`] of `SnapshotReadOutput`).
@@ -379,6 +422,10 @@ pub struct Extensions {
     pub count: bool,
     /// `watch-range/1`.
     pub watch_range: bool,
+    /// `snapshot/1`.
+    pub snapshot: bool,
+    /// `change-log/1`.
+    pub change_log: bool,
 }
 
 impl Extensions {
@@ -391,6 +438,8 @@ impl Extensions {
             range_delete: true,
             count: true,
             watch_range: true,
+            snapshot: true,
+            change_log: true,
         }
     }
 
@@ -403,6 +452,8 @@ impl Extensions {
             self.range_delete,
             self.count,
             self.watch_range,
+            self.snapshot,
+            self.change_log,
         ];
         EXTENSIONS
             .into_iter()
@@ -430,6 +481,8 @@ impl Extensions {
             range_delete: names.contains(&RANGE_DELETE),
             count: names.contains(&COUNT),
             watch_range: names.contains(&WATCH_RANGE),
+            snapshot: names.contains(&SNAPSHOT),
+            change_log: names.contains(&CHANGE_LOG),
         }
     }
 

@@ -107,6 +107,8 @@ pub struct FrameDecoder {
     buffer: Vec<u8>,
     /// Read the `expiry/1` extension from every frame.
     expiry: bool,
+    /// The largest frame accepted, if lower than [`MAX_FRAME_BYTES`].
+    max_frame: Option<usize>,
 }
 
 impl FrameDecoder {
@@ -117,6 +119,16 @@ impl FrameDecoder {
         FrameDecoder {
             buffer: Vec::new(),
             expiry,
+            max_frame: None,
+        }
+    }
+
+    /// A decoder that refuses frames longer than `max` bytes (at most [`MAX_FRAME_BYTES`]):
+    /// a server reading a framed request body (`snapshot/1`'s import) bounds what it buffers.
+    pub fn with_max_frame(max: usize) -> Self {
+        FrameDecoder {
+            max_frame: Some(max.min(MAX_FRAME_BYTES)),
+            ..FrameDecoder::default()
         }
     }
 
@@ -153,9 +165,10 @@ impl FrameDecoder {
             return Ok(None);
         };
         let len = u32::from_le_bytes(*prefix) as usize;
-        if len > MAX_FRAME_BYTES {
+        let max = self.max_frame.unwrap_or(MAX_FRAME_BYTES);
+        if len > max {
             return Err(ProtocolError::new(format!(
-                "Failed to decode watch output: frame of {len} bytes exceeds {MAX_FRAME_BYTES}"
+                "Failed to decode watch output: frame of {len} bytes exceeds {max}"
             )));
         }
         if self.buffer.len() < 4 + len {

@@ -1,13 +1,15 @@
 //! [`RemoteBackend`]: the [`Backend`] methods as KV Connect calls.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use open_deno_kv_connect::convert::{self, AtomicWriteResult};
 use open_deno_kv_connect::prost::Message;
+use open_deno_kv_proto::change_log::{ChangeLogStatus, ChangeRecord};
 use open_deno_kv_proto::{
-    Capabilities, Checked, CommitResult, Engine, KvError, QueueMessageHandle, RangeCount,
-    RangeWatchStream, ReadRangeOutput, ValidatedRange, ValidatedRead, ValidatedWatch,
-    ValidatedWrite, WatchStream,
+    Capabilities, Checked, CommitResult, Engine, ImportSummary, KvError, QueueMessageHandle,
+    QueuedMessage, RangeCount, RangeWatchStream, ReadRangeOutput, Snapshot, ValidatedRange,
+    ValidatedRead, ValidatedWatch, ValidatedWrite, Versionstamp, WatchStream,
 };
 
 use crate::RemoteOptions;
@@ -68,8 +70,10 @@ impl RemoteBackend {
 
 impl Engine for RemoteBackend {
     /// Watch always; queues, range deletes, counts and range watches when the server offers
-    /// their extensions (`queue/1`, `range-delete/1`, `count/1`, `watch-range/1`), assumed until
-    /// the metadata is known. Never `durable`: durability is the server's business, and
+    /// their extensions (`queue/1`, `range-delete/1`, `count/1`, `watch-range/1`), export,
+    /// import and queue inspection with `snapshot/1`, the change log with `change-log/1`;
+    /// assumed until the metadata is known (each of these calls makes sure of it first, and
+    /// refuses with [`KvError::Unsupported`], sending nothing, when the extension is missing). Never `durable`: durability is the server's business, and
     /// reopening the same URL reaches the same data only if the server keeps it.
     ///
     /// Assuming is safe for the range operations because it is never acted on: a write holding
@@ -85,6 +89,9 @@ impl Engine for RemoteBackend {
             .with_range_delete(known.is_none_or(|e| e.range_delete))
             .with_count(known.is_none_or(|e| e.count))
             .with_watch_range(known.is_none_or(|e| e.watch_range))
+            .with_backup(known.is_none_or(|e| e.snapshot))
+            .with_queue_inspection(known.is_none_or(|e| e.snapshot))
+            .with_change_log(known.is_none_or(|e| e.change_log))
     }
 
     async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
@@ -178,6 +185,38 @@ impl Engine for RemoteBackend {
 
     fn watch_range(&self, range: ValidatedRange) -> Result<RangeWatchStream, KvError> {
         crate::range::watch(self.inner.clone(), range.into_inner())
+    }
+
+    /// The server's export (`snapshot/1`), read as it streams: dropping the stream closes the
+    /// request.
+    async fn export_snapshot(&self) -> Result<Snapshot, KvError> {
+        crate::backup::export(self.inner.clone(), false).await
+    }
+
+    /// Listed from the server's export without its entries (`snapshot/1`).
+    async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
+        crate::backup::queued_messages(self.inner.clone()).await
+    }
+
+    /// Streams `snapshot` to the server's import (`snapshot/1`): all or nothing on the server.
+    async fn import_snapshot(&self, snapshot: Snapshot) -> Result<ImportSummary, KvError> {
+        crate::backup::import(&self.inner, snapshot).await
+    }
+
+    async fn configure_change_log(&self, retention: Option<Duration>) -> Result<(), KvError> {
+        crate::backup::configure(&self.inner, retention).await
+    }
+
+    async fn change_log_status(&self) -> Result<ChangeLogStatus, KvError> {
+        crate::backup::status(&self.inner).await
+    }
+
+    async fn read_change_log(
+        &self,
+        after: Versionstamp,
+        limit: usize,
+    ) -> Result<Vec<ChangeRecord>, KvError> {
+        crate::backup::read(&self.inner, after, limit).await
     }
 
     /// Reports every queue message this client still holds as failed (so the server retries it

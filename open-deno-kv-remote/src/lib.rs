@@ -75,8 +75,8 @@
 //!   closing the backend reports a failure for every message still held; a client that dies
 //!   simply stops renewing, and the server requeues after the 5 s lease. Enqueueing travels
 //!   inside `atomic_write` as KV Connect defines. Against other servers
-//!   `dequeue_next_message` fails with [`KvError::Unsupported`]. `queued_messages` is not
-//!   available over the network (unsupported).
+//!   `dequeue_next_message` fails with [`KvError::Unsupported`]. `queued_messages` is read
+//!   from an export without its entries (`snapshot/1`), so it needs that extension.
 //! - **Range deletes, counts, range watches:** only with a server offering `range-delete/1`,
 //!   `count/1` and `watch-range/1` (see [`mod@ext`]); the capabilities say so once the metadata
 //!   is known. Before a range delete, a count or a range watch is sent, the client makes sure the
@@ -86,13 +86,17 @@
 //!   watch reconnects as a key watch does, and every new stream starts with
 //!   [`open_deno_kv_proto::RangeWatchEvent::Reread`], so the consumer re-reads what it may
 //!   have missed while disconnected.
-//! - **Snapshot export and import (online backup and restore):** not offered. KV Connect has
-//!   no export or import endpoint (nor does this project's server extend it with one), so
-//!   [`open_deno_kv_proto::Capabilities::export`] and `import` stay off and both calls fail
-//!   with [`open_deno_kv_proto::KvError::Unsupported`] without a request. Back up the server's
-//!   own database where it runs (`kv backup`).
-
+//! - **Snapshot export and import (online backup and restore), the change log:** only with a
+//!   server offering `snapshot/1` and `change-log/1` (open-deno-kv-server, for a database
+//!   whose backend has them; see [`mod@ext`]). An export is the server's stream read lazily,
+//!   one batch at a time; dropping it closes the request. An import streams the given snapshot
+//!   as the request body, never retried; an error in that stream (or dropping the import)
+//!   resets the request, so the server's import fails and rolls back. A stream that ends before
+//!   its end frame is an error, never a short snapshot. Against other servers the calls fail
+//!   with [`open_deno_kv_proto::KvError::Unsupported`] having sent nothing.
+//!
 mod backend;
+mod backup;
 pub mod ext;
 mod queue;
 mod range;

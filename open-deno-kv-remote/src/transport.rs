@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::tls::{Connector, LastFailure, WrongTransport};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
@@ -156,9 +157,19 @@ pub(crate) enum Replay {
     OnlyIfNotDelivered,
 }
 
+/// A request body: a buffer, or the frames of a `snapshot/1` import, streamed.
+pub(crate) type RequestBody = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+/// A buffer as a request body.
+fn full(bytes: Bytes) -> RequestBody {
+    Full::new(bytes)
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
 /// Shared by a backend and its tasks.
 pub(crate) struct Inner {
-    client: Client<Connector, Full<Bytes>>,
+    client: Client<Connector, RequestBody>,
     /// What the connector saw go wrong with TLS (see [`LastFailure`]).
     failures: LastFailure,
     /// The metadata URL as given (path and query included).
@@ -310,7 +321,7 @@ impl Inner {
                 .header(header::CONTENT_TYPE, "application/json")
                 // Extensions are offered only to a client that asks (denokv ignores the header).
                 .header(ext::EXT_HEADER, Extensions::all().header_value())
-                .body(Full::new(Bytes::from_static(
+                .body(full(Bytes::from_static(
                     br#"{"supportedVersions":[1,2,3]}"#,
                 )))
                 .map_err(|e| open_error(e.to_string()))?;
@@ -423,7 +434,7 @@ impl Inner {
     /// Sends one request with a time limit on the answer's headers.
     async fn send(
         &self,
-        request: Request<Full<Bytes>>,
+        request: Request<RequestBody>,
         limit: Duration,
     ) -> Result<Response<Incoming>, SendError> {
         match tokio::time::timeout(limit, self.client.request(request)).await {
@@ -496,13 +507,12 @@ impl Inner {
             if session.extensions.expiry {
                 request = request.header(ext::EXT_HEADER, ext::EXPIRY);
             }
-            let request =
-                request
-                    .body(Full::new(body.clone()))
-                    .map_err(|e| RemoteError::BadUrl {
-                        url: url.clone(),
-                        reason: e.to_string(),
-                    })?;
+            let request = request
+                .body(full(body.clone()))
+                .map_err(|e| RemoteError::BadUrl {
+                    url: url.clone(),
+                    reason: e.to_string(),
+                })?;
             let failure = match self.send(request, answer_within).await {
                 Ok(response) => {
                     let status = response.status();
@@ -551,6 +561,66 @@ impl Inner {
         }
     }
 
+    /// Calls `<endpoint>/<method>` once with a streamed body (a `snapshot/1` import): never
+    /// retried (the body cannot be sent again), with no time limit on the answer (the server
+    /// answers once it consumed the whole body and committed), but ended when the backend
+    /// closes. Dropping the future drops the request, which resets its stream: the server sees
+    /// a body cut short. The status rules are [`Inner::call`]'s.
+    pub(crate) async fn call_streaming(
+        &self,
+        method: &str,
+        body: RequestBody,
+    ) -> Result<Bytes, KvError> {
+        if self.is_closed() {
+            return Err(KvError::Closed);
+        }
+        let session = self.session(false, None).await?;
+        let url = format!("{}/{method}", session.endpoint);
+        let mut request = Request::post(&url)
+            .header(header::AUTHORIZATION, session.authorization.clone())
+            .header(header::CONTENT_TYPE, "application/octet-stream");
+        if session.version == 1 {
+            request = request.header("x-transaction-domain-id", session.database_id.clone());
+        } else {
+            request = request
+                .header("x-denokv-database-id", session.database_id.clone())
+                .header(
+                    "x-denokv-version",
+                    if session.version == 2 { "2" } else { "3" },
+                );
+        }
+        let request = request.body(body).map_err(|e| RemoteError::BadUrl {
+            url: url.clone(),
+            reason: e.to_string(),
+        })?;
+        let answer = tokio::select! {
+            answer = self.client.request(request) => answer,
+            () = self.wait_closed() => return Err(KvError::Closed),
+        };
+        let response = answer.map_err(|err| {
+            let mut text = err.to_string();
+            let mut source = std::error::Error::source(&err);
+            while let Some(inner) = source {
+                text.push_str(": ");
+                text.push_str(&inner.to_string());
+                source = inner.source();
+            }
+            KvError::from(RemoteError::Unavailable {
+                url: url.clone(),
+                elapsed: Duration::ZERO,
+                last: text,
+            })
+        })?;
+        self.answered
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let status = response.status();
+        if status != StatusCode::OK {
+            let text = read_text(response).await;
+            return Err(status_error(url, status, text));
+        }
+        read_body(response).await
+    }
+
     /// [`Inner::call`], then the whole body.
     pub(crate) async fn call_for_bytes(
         &self,
@@ -586,6 +656,7 @@ struct SendError {
 fn status_error(url: String, status: StatusCode, text: String) -> KvError {
     match status {
         StatusCode::BAD_REQUEST if text == "This database is read only." => KvError::ReadOnly,
+        StatusCode::BAD_REQUEST if text == KvError::NotEmpty.to_string() => KvError::NotEmpty,
         StatusCode::BAD_REQUEST => KvError::invalid_argument(text),
         StatusCode::NOT_IMPLEMENTED => KvError::Unsupported { feature: "queues" },
         _ => RemoteError::Status {

@@ -1,7 +1,7 @@
 //! Range deletes, counts and range watches through the network: open-deno-kv-remote →
 //! open-deno-kv-server → open-deno-kv-memory, with the `range-delete/1`, `count/1` and
-//! `watch-range/1` extensions, and against a server that does not offer them; and the snapshot
-//! export and import a remote backend does not offer.
+//! `watch-range/1` extensions, and against a server that does not offer them; and snapshots
+//! (`snapshot/1`) exported and imported through the network.
 
 #![allow(clippy::unwrap_used)]
 
@@ -17,7 +17,7 @@ use open_deno_kv_proto::{
     AtomicWrite, Backend, Check, KeyRange, KvError, KvValue, ManualClock, Mutation, RangeChange,
     RangeCount, RangeWatchEvent, RangeWatchStream, ReadRange, SnapshotRead, encode_key, key,
 };
-use open_deno_kv_remote::ext::{EXTENSIONS, RANGE_DELETE};
+use open_deno_kv_remote::ext::{CHANGE_LOG, EXTENSIONS, RANGE_DELETE, SNAPSHOT};
 use open_deno_kv_remote::{RemoteBackend, RemoteOptions};
 use open_deno_kv_server::{Access, Databases, Server, ServerConfig};
 
@@ -389,18 +389,68 @@ fn the_conformance_backend_reports_the_range_capabilities() {
     assert!(features.watch_range, "{features:?}");
 }
 
-/// Backups are not offered over the network: KV Connect has no export or import endpoint, so
-/// the capabilities say so and both calls are refused without a request.
-#[tokio::test]
-async fn snapshot_export_and_import_are_not_offered() {
-    let served = serve(EXTENSIONS.to_vec()).await;
+/// Backups travel over the network when the server offers `snapshot/1`: an export from one
+/// server imports into another, item for item; a server that does not offer it gets no request
+/// and the capabilities say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_travel_between_servers_and_are_refused_when_not_offered() {
+    use futures::TryStreamExt;
+    let source = serve(EXTENSIONS.to_vec()).await;
+    let many: Vec<Vec<u8>> = (1..=2000).map(users).collect();
+    for chunk in many.chunks(500) {
+        set(&*source.local, chunk).await;
+    }
+    let from = connect(&source).await;
+    let capabilities = from.capabilities();
+    assert!(capabilities.export && capabilities.import && capabilities.change_log);
+    let target = serve(EXTENSIONS.to_vec()).await;
+    let to = connect(&target).await;
+    let summary = to
+        .import_snapshot(from.export_snapshot().await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(summary.entries, 2000);
+    let local: Vec<_> = source
+        .local
+        .export_snapshot()
+        .await
+        .unwrap()
+        .items
+        .try_collect()
+        .await
+        .unwrap();
+    let copied: Vec<_> = target
+        .local
+        .export_snapshot()
+        .await
+        .unwrap()
+        .items
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(copied, local);
+    // Dropping an export half read closes its request: the server's slot comes back.
+    let mut export = from.export_snapshot().await.unwrap();
+    export.items.next().await.unwrap().unwrap();
+    drop(export);
+    from.close().await.unwrap();
+    to.close().await.unwrap();
+
+    let offered: Vec<&'static str> = EXTENSIONS
+        .iter()
+        .copied()
+        .filter(|name| *name != SNAPSHOT && *name != CHANGE_LOG)
+        .collect();
+    let served = serve(offered).await;
     let kv = connect(&served).await;
     let capabilities = kv.capabilities();
-    assert!(!capabilities.export && !capabilities.import);
+    assert!(!capabilities.export && !capabilities.import && !capabilities.change_log);
     let err = kv.export_snapshot().await.unwrap_err();
     assert!(matches!(err, KvError::Unsupported { .. }), "{err:?}");
     let empty = open_deno_kv_proto::Snapshot::from_items(Default::default(), vec![]);
     let err = kv.import_snapshot(empty).await.unwrap_err();
+    assert!(matches!(err, KvError::Unsupported { .. }), "{err:?}");
+    let err = kv.change_log_status().await.unwrap_err();
     assert!(matches!(err, KvError::Unsupported { .. }), "{err:?}");
     kv.close().await.unwrap();
 }

@@ -19,6 +19,7 @@ use subtle::ConstantTimeEq;
 use tokio::sync::OwnedSemaphorePermit;
 use uuid::Uuid;
 
+use crate::backup::BackupMethod;
 use crate::databases::{ConnectionDatabases, DatabaseRef, Opened};
 use crate::ext;
 use crate::metrics::Endpoint;
@@ -43,6 +44,8 @@ enum DataMethod {
     Queue(QueueMethod),
     /// The `count/1` and `watch-range/1` extensions ([`crate::range`]).
     Range(RangeMethod),
+    /// The `snapshot/1` and `change-log/1` extensions ([`crate::backup`]).
+    Backup(BackupMethod),
 }
 
 impl DataMethod {
@@ -57,6 +60,7 @@ impl DataMethod {
             DataMethod::Queue(QueueMethod::KeepAlive) => Endpoint::QueueKeepAlive,
             DataMethod::Range(RangeMethod::Count) => Endpoint::RangeCount,
             DataMethod::Range(RangeMethod::Watch) => Endpoint::RangeWatch,
+            DataMethod::Backup(method) => method.endpoint(),
         }
     }
 }
@@ -98,7 +102,8 @@ async fn route(
         Some("/watch") => Some(DataMethod::Watch),
         Some(rest) => QueueMethod::parse(rest)
             .map(DataMethod::Queue)
-            .or_else(|| RangeMethod::parse(rest).map(DataMethod::Range)),
+            .or_else(|| RangeMethod::parse(rest).map(DataMethod::Range))
+            .or_else(|| BackupMethod::parse(rest).map(DataMethod::Backup)),
         None => None,
     };
     if path == "/health" {
@@ -315,7 +320,7 @@ async fn metadata_exchange(
 ) -> Result<Response<ResponseBody>, Failure> {
     // Access first: a stranger learns nothing about versions or databases.
     authorize(request.headers(), &shared.config.access)?;
-    let extensions = offered_extensions(request.headers(), &shared.config.extensions);
+    let mut extensions = offered_extensions(request.headers(), &shared.config.extensions);
     let body = read_body(request, shared).await?;
     let exchange =
         MetadataExchangeRequest::parse(&body).map_err(|e| Failure::bad_request(e.message))?;
@@ -334,6 +339,19 @@ async fn metadata_exchange(
             )
         })?,
     };
+    if !extensions.is_empty() {
+        // The backup and change log extensions only for a database whose backend has them.
+        let backend =
+            connection
+                .by_id(&database_id)
+                .or_else(|| match shared.databases.by_id(&database_id) {
+                    Ok(Opened::Ready(backend)) => Some(backend),
+                    _ => None,
+                });
+        if let Some(backend) = backend {
+            extensions.retain(|name| crate::backup::backend_serves(backend.as_ref(), name));
+        }
+    }
     let token = match &shared.config.access {
         Access::Token(token) => token.clone(),
         Access::Open => "open".to_owned(),
@@ -411,6 +429,10 @@ async fn data_path(
         None => opened(shared, shared.databases.by_id(&database), invalid_id)?,
     };
     let expiry = ext::requested(headers, ext::EXPIRY);
+    if method == DataMethod::Backup(BackupMethod::Import) {
+        // The one request whose body is streamed rather than read whole (see crate::backup).
+        return crate::backup::import(request, backend, shared).await;
+    }
     let body = read_body(request, shared).await?;
     match method {
         DataMethod::SnapshotRead => snapshot_read(&body, backend.as_ref(), shared, expiry).await,
@@ -420,6 +442,7 @@ async fn data_path(
             crate::queue::handle(method, &body, backend, database, shared).await
         }
         DataMethod::Range(method) => crate::range::handle(method, &body, backend, shared).await,
+        DataMethod::Backup(method) => crate::backup::handle(method, &body, backend, shared).await,
     }
 }
 

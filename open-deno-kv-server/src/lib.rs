@@ -30,7 +30,14 @@
 //!   consumption over the network, `POST /v2/queue/dequeue|finish|keepalive` with at-least-once
 //!   delivery through leases ([`queue`]), range deletes inside `atomic_write`
 //!   (`range-delete/1`), `POST /v2/range/count` (`count/1`) and `POST /v2/range/watch`
-//!   (`watch-range/1`, a frame stream like `watch`'s, under the same watch cap) ([`range`]).
+//!   (`watch-range/1`, a frame stream like `watch`'s, under the same watch cap) ([`range`]),
+//!   and backups and the change log ([`backup`]): `POST /v2/snapshot/export` streams the
+//!   backend's consistent snapshot and `/v2/snapshot/import` restores one from a streamed body,
+//!   all or nothing (`snapshot/1`; an import is the one body not read whole: it may be any
+//!   size, but each frame is capped at [`ServerConfig::max_body_bytes`], it holds that much of
+//!   the body memory budget, and each piece must arrive within the body timeout), and
+//!   `POST /v2/change_log/status|read|configure` (`change-log/1`; configure is a write). Both
+//!   are listed only for a database whose backend has the capability.
 //!
 //! Logs: [`tracing`] events, never a token, a key or a value: one per request at debug level
 //! (method, endpoint, status, duration), internal and connection errors at warn or error with
@@ -58,6 +65,7 @@
 //! # }
 //! ```
 
+pub mod backup;
 mod connection;
 pub mod databases;
 pub mod ext;
@@ -154,9 +162,10 @@ pub struct ServerConfig {
     pub tls: Option<Tls>,
     /// The protocol extensions this server offers to clients that ask ([`ext::EXTENSIONS`],
     /// all of them, by default). One left out is not listed in the metadata, so
-    /// open-deno-kv-remote does not use it. The range extensions are also refused when used
-    /// anyway: a `range-delete/1` body is answered 400, and the `count/1` and `watch-range/1` endpoints answer 404. (The older ones
-    /// stay served: their requests are harmless to a server that has them.)
+    /// open-deno-kv-remote does not use it. The range, snapshot and change log extensions are
+    /// also refused when used anyway: a `range-delete/1` body is answered 400, and the
+    /// `count/1`, `watch-range/1`, `snapshot/1` and `change-log/1` endpoints answer 404. (The
+    /// older ones stay served: their requests are harmless to a server that has them.)
     pub extensions: Vec<&'static str>,
     /// Serve the web explorer at `/ui` ([`ui`]), read-only or read-write ([`Explorer::Off`] by
     /// default). Its data calls need the access token, as the API does.

@@ -71,6 +71,16 @@ pub(crate) enum Endpoint {
     RangeCount,
     /// `POST /v2/range/watch` (`watch-range/1`).
     RangeWatch,
+    /// `POST /v2/snapshot/export` (`snapshot/1`).
+    SnapshotExport,
+    /// `POST /v2/snapshot/import` (`snapshot/1`).
+    SnapshotImport,
+    /// `POST /v2/change_log/status` (`change-log/1`).
+    ChangeLogStatus,
+    /// `POST /v2/change_log/read` (`change-log/1`).
+    ChangeLogRead,
+    /// `POST /v2/change_log/configure` (`change-log/1`).
+    ChangeLogConfigure,
     /// The explorer's page, script and style (`GET /ui...`).
     Ui,
     /// The explorer's JSON calls and event streams (`POST /ui/api/...`).
@@ -94,6 +104,11 @@ impl Endpoint {
             Endpoint::QueueKeepAlive => "queue_keepalive",
             Endpoint::RangeCount => "range_count",
             Endpoint::RangeWatch => "range_watch",
+            Endpoint::SnapshotExport => "snapshot_export",
+            Endpoint::SnapshotImport => "snapshot_import",
+            Endpoint::ChangeLogStatus => "change_log_status",
+            Endpoint::ChangeLogRead => "change_log_read",
+            Endpoint::ChangeLogConfigure => "change_log_configure",
             Endpoint::Ui => "ui",
             Endpoint::UiApi => "ui_api",
             Endpoint::Other => "other",

@@ -15,7 +15,7 @@
 //! | a dead HTTP/2 peer | `keep_alive_timeout` after a ping every `keep_alive_interval` of the [`crate::ServerConfig`] | 20 s | closed |
 //! | request bodies buffered at once, all connections together | `max_body_memory` | 64 MiB | `503` "The server is buffering too many request bodies …" |
 //! | one request body | [`crate::ServerConfig::max_body_bytes`] | 1.06 MiB | `413` |
-//! | watch streams open at once | `max_watches` | 10,000 | `429` "Too many watches …" (Deno's client reports it as an error) |
+//! | watch streams (key, range) and snapshot exports open at once | `max_watches` | 10,000 | `429` "Too many watches …" (Deno's client reports it as an error) |
 //! | `/db/NAME` databases open at once (`kv serve --db-dir`) | `max_open_databases` | 64 | `503` "Too many databases open …" |
 //! | an open `/db/NAME` database nobody uses (no request, watch or held queue message) | `database_idle_timeout` | 60 s | closed; reopened on next use |
 //!
