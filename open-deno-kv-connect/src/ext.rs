@@ -107,7 +107,7 @@ use crate::ProtocolError;
 pub use backup::{
     CHANGE_LOG_READ_BYTES, ChangeLogStatusResponse, ConfigureChangeLogRequest, ExportRequest,
     ImportResponse, LogMarkPb, ReadChangeLogRequest, ReadChangeLogResponse, SNAPSHOT_BATCH_BYTES,
-    SnapshotFrame, SnapshotReader, SnapshotWriter,
+    SnapshotBatches, SnapshotFrame, SnapshotReader, SnapshotWriter, snapshot_items,
 };
 pub use range::{
     RANGE_WATCH_FRAME_BYTES, RangeCountResponse, RangeDeleteExt, RangeRequest, RangeWatchAssembler,

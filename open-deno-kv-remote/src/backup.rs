@@ -26,7 +26,8 @@ use open_deno_kv_proto::{
 
 use crate::ext::{
     ChangeLogStatusResponse, ConfigureChangeLogRequest, ExportRequest, ImportResponse,
-    ReadChangeLogRequest, ReadChangeLogResponse, SnapshotFrame, SnapshotReader, SnapshotWriter,
+    ReadChangeLogRequest, ReadChangeLogResponse, SnapshotBatches, SnapshotFrame, SnapshotReader,
+    SnapshotWriter, snapshot_items,
 };
 use crate::transport::{Inner, Replay, RequestBody, lock, protocol};
 
@@ -86,28 +87,7 @@ pub(crate) async fn export(inner: Arc<Inner>, messages_only: bool) -> Result<Sna
         return Err(protocol("the export stream does not start with its header"));
     };
     debug_assert!(header.is_empty());
-    let items: SnapshotStream = futures::stream::unfold(
-        Some((body, Vec::<SnapshotItem>::new())),
-        |state| async move {
-            let (mut body, mut pending) = state?;
-            loop {
-                if let Some(item) = pending.pop() {
-                    return Some((Ok(item), Some((body, pending))));
-                }
-                if body.reader.is_complete() {
-                    return None;
-                }
-                match body.next_items().await {
-                    Ok(mut items) => {
-                        items.reverse();
-                        pending = items;
-                    }
-                    Err(err) => return Some((Err(err), None)),
-                }
-            }
-        },
-    )
-    .boxed();
+    let items = snapshot_items(body);
     Ok(Snapshot {
         versionstamp,
         items,
@@ -122,6 +102,16 @@ struct ExportBody {
     /// The longest silence accepted between two pieces of the answer.
     idle: Duration,
     inner: Arc<Inner>,
+}
+
+impl SnapshotBatches for ExportBody {
+    fn ended(&self) -> bool {
+        self.reader.is_complete()
+    }
+
+    async fn next_batch(&mut self) -> Result<Vec<SnapshotItem>, KvError> {
+        self.next_items().await
+    }
 }
 
 impl ExportBody {

@@ -491,19 +491,7 @@ impl Inner {
                 return Err(KvError::Closed);
             }
             let url = format!("{}/{method}", session.endpoint);
-            let mut request = Request::post(&url)
-                .header(header::AUTHORIZATION, session.authorization.clone())
-                .header(header::CONTENT_TYPE, "application/x-protobuf");
-            if session.version == 1 {
-                request = request.header("x-transaction-domain-id", session.database_id.clone());
-            } else {
-                request = request
-                    .header("x-denokv-database-id", session.database_id.clone())
-                    .header(
-                        "x-denokv-version",
-                        if session.version == 2 { "2" } else { "3" },
-                    );
-            }
+            let mut request = data_request(&session, &url, "application/x-protobuf");
             if session.extensions.expiry {
                 request = request.header(ext::EXT_HEADER, ext::EXPIRY);
             }
@@ -576,19 +564,7 @@ impl Inner {
         }
         let session = self.session(false, None).await?;
         let url = format!("{}/{method}", session.endpoint);
-        let mut request = Request::post(&url)
-            .header(header::AUTHORIZATION, session.authorization.clone())
-            .header(header::CONTENT_TYPE, "application/octet-stream");
-        if session.version == 1 {
-            request = request.header("x-transaction-domain-id", session.database_id.clone());
-        } else {
-            request = request
-                .header("x-denokv-database-id", session.database_id.clone())
-                .header(
-                    "x-denokv-version",
-                    if session.version == 2 { "2" } else { "3" },
-                );
-        }
+        let request = data_request(&session, &url, "application/octet-stream");
         let request = request.body(body).map_err(|e| RemoteError::BadUrl {
             url: url.clone(),
             reason: e.to_string(),
@@ -713,6 +689,24 @@ fn resolve(base: &str, endpoint: &str, version: u64) -> Result<String, String> {
     let directory = &path[..path.rfind('/').map_or(0, |i| i + 1)];
     let directory = if directory.is_empty() { "/" } else { directory };
     Ok(format!("{origin}{directory}{endpoint}"))
+}
+
+/// A data-path request to `url` with the session's credentials and protocol headers (the
+/// database id and version, or a version 1 server's transaction domain).
+fn data_request(session: &Session, url: &str, content_type: &str) -> hyper::http::request::Builder {
+    let request = Request::post(url)
+        .header(header::AUTHORIZATION, session.authorization.clone())
+        .header(header::CONTENT_TYPE, content_type);
+    if session.version == 1 {
+        request.header("x-transaction-domain-id", session.database_id.clone())
+    } else {
+        request
+            .header("x-denokv-database-id", session.database_id.clone())
+            .header(
+                "x-denokv-version",
+                if session.version == 2 { "2" } else { "3" },
+            )
+    }
 }
 
 #[cfg(test)]

@@ -41,7 +41,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use futures::stream::BoxStream;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{self, HeaderValue};
@@ -55,7 +54,8 @@ use tokio::sync::watch as signal;
 use crate::Shared;
 use crate::ext::{
     self, ChangeLogStatusResponse, ConfigureChangeLogRequest, ExportRequest, ImportResponse,
-    ReadChangeLogRequest, ReadChangeLogResponse, SnapshotFrame, SnapshotReader, SnapshotWriter,
+    ReadChangeLogRequest, ReadChangeLogResponse, SnapshotBatches, SnapshotFrame, SnapshotReader,
+    SnapshotWriter, snapshot_items,
 };
 use crate::metrics::Endpoint;
 use crate::response::{Failure, ResponseBody, bytes_response, kv_failure, protobuf_response};
@@ -325,28 +325,7 @@ pub(crate) async fn import(
         ));
     };
     debug_assert!(first.is_empty());
-    let items: BoxStream<'static, Result<SnapshotItem, KvError>> = futures::stream::unfold(
-        Some((body, Vec::<SnapshotItem>::new())),
-        |state| async move {
-            let (mut body, mut pending) = state?;
-            loop {
-                if let Some(item) = pending.pop() {
-                    return Some((Ok(item), Some((body, pending))));
-                }
-                if body.reader.is_complete() {
-                    return None;
-                }
-                match body.next_items().await {
-                    Ok(mut items) => {
-                        items.reverse();
-                        pending = items;
-                    }
-                    Err(err) => return Some((Err(err.into_kv_error()), None)),
-                }
-            }
-        },
-    )
-    .boxed();
+    let items = snapshot_items(body);
     let summary = backend
         .import_snapshot(Snapshot {
             versionstamp,
@@ -446,6 +425,16 @@ impl BodyFailure for KvError {
             "timeout" => BodyError::Timeout(Duration::from_millis(detail.parse().unwrap_or(0))),
             _ => BodyError::Cut(detail.to_owned()),
         })
+    }
+}
+
+impl SnapshotBatches for ImportBody {
+    fn ended(&self) -> bool {
+        self.reader.is_complete()
+    }
+
+    async fn next_batch(&mut self) -> Result<Vec<SnapshotItem>, KvError> {
+        self.next_items().await.map_err(BodyError::into_kv_error)
     }
 }
 

@@ -529,6 +529,44 @@ impl ReadChangeLogResponse {
     }
 }
 
+/// Where a `snapshot/1` stream's items come from, a frame at a time: an export's answer on the
+/// client, an import's request body on the server. [`snapshot_items`] turns it into the item
+/// stream a [`open_deno_kv_proto::Snapshot`] carries.
+pub trait SnapshotBatches: Send + 'static {
+    /// Whether the end frame was read ([`SnapshotReader::is_complete`]): the stream then ends.
+    fn ended(&self) -> bool;
+
+    /// The items of the next frame (none for a frame that carries none); an error ends the
+    /// stream with it.
+    fn next_batch(
+        &mut self,
+    ) -> impl std::future::Future<Output = Result<Vec<SnapshotItem>, open_deno_kv_proto::KvError>> + Send;
+}
+
+/// The items of `batches`, one by one in order, until its end frame; after an error, nothing.
+pub fn snapshot_items<B: SnapshotBatches>(batches: B) -> open_deno_kv_proto::SnapshotStream {
+    use futures::StreamExt;
+    futures::stream::unfold(
+        Some((batches, std::vec::IntoIter::default())),
+        |state| async move {
+            let (mut batches, mut pending): (B, std::vec::IntoIter<SnapshotItem>) = state?;
+            loop {
+                if let Some(item) = pending.next() {
+                    return Some((Ok(item), Some((batches, pending))));
+                }
+                if batches.ended() {
+                    return None;
+                }
+                match batches.next_batch().await {
+                    Ok(items) => pending = items.into_iter(),
+                    Err(err) => return Some((Err(err), None)),
+                }
+            }
+        },
+    )
+    .boxed()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
