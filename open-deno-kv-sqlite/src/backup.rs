@@ -25,10 +25,9 @@ use open_deno_kv_proto::{
 use rusqlite::{Connection, TransactionBehavior};
 
 use crate::store::{
-    SqlTransaction, entry_from_row, insert_queued, open_connection, queue_row, storage,
+    SqlTransaction, entry_from_row, insert_queued, last_commit, open_connection, queue_row, storage,
 };
 
-const LAST_COMMIT: &str = "select version, seq from data_version where k = 0";
 const ENTRIES: &str = "select k, v, v_encoding, version, seq, expiration_ms from kv
     where expiration_ms < 0 or expiration_ms > ?1 order by k";
 /// Waiting messages by ready time and messages being delivered as ready at `?1`, in one order.
@@ -59,10 +58,7 @@ fn export_from(
 ) -> Result<(), KvError> {
     let tx = conn.transaction().map_err(storage)?;
     // The first read starts the snapshot; every later statement of the transaction sees it.
-    let (version, seq): (i64, i64) = tx
-        .query_row(LAST_COMMIT, [], |row| Ok((row.get(0)?, row.get(1)?)))
-        .map_err(storage)?;
-    sink.begin(last_commit(version, seq)?)?;
+    sink.begin(last_commit(&tx)?)?;
     let now_ms = now.timestamp_millis();
     {
         let mut entries = tx.prepare(ENTRIES).map_err(storage)?;
@@ -79,14 +75,6 @@ fn export_from(
         }
     }
     tx.finish().map_err(storage)
-}
-
-/// `data_version`'s row as a versionstamp.
-fn last_commit(version: i64, seq: i64) -> Result<Versionstamp, KvError> {
-    let corrupt = |what: String| KvError::Corrupt { message: what };
-    let version = u64::try_from(version).map_err(|_| corrupt(format!("data_version {version}")))?;
-    let seq = u16::try_from(seq).map_err(|_| corrupt(format!("data_version seq {seq}")))?;
-    Ok(Versionstamp::from_version(version, seq))
 }
 
 /// Writes `snapshot` into the (empty) database at `path` in one transaction (see the module
@@ -126,7 +114,7 @@ fn import_into(
         }
     }
     // Never backwards, and a gap in the change log's chain (`version_after_import`).
-    let current = crate::store::last_commit(&tx)?;
+    let current = last_commit(&tx)?;
     let logging = crate::change_log::tables_exist(&tx)?;
     let next = version_after_import(versionstamp.version(), current.version(), logging);
     let seq = if next == versionstamp.version() {

@@ -10,13 +10,13 @@
 //! this crate's schema inspection; a version of this crate from before the log ignores them and
 //! does not log (a replay then finds the gap: [`open_deno_kv_proto::change_log::Replay::apply`]).
 //!
-//! **Who logs.** The writer logs every commit made through [`crate::store::commit_write`]
-//! (atomic writes and dead letters), in the commit's savepoint: a write that fails its check or
-//! is rolled back leaves no record. It learns the setting from the file, in the group's own
-//! transaction: again whenever `PRAGMA data_version` says another connection committed (the
-//! switch itself commits on a connection of its own, so every group that starts after it sees
-//! it), so a commit costs no extra statement while nothing else writes, and one pragma per group
-//! otherwise.
+//! **Who logs.** The writer logs every commit made through `store::commit_write` (atomic
+//! writes and dead letters), which stores the record in the commit's savepoint: a write that
+//! fails its check or is rolled back leaves no record. The writer learns the setting from the
+//! file, in the group's own transaction: each group runs `PRAGMA data_version` (one prepared
+//! statement), and the setting is read again only when it moved, that is when another connection
+//! committed. The switch itself commits on a connection of its own, so every group that starts
+//! after it sees it.
 //!
 //! **Pruning** deletes, every [`PRUNE_EVERY`] logged commits, at most [`PRUNE_BATCH`] of the
 //! oldest records whose time is before the retention, walking `versionstamp` from the front.
@@ -31,7 +31,7 @@ use open_deno_kv_proto::change_log::{
 use open_deno_kv_proto::{KvError, Versionstamp};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
-use crate::store::{execute, open_connection, storage};
+use crate::store::{execute, open_connection, pragma_data_version, storage};
 
 const CREATE: &str = "create table if not exists odkv_change_log_setting (
   k integer not null primary key check (k = 0),
@@ -46,8 +46,6 @@ const TABLE_EXISTS: &str = "select exists(select 1 from sqlite_master where type
 const SETTING: &str = "select retention_ms from odkv_change_log_setting where k = 0";
 const SET: &str = "insert into odkv_change_log_setting (k, retention_ms) values (0, ?1)
     on conflict(k) do update set retention_ms = excluded.retention_ms";
-const APPEND: &str =
-    "insert into odkv_change_log (versionstamp, at_ms, record) values (?1, ?2, ?3)";
 const OLDEST: &str =
     "select versionstamp, at_ms from odkv_change_log order by versionstamp limit ?1";
 const PRUNE: &str = "delete from odkv_change_log where versionstamp <= ?1";
@@ -96,9 +94,7 @@ impl WriterLog {
     /// Brings the setting up to date inside the group's transaction, if another connection
     /// committed since it was read. Whether commits are logged.
     pub(crate) fn refresh(&mut self, conn: &Connection) -> Result<bool, KvError> {
-        let version: i64 = conn
-            .query_row("pragma data_version", [], |row| row.get(0))
-            .map_err(storage)?;
+        let version = pragma_data_version(conn)?;
         if self.read_at != Some(version) {
             self.retention = setting(conn)?;
             self.read_at = Some(version);
@@ -120,19 +116,6 @@ impl WriterLog {
             _ => Ok(()),
         }
     }
-}
-
-/// Stores `record` (inside the commit's savepoint).
-pub(crate) fn append(conn: &Connection, record: &ChangeRecord) -> Result<(), KvError> {
-    execute(
-        conn,
-        APPEND,
-        rusqlite::params![
-            record.versionstamp.as_bytes().as_slice(),
-            record.at.timestamp_millis(),
-            record.encode()
-        ],
-    )
 }
 
 /// Deletes the oldest records (at most [`PRUNE_BATCH`]) whose time is before `before`.

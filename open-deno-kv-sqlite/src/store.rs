@@ -378,6 +378,31 @@ fn commit_logged_write(
         at: now,
         changes: recording.into_changes(),
     };
-    crate::change_log::append(conn, &record)?;
+    append_record(conn, &record)?;
     Ok(Some(CommitResult { versionstamp }))
+}
+
+/// Stores a change record in the change log's table (see [`crate::change_log`]), inside the
+/// commit's savepoint.
+fn append_record(conn: &Connection, record: &ChangeRecord) -> Result<(), KvError> {
+    const APPEND: &str =
+        "insert into odkv_change_log (versionstamp, at_ms, record) values (?1, ?2, ?3)";
+    execute(
+        conn,
+        APPEND,
+        params![
+            record.versionstamp.as_bytes().as_slice(),
+            record.at.timestamp_millis(),
+            record.encode()
+        ],
+    )
+}
+
+/// SQLite's count of other connections' commits (it does not move for this connection's own):
+/// the idle poll, and the change log's setting, look again when it moves. Run on every group
+/// while the change log is read, so it is prepared once.
+pub(crate) fn pragma_data_version(conn: &Connection) -> Result<i64, KvError> {
+    conn.prepare_cached("pragma data_version")
+        .and_then(|mut stmt| stmt.query_row([], |row| row.get(0)))
+        .map_err(storage)
 }

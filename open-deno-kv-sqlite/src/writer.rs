@@ -47,7 +47,9 @@ use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior, params};
 
 use crate::change_log::WriterLog;
 use crate::messages::{self, SqlQueue, held_registry};
-use crate::store::{BUSY_TIMEOUT, commit_write, execute, open_connection, storage};
+use crate::store::{
+    BUSY_TIMEOUT, commit_write, execute, open_connection, pragma_data_version, storage,
+};
 use crate::{Durability, SqliteError, schema};
 
 /// How often the standby thread looks for other processes' commits.
@@ -417,11 +419,6 @@ impl AutoCheckpoint {
     fn due(&self) -> bool {
         self.pages.load(Ordering::Relaxed) >= CHECKPOINT_PAGES
     }
-}
-
-fn pragma_data_version(conn: &Connection) -> Result<i64, KvError> {
-    conn.query_row("pragma data_version", [], |row| row.get(0))
-        .map_err(storage)
 }
 
 fn is_busy(err: &rusqlite::Error) -> bool {
