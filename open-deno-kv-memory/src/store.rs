@@ -270,7 +270,7 @@ impl State {
         let versionstamp = Versionstamp::from_version(self.version + 1, 0);
         let entries = &self.entries;
         let read = |key: &[u8]| Ok(entries.get(key).cloned());
-        let Some(staged) = stage_atomic_write(read, write, versionstamp, now)? else {
+        let Some(mut staged) = stage_atomic_write(read, write, versionstamp, now)? else {
             return Ok(None);
         };
         let mut effects = Effects {
@@ -279,12 +279,16 @@ impl State {
         };
         effects.changed = staged.changed();
         if let Some(log) = &mut self.log {
-            log.append(&ChangeRecord {
+            // The staged effects lent to the record (which the log keeps encoded), then taken
+            // back: no copy.
+            let record = ChangeRecord {
                 versionstamp,
                 previous: Versionstamp::from_version(self.version, 0),
                 at: now,
-                changes: staged.clone(),
-            });
+                changes: staged,
+            };
+            log.append(&record);
+            staged = record.changes;
         }
         for range in &staged.deleted_ranges {
             self.delete_range(range);

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Pool, Transaction};
 use futures::StreamExt;
+use open_deno_kv_proto::change_log::version_after_import;
 use open_deno_kv_proto::{
     ImportSummary, KvError, Snapshot, SnapshotItem, Versionstamp, backup::not_empty,
 };
@@ -229,18 +230,19 @@ pub(crate) async fn import(
         }
     }
     insert_entries(&tx, &upsert, columns).await?;
-    if logging && before > 0 && before >= version {
-        // The import is not logged. Had the version stayed where it was, the next commit's
-        // record would name the last one before the import as its predecessor, and a replay of
-        // the log over an older backup would pass the chain check without the imported data.
-        // One version further, the chain shows the gap.
-        tx.execute(&sql.set_version, &[&(before + 1)])
-            .await
-            .map_err(pg)?;
-    } else {
-        tx.execute(&sql.raise_version, &[&version])
-            .await
-            .map_err(pg)?;
+    // Never backwards, and while the change log is on, a gap in its chain: the import is not
+    // logged, so the next commit must not name the last record as its predecessor
+    // (`version_after_import`).
+    let next = version_after_import(
+        u64::try_from(version).unwrap_or(0),
+        u64::try_from(before).unwrap_or(0),
+        logging,
+    );
+    if next != u64::try_from(before).unwrap_or(0) {
+        let next = i64::try_from(next).map_err(|_| KvError::Corrupt {
+            message: format!("data_version {before} cannot move past {next}"),
+        })?;
+        tx.execute(&sql.set_version, &[&next]).await.map_err(pg)?;
     }
     // A payload without an origin: every handle, in every process, looks at everything again.
     let notify_params: [&(dyn ToSql + Sync); 2] = [&sql.channel, &"restore"];

@@ -308,20 +308,18 @@ impl WriteGroup {
         // The change log: the records, the version of the last one if later writes failed, and
         // a pruning when one is due. Nothing at all while the log is off.
         let mut final_version = last;
-        let mut log = LogColumns::default();
         let mut prune_cutoff: Option<i64> = None;
         if let Some(retention_ms) = retention_ms {
             final_version = i64::try_from(outcome.last_version).unwrap_or(i64::MAX);
-            for record in &outcome.records {
-                log.push(record);
-            }
-            if !outcome.records.is_empty() && self.prune.logged(outcome.records.len()) {
+            let logged = outcome.log.stamps.len();
+            if logged > 0 && self.prune.logged(logged) {
                 let now = items.iter().map(|i| i.now).max().unwrap_or_default();
                 let retention = Duration::from_millis(u64::try_from(retention_ms).unwrap_or(0));
                 prune_cutoff = Some(codec::ms(prune_before(now, retention)));
             }
         }
         let log_insert = async {
+            let log = &outcome.log;
             if !log.stamps.is_empty() {
                 tx.execute(&conn.log_insert, &[&log.stamps, &log.times, &log.records])
                     .await?;
@@ -435,11 +433,11 @@ struct Staged {
     writes: BTreeMap<Vec<u8>, Option<StoredEntry>>,
     enqueued: Vec<QueuedMessage>,
     changed: ChangedKeys,
-    /// Whether the change log is on: each survivor then leaves a record in `records`.
+    /// Whether the change log is on: each survivor then leaves its record in `log`.
     logging: bool,
     /// The version of the last survivor so far (the group's base before the first).
     last_version: u64,
-    records: Vec<ChangeRecord>,
+    log: LogColumns,
 }
 
 impl Staged {
@@ -452,7 +450,7 @@ impl Staged {
             changed: ChangedKeys::default(),
             logging,
             last_version: base,
-            records: Vec::new(),
+            log: LogColumns::default(),
         }
     }
 
@@ -477,16 +475,19 @@ impl Staged {
             }
             .into()),
         };
-        let Some(staged) = stage_atomic_write(read, &item.write, stamp, item.now)? else {
+        let Some(mut staged) = stage_atomic_write(read, &item.write, stamp, item.now)? else {
             return Ok(None);
         };
         if self.logging {
-            self.records.push(ChangeRecord {
+            // Encoded here, the staged effects lent to the record and taken back: no copy.
+            let record = ChangeRecord {
                 versionstamp: stamp,
                 previous: Versionstamp::from_version(self.last_version, 0),
                 at: item.now,
-                changes: staged.clone(),
-            });
+                changes: staged,
+            };
+            self.log.push(&record);
+            staged = record.changes;
         }
         self.last_version = version;
         self.changed.merge(staged.changed());

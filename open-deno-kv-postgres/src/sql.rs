@@ -81,8 +81,6 @@ pub(crate) struct Sql {
     pub(crate) lock_version: String,
     /// Whether the store holds any entry or message.
     pub(crate) any_data: String,
-    /// Raises the last commit version to at least `$1` (an import).
-    pub(crate) raise_version: String,
 
     /// Stores change records given as parallel arrays: versionstamps, times (ms), record bytes.
     pub(crate) log_insert: String,
@@ -222,7 +220,6 @@ impl Sql {
             any_data: format!(
                 "SELECT EXISTS (SELECT 1 FROM {kv}) OR EXISTS (SELECT 1 FROM {queue})"
             ),
-            raise_version: format!("UPDATE {meta} SET data_version = GREATEST(data_version, $1)"),
             log_insert: format!(
                 "INSERT INTO {log} (vs, at, record) \
                  SELECT * FROM unnest($1::bytea[], $2::int8[], $3::bytea[])"
