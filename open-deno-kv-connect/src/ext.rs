@@ -51,8 +51,7 @@
 //!   once it has the whole list, so a consumer never sees half a snapshot. See
 //!   [`open_deno_kv_proto::RangeWatchEvent`] for what the events mean.
 //! - **`snapshot/1`**: whole-store backups and restores ([`open_deno_kv_proto::backup`]).
-//!   `POST <endpoint>/snapshot/export` (empty body, or an [`ExportRequest`] with
-//!   `messages_only`, which leaves the entries out: how a client lists the queue) answers the backend's `export_snapshot` as a
+//!   `POST <endpoint>/snapshot/export` (empty body) answers the backend's `export_snapshot` as a
 //!   stream framed as the watch streams are ([`crate::frames`]), each frame a
 //!   [`SnapshotFrame`]: first a header holding the snapshot's versionstamp, then batches of
 //!   items (about [`SNAPSHOT_BATCH_BYTES`] each), then an end frame with the number of entries
@@ -61,7 +60,9 @@
 //!   after the answer began ends with a frame holding `error`. A batch is the change log's
 //!   record layout (`open-deno-kv-proto`'s `change_log/codec.rs`, [`ChangeRecord::encode`]):
 //!   its entries as the record's `writes` (key order, never a deletion) and its messages as
-//!   `enqueued`; see [`SnapshotWriter`] and [`SnapshotReader`].
+//!   `enqueued`; see [`SnapshotWriter`] and [`SnapshotReader`]. An [`ExportRequest`] with
+//!   `messages_only` is how a client lists the queue: the same stream, holding only the
+//!   backend's `queued_messages` (its header's versionstamp is zero: no snapshot is read).
 //!   `POST <endpoint>/snapshot/import` takes the same stream as its request body and answers an
 //!   [`ImportResponse`] `{entries, messages}` once the backend's `import_snapshot` committed.
 //!   All or nothing: a body that breaks off, breaks the frame rules or lacks its end frame

@@ -46,7 +46,7 @@ use hyper::body::{Frame, Incoming};
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use open_deno_kv_connect::frames::{FrameDecoder, RawFrame};
-use open_deno_kv_proto::{Backend, KvError, Snapshot, SnapshotItem, SnapshotStream};
+use open_deno_kv_proto::{Backend, KvError, Snapshot, SnapshotItem, SnapshotStream, Versionstamp};
 use prost::Message;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::watch as signal;
@@ -197,18 +197,21 @@ async fn export(
             ),
         )
     })?;
-    let snapshot = backend
-        .export_snapshot()
-        .await
-        .map_err(|e| kv_failure(shared, &e))?;
-    let items = if messages_only {
-        snapshot
-            .items
-            .filter(|item| std::future::ready(!matches!(item, Ok(SnapshotItem::Entry(_)))))
-            .boxed()
+    let snapshot = if messages_only {
+        // The queue only: listed as such, not filtered out of a read of the whole store.
+        let messages = backend
+            .queued_messages()
+            .await
+            .map_err(|e| kv_failure(shared, &e))?;
+        let items = messages.into_iter().map(SnapshotItem::Message).collect();
+        Snapshot::from_items(Versionstamp::ZERO, items)
     } else {
-        snapshot.items
+        backend
+            .export_snapshot()
+            .await
+            .map_err(|e| kv_failure(shared, &e))?
     };
+    let items = snapshot.items;
     let state = ExportState {
         writer: Some(SnapshotWriter::new(snapshot.versionstamp)),
         header_sent: false,

@@ -55,8 +55,8 @@ pub const SNAPSHOT_BATCH_BYTES: usize = 256 * 1024;
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ExportRequest {
     /// Leave the entries out: only the queued messages travel (what a client lists the queue
-    /// with, [`open_deno_kv_proto::Backend::queued_messages`]). The server still reads its
-    /// snapshot whole.
+    /// with, [`open_deno_kv_proto::Backend::queued_messages`]). The server lists its queue
+    /// rather than reading a snapshot, so the header's versionstamp is zero.
     #[prost(bool, tag = "1")]
     pub messages_only: bool,
 }
