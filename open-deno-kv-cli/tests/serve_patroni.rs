@@ -25,7 +25,8 @@
 //!
 //! **Time budget:** [`ROUNDS`] (5) rounds, each about 10 s of failover, 15–20 s of rejoin and
 //! [`STEADY_LOAD`] of load: about 3 minutes on two cores, under 5 with the build of the
-//! cluster. `KV_PATRONI_ROUNDS=N` runs N rounds instead (for measuring).
+//! cluster. For measuring, `KV_PATRONI_ROUNDS=N` runs N rounds instead, and `KV_PATRONI_TTL`,
+//! `KV_PATRONI_LOOP_WAIT` and `KV_PATRONI_RETRY_TIMEOUT` replace the Patroni settings.
 //!
 //! Missing Patroni, etcd or PostgreSQL fails the test with the package to install, unless
 //! `KV_POSTGRES_TESTS=skip` is set (then it says loudly that it skips).
@@ -64,14 +65,16 @@ struct Round {
 
 #[test]
 fn patroni_leader_killed_five_times_loses_no_acknowledged_write() {
-    let settings = PatroniSettings::default();
+    let defaults = PatroniSettings::default();
+    let settings = PatroniSettings {
+        ttl: from_env("KV_PATRONI_TTL", defaults.ttl),
+        loop_wait: from_env("KV_PATRONI_LOOP_WAIT", defaults.loop_wait),
+        retry_timeout: from_env("KV_PATRONI_RETRY_TIMEOUT", defaults.retry_timeout),
+    };
     let Some(mut cluster) = PatroniCluster::start_or_skip(settings) else {
         return;
     };
-    let rounds = std::env::var("KV_PATRONI_ROUNDS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(ROUNDS);
+    let rounds = from_env("KV_PATRONI_ROUNDS", ROUNDS);
     let db = cluster.multi_host_url("postgres");
     let servers: Vec<Server> = (0..SERVERS).map(|_| Server::start(&db, &[])).collect();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -166,10 +169,23 @@ fn patroni_leader_killed_five_times_loses_no_acknowledged_write() {
             again.join(", "),
         );
     }
+    // A leader change the test did not cause (a leader that stalled past retry_timeout on a
+    // loaded machine) would show as more takeovers than kills.
+    let takeovers: usize = node_logs
+        .iter()
+        .map(|log| {
+            log.matches("promoted self to leader by acquiring session lock")
+                .count()
+        })
+        .sum();
     eprintln!(
-        "{} leader kills: {} writes acknowledged, {} lost; {} answered \"check failed\" because \
-         an earlier attempt had landed; {} given up by the client; {} present but never \
-         acknowledged",
+        "Patroni ttl {} s, loop_wait {} s, retry_timeout {} s; {} leader kills, {takeovers} \
+         takeovers of the leader key; {} writes acknowledged, {} lost; {} answered \"check \
+         failed\" because an earlier attempt had landed; {} given up by the client; {} present \
+         but never acknowledged",
+        settings.ttl,
+        settings.loop_wait,
+        settings.retry_timeout,
         done.len(),
         tally.acknowledged,
         tally.lost,
@@ -178,6 +194,16 @@ fn patroni_leader_killed_five_times_loses_no_acknowledged_write() {
         tally.unacknowledged_present,
     );
     assert_eq!(done.len(), rounds);
+}
+
+/// The number in the environment variable `name`, else `default`.
+fn from_env<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(value) => value
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={value:?} is not a number")),
+        Err(_) => default,
+    }
 }
 
 fn secs(seconds: f64) -> String {
