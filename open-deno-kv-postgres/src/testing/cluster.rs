@@ -152,6 +152,11 @@ impl TestCluster {
         )
     }
 
+    /// The replica's port on 127.0.0.1, if the cluster has one.
+    pub fn replica_port(&self) -> Option<u16> {
+        self.replica.as_ref().map(|r| r.port)
+    }
+
     /// The primary's port on 127.0.0.1.
     pub fn port(&self) -> u16 {
         self.primary.port
