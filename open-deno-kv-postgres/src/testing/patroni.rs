@@ -579,3 +579,22 @@ fn tail(text: &str) -> String {
         .map(|line| format!("  {line}\n"))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_program_names_the_package_to_install() {
+        let err = program(
+            "KV_TEST_NEVER_SET_PATRONI_BIN",
+            "/nonexistent/patroni",
+            "patroni",
+        )
+        .expect_err("no such program");
+        assert!(
+            err.contains("/nonexistent/patroni") && err.contains("apt-get install patroni"),
+            "{err}"
+        );
+    }
+}
