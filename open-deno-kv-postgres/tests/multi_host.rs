@@ -47,7 +47,7 @@ async fn read_write_finds_the_primary_listed_after_a_standby() {
     set(&kv, "written", 7).await;
     assert_eq!(
         get(&kv, "written").await,
-        Some(open_deno_kv_proto::KvValue::U64(7))
+        Some(open_deno_kv_engine_kit::KvValue::U64(7))
     );
     // The write is on the primary (whose own psql sees it), not merely somewhere.
     let rows = cluster
