@@ -5,6 +5,8 @@
 // Not every test binary uses every helper.
 #![allow(dead_code)]
 
+pub mod load;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

@@ -19,6 +19,11 @@ pub struct ClusterOptions {
     pub fsync: bool,
     /// The server's `max_connections`.
     pub max_connections: u32,
+    /// Make the replica (implies `replica`) a synchronous standby: once it streams, the primary
+    /// gets `synchronous_standby_names = '*'`, so a commit is answered only after the standby has
+    /// flushed it (`synchronous_commit = on`). Set after the base backup, so the standby's own
+    /// configuration has no synchronous standby to wait for once it is promoted.
+    pub synchronous_replica: bool,
 }
 
 impl Default for ClusterOptions {
@@ -27,6 +32,7 @@ impl Default for ClusterOptions {
             replica: false,
             fsync: true,
             max_connections: 300,
+            synchronous_replica: false,
         }
     }
 }
@@ -92,8 +98,11 @@ impl TestCluster {
         cluster.hand_directory_to_server_user()?;
         cluster.init_primary(&options)?;
         cluster.primary.port = cluster.start_on_free_port(&cluster.primary)?;
-        if options.replica {
+        if options.replica || options.synchronous_replica {
             cluster.start_replica()?;
+        }
+        if options.synchronous_replica {
+            cluster.make_replica_synchronous()?;
         }
         Ok(cluster)
     }
@@ -127,6 +136,25 @@ impl TestCluster {
     /// The replica's URL, if the cluster has one.
     pub fn replica_url(&self) -> Option<String> {
         self.replica.as_ref().map(|r| self.url_of(r, "postgres"))
+    }
+
+    /// A libpq multi-host URL naming the primary, then the replica (if any), with
+    /// `target_session_attrs=read-write`: a client tries the hosts in order and keeps the first
+    /// that accepts writes, so it follows a [promoted](TestCluster::promote_replica) replica.
+    pub fn multi_host_url(&self, database: &str) -> String {
+        let hosts: Vec<String> = std::iter::once(&self.primary)
+            .chain(self.replica.as_ref())
+            .map(|server| format!("127.0.0.1:{}", server.port))
+            .collect();
+        format!(
+            "postgres://{SUPERUSER}@{}/{database}?target_session_attrs=read-write",
+            hosts.join(",")
+        )
+    }
+
+    /// The replica's port on 127.0.0.1, if the cluster has one.
+    pub fn replica_port(&self) -> Option<u16> {
+        self.replica.as_ref().map(|r| r.port)
     }
 
     /// The primary's port on 127.0.0.1.
@@ -183,6 +211,29 @@ impl TestCluster {
     /// Starts the primary again after [`TestCluster::stop_primary`].
     pub fn start_primary(&self) -> Result<(), PostgresError> {
         self.pg_ctl_start(&self.primary)
+    }
+
+    /// Kills the primary as a crash of its machine would: `SIGKILL` to the postmaster and to
+    /// every process it started, at once, with no shutdown of any kind. Its data directory stays
+    /// as the crash left it. Returns when the processes are gone.
+    pub fn kill_primary(&self) -> Result<(), PostgresError> {
+        let pid = postmaster_pid(&self.primary.data)?;
+        kill_process_tree(pid)
+    }
+
+    /// Promotes the replica (`pg_ctl promote`, waiting until it accepts writes): after
+    /// [`TestCluster::kill_primary`], the failover an operator or an HA manager performs.
+    pub fn promote_replica(&self) -> Result<(), PostgresError> {
+        let replica = self
+            .replica
+            .as_ref()
+            .ok_or_else(|| cluster_error("promoting the replica", "the cluster has no replica"))?;
+        let mut promote = self.bin.command("pg_ctl");
+        promote
+            .arg("-D")
+            .arg(&replica.data)
+            .args(["-w", "-t", "60", "promote"]);
+        self.bin.run("pg_ctl promote", &mut promote).map(drop)
     }
 
     fn url_of(&self, server: &Server, database: &str) -> String {
@@ -285,20 +336,40 @@ impl TestCluster {
         self.wait_for_streaming()
     }
 
+    /// Names every standby synchronous on the primary and waits until the replica is reported
+    /// as `sync`.
+    fn make_replica_synchronous(&self) -> Result<(), PostgresError> {
+        // ALTER SYSTEM refuses to run inside a transaction block: one statement per call.
+        self.psql(
+            "postgres",
+            "ALTER SYSTEM SET synchronous_standby_names = '*'",
+        )?;
+        self.psql("postgres", "SELECT pg_reload_conf()")?;
+        self.wait_for_replication("sync_state", "sync")
+    }
+
     fn wait_for_streaming(&self) -> Result<(), PostgresError> {
+        self.wait_for_replication("state", "streaming")
+    }
+
+    /// Waits (30 s at most) until a row of the primary's `pg_stat_replication` has `column`
+    /// equal to `wanted`.
+    fn wait_for_replication(&self, column: &str, wanted: &str) -> Result<(), PostgresError> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let state = self.psql(
                 "postgres",
-                "select state from pg_stat_replication where state = 'streaming' limit 1",
+                &format!(
+                    "select {column} from pg_stat_replication where {column} = '{wanted}' limit 1"
+                ),
             )?;
-            if state == "streaming" {
+            if state == wanted {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 return Err(cluster_error(
-                    "waiting for the replica to stream",
-                    format!("state {state:?} after 30 s"),
+                    &format!("waiting for the replica's {column} to be {wanted}"),
+                    format!("{column} {state:?} after 30 s"),
                 ));
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -335,7 +406,8 @@ impl TestCluster {
 
     /// Stops a server if it runs: fast, then immediate if fast did not work.
     fn stop_if_running(&self, server: &Server) {
-        if !server.data.join("postmaster.pid").exists() {
+        // A killed server leaves its postmaster.pid behind: only a live postmaster is stopped.
+        if !postmaster_pid(&server.data).is_ok_and(process_alive) {
             return;
         }
         if let Err(fast) = self.stop(server, Shutdown::Fast)
@@ -377,6 +449,68 @@ fn free_port() -> Result<u16, PostgresError> {
         .local_addr()
         .map(|a| a.port())
         .map_err(|e| cluster_error("finding a free port", e))
+}
+
+/// The postmaster's process id, from the first line of `data`/postmaster.pid.
+pub(crate) fn postmaster_pid(data: &Path) -> Result<u32, PostgresError> {
+    let file = data.join("postmaster.pid");
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| cluster_error(&format!("reading {}", file.display()), e))?;
+    text.lines()
+        .next()
+        .and_then(|line| line.trim().parse().ok())
+        .ok_or_else(|| cluster_error(&format!("reading {}", file.display()), "no process id"))
+}
+
+/// Whether a process with this id exists (and is not a zombie).
+pub(crate) fn process_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat_field(&stat, 0).is_some_and(|state| state != "Z"))
+}
+
+/// The `index`-th field after the command name of a `/proc/PID/stat` line (0: state, 1: ppid).
+fn stat_field(stat: &str, index: usize) -> Option<&str> {
+    // The command name is in parentheses and may hold spaces: count from the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(index)
+}
+
+/// The ids of `pid`'s child processes.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
+                stat_field(&stat, 1).and_then(|ppid| ppid.parse::<u32>().ok()) == Some(pid)
+            })
+        })
+        .collect()
+}
+
+/// Sends `SIGKILL` to `pid` and to its children (listed first, so none is re-parented before it
+/// is found), and waits (10 s at most) until they are gone.
+pub(crate) fn kill_process_tree(pid: u32) -> Result<(), PostgresError> {
+    let mut doomed = children_of(pid);
+    doomed.push(pid);
+    let mut kill = Command::new("kill");
+    kill.arg("-KILL").args(doomed.iter().map(u32::to_string));
+    // A child may have exited on its own meanwhile: kill's status is not the test.
+    let _ = kill.output();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while doomed.iter().any(|pid| process_alive(*pid)) {
+        if Instant::now() > deadline {
+            return Err(cluster_error(
+                "killing a server",
+                format!("processes {doomed:?} still run 10 s after SIGKILL"),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
 }
 
 /// The last lines of a server log, for error messages.

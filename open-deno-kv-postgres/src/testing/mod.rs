@@ -3,10 +3,12 @@
 //! [`TestCluster::start`] runs `initdb` in a fresh temporary directory, starts a server that
 //! listens on 127.0.0.1 only, on a free port, with its sockets inside that directory and `trust`
 //! authentication for loopback connections only, and optionally a streaming replica made with
-//! `pg_basebackup -R`. Dropping the cluster stops the servers (`pg_ctl -m fast`, then `-m
+//! `pg_basebackup -R` (a synchronous standby with [`ClusterOptions::synchronous_replica`], which
+//! [`TestCluster::kill_primary`] and [`TestCluster::promote_replica`] fail over to). Dropping the cluster stops the servers (`pg_ctl -m fast`, then `-m
 //! immediate` if that fails) and removes the directory. Fault tests restart the primary with
 //! [`TestCluster::restart_primary`]; [`SilentCutProxy`] kills connections without telling their
-//! clients.
+//! clients. [`PatroniCluster`] starts etcd and three PostgreSQL nodes under Patroni in
+//! synchronous mode, for failover tests.
 //!
 //! The server binaries are found in `PG_BIN` when it is set, else in `/usr/lib/postgresql/*/bin` (newest
 //! first), then `pg_config --bindir`. When run as root, the servers run as the unprivileged OS
@@ -27,10 +29,12 @@
 
 mod binaries;
 mod cluster;
+mod patroni;
 mod proxy;
 
 pub use binaries::{SKIP_VARIABLE, ServerBinaries};
 pub use cluster::{ClusterOptions, Shutdown, TestCluster};
+pub use patroni::{PatroniCluster, PatroniSettings};
 pub use proxy::SilentCutProxy;
 
 /// A PostgreSQL schema name of `path`'s own (`store_` and a 64-bit FNV-1a hash of the path),
