@@ -15,7 +15,6 @@ use open_deno_kv_proto::{
     range_watch_stream, watch_stream,
 };
 use tokio::task::JoinHandle;
-use tokio_postgres::{Config, NoTls};
 use uuid::Uuid;
 
 use crate::committer::Committer;
@@ -24,10 +23,10 @@ use crate::events::Events;
 use crate::group::{WriteGroup, WriteRequest};
 use crate::queue::{Queue, QueueContext};
 use crate::sql::Sql;
-use crate::{PostgresError, PostgresOptions, housekeeping, integrity, listener, reader, schema};
-
-/// How long a connection attempt may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::target::Target;
+use crate::{
+    PostgresError, PostgresOptions, housekeeping, integrity, listener, reader, refusal, schema,
+};
 
 /// A Deno KV store in a PostgreSQL database; see the [crate docs](crate).
 pub struct PostgresBackend {
@@ -70,25 +69,38 @@ impl PostgresBackend {
     /// be called inside a tokio runtime, which then runs the handle's background tasks. The
     /// engine comes behind [`Checked`], which validates requests with `options.limits` at
     /// `options.clock`'s time and answers for a closed handle.
-    pub async fn open_with(url: &str, options: PostgresOptions) -> Result<Checked<Self>, KvError> {
-        let config = Arc::new(parse_url(url)?);
+    pub async fn open_with(
+        url: &str,
+        mut options: PostgresOptions,
+    ) -> Result<Checked<Self>, KvError> {
+        // Everything given is checked (and every file read) before anything is connected to.
+        let mut primary = crate::url::parse(url)?;
+        if let Some(schema) = primary.schema.take() {
+            options.schema = schema;
+        }
         let sql = Arc::new(Sql::new(&options.schema)?);
-        let mut client = connect(&config).await?;
-        schema::ensure(&mut client, &sql)
-            .await
-            .map_err(KvError::from)?;
-        drop(client);
-
-        let pool = new_pool(&config, options.pool_size)?;
-        let replicas = options
+        let replica_targets = options
             .replica_urls
             .iter()
-            .map(|url| new_pool(&parse_url(url)?, options.pool_size))
+            .map(|url| replica_target(url, &options.schema))
+            .collect::<Result<Vec<_>, PostgresError>>()?;
+        let target = Arc::new(Target::new(primary));
+        let mut client = connect(&target).await?;
+        refusal::require_primary(&client, &target).await?;
+        schema::ensure(&mut client, &sql)
+            .await
+            .map_err(|err| refusal::privilege(err, &target, &sql.schema))?;
+        drop(client);
+
+        let pool = new_pool(&target, options.pool_size)?;
+        let replicas = replica_targets
+            .into_iter()
+            .map(|target| new_pool(&target, options.pool_size))
             .collect::<Result<Vec<_>, PostgresError>>()?;
         let events = Arc::new(Events::new());
         let origin = Uuid::new_v4().simple().to_string();
         let listener = listener::start(
-            config.clone(),
+            target.clone(),
             sql.channel.clone(),
             origin.clone(),
             events.clone(),
@@ -96,7 +108,7 @@ impl PostgresBackend {
         .await?;
         let seen_version = Arc::new(AtomicU64::new(0));
         let group = WriteGroup::new(
-            config,
+            target,
             sql.clone(),
             events.clone(),
             origin.clone(),
@@ -163,23 +175,26 @@ impl PostgresBackend {
     }
 }
 
-/// A connection URL as the client's configuration.
-fn parse_url(url: &str) -> Result<Config, PostgresError> {
-    let mut config: Config = url.parse().map_err(|source| PostgresError::InvalidUrl {
-        url: url.to_owned(),
-        source,
-    })?;
-    config
-        .connect_timeout(CONNECT_TIMEOUT)
-        .application_name("open-deno-kv-postgres");
-    Ok(config)
+/// A replica's URL, parsed: its `schema`, if it names one, must be the store's.
+fn replica_target(url: &str, schema: &str) -> Result<Target, PostgresError> {
+    let mut parsed = crate::url::parse(url)?;
+    match parsed.schema.take() {
+        Some(named) if named != schema => Err(PostgresError::InvalidParameter {
+            parameter: "schema".to_owned(),
+            value: named,
+            expected: format!(
+                "a replica URL serves the primary's store: leave schema out, or name {schema:?}"
+            ),
+        }),
+        _ => Ok(Target::new(parsed)),
+    }
 }
 
-/// A pool of at most `size` connections.
-fn new_pool(config: &Config, size: usize) -> Result<Pool, PostgresError> {
-    let manager = Manager::from_config(
-        config.clone(),
-        NoTls,
+/// A pool of at most `size` connections to `target` (its TLS, its refusals).
+fn new_pool(target: &Target, size: usize) -> Result<Pool, PostgresError> {
+    let manager = Manager::from_connect(
+        target.config().clone(),
+        target.clone(),
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },

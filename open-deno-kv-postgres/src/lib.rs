@@ -65,8 +65,12 @@ mod listener;
 mod options;
 mod queue;
 mod reader;
+mod refusal;
 mod schema;
 mod sql;
+mod target;
+mod tls;
+mod url;
 #[cfg(feature = "testing")]
 pub mod testing;
 

@@ -104,6 +104,20 @@ pub(crate) async fn ensure(client: &mut Client, sql: &Sql) -> Result<(), Postgre
     .await?;
     let found = columns(&tx, &sql.schema).await?;
     if found.is_empty() {
+        // An existing schema is used as it is: the store's role then needs no privilege on the
+        // database, only the ownership of its schema (`CREATE SCHEMA IF NOT EXISTS` would ask
+        // for CREATE on the database even when the schema exists).
+        let exists = tx
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+                &[&sql.schema],
+            )
+            .await?
+            .try_get::<_, bool>(0)?;
+        if !exists {
+            tx.batch_execute(&format!("CREATE SCHEMA \"{}\"", sql.schema))
+                .await?;
+        }
         tx.batch_execute(&create_tables(&sql.schema)).await?;
         tx.commit().await?;
         return Ok(());
@@ -191,8 +205,7 @@ fn create_log(s: &str) -> String {
 /// The statements that create the store's tables in `s` (at [`SCHEMA_VERSION`]).
 fn create_tables(s: &str) -> String {
     format!(
-        "CREATE SCHEMA IF NOT EXISTS \"{s}\";
-         CREATE TABLE \"{s}\".kv_meta (
+        "CREATE TABLE \"{s}\".kv_meta (
            id boolean PRIMARY KEY DEFAULT true CHECK (id),
            schema_version integer NOT NULL,
            data_version bigint NOT NULL,
