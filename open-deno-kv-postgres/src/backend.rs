@@ -78,6 +78,9 @@ impl PostgresBackend {
         if let Some(schema) = primary.schema.take() {
             options.schema = schema;
         }
+        if let Some(read_only) = primary.read_only.take() {
+            options.read_only = read_only;
+        }
         let sql = Arc::new(Sql::new(&options.schema)?);
         let replica_targets = options
             .replica_urls
@@ -87,9 +90,12 @@ impl PostgresBackend {
         let target = Arc::new(Target::new(primary));
         let mut client = connect(&target).await?;
         refusal::require_primary(&client, &target).await?;
-        schema::ensure(&mut client, &sql)
+        schema::ensure(&mut client, &sql, options.read_only)
             .await
             .map_err(|err| refusal::privilege(err, &target, &sql.schema))?;
+        if !options.read_only {
+            refusal::require_write_privileges(&client, &target, &sql.schema).await?;
+        }
         drop(client);
 
         let pool = new_pool(&target, options.pool_size)?;
@@ -124,12 +130,16 @@ impl PostgresBackend {
             committer: committer.clone(),
             origin,
         });
-        let housekeeping = housekeeping::start(
-            pool.clone(),
-            sql.clone(),
-            options.clock.clone(),
-            Arc::downgrade(&queue),
-        );
+        let mut tasks = vec![listener, settler];
+        // A read-only handle deletes nothing and holds no message: no sweep, no renewals.
+        if !options.read_only {
+            tasks.push(housekeeping::start(
+                pool.clone(),
+                sql.clone(),
+                options.clock.clone(),
+                Arc::downgrade(&queue),
+            ));
+        }
         let (limits, clock) = (options.limits.clone(), options.clock.clone());
         let engine = PostgresBackend {
             options,
@@ -141,7 +151,7 @@ impl PostgresBackend {
             committer,
             queue,
             events,
-            tasks: Mutex::new(vec![listener, settler, housekeeping]),
+            tasks: Mutex::new(tasks),
         };
         Ok(Checked::new(engine, limits, clock))
     }
@@ -207,15 +217,9 @@ fn new_pool(target: &Target, size: usize) -> Result<Pool, PostgresError> {
 
 impl Engine for PostgresBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::none()
-            .with_durable(true)
-            .with_queues(true)
-            .with_queue_inspection(true)
-            .with_watch(true)
-            .with_integrity_check(true)
-            .with_beyond_deno(true)
-            .with_backup(true)
-            .with_change_log(true)
+        // A read-only handle reads the change log; switching it is a write, refused by
+        // `Checked` as every write is.
+        Capabilities::durable_store(self.options.read_only).with_change_log(true)
     }
 
     /// Strong reads go to the primary. Eventual reads go to a replica when there is one, in

@@ -221,6 +221,15 @@ pub enum PostgresError {
         message: String,
     },
 
+    /// A read-only open found no store it can read as it is.
+    #[error("cannot open the store in schema {schema:?} read-only: {reason}")]
+    ReadOnlyOpen {
+        /// The store's schema.
+        schema: String,
+        /// Why.
+        reason: String,
+    },
+
     /// No connection could be made for another reason.
     #[error("cannot connect to PostgreSQL: {source}")]
     Connect {

@@ -69,10 +69,10 @@ mod refusal;
 mod schema;
 mod sql;
 mod target;
-mod tls;
-mod url;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod tls;
+mod url;
 
 pub use backend::PostgresBackend;
 pub use error::PostgresError;

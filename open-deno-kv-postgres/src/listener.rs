@@ -18,8 +18,8 @@ use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, Client, Notification};
 
 use crate::PostgresError;
-use crate::target::Target;
 use crate::events::{Events, parse_payload};
+use crate::target::Target;
 
 /// A live LISTEN session.
 struct Listening {

@@ -39,6 +39,11 @@ pub struct PostgresOptions {
     pub pool_size: usize,
     /// The most atomic writes one transaction of the committer takes together.
     pub max_group: usize,
+    /// Open read-only (the URL's `read_only` parameter sets it too): writes, dequeues, imports
+    /// and change log settings are refused with [`open_deno_kv_proto::KvError::ReadOnly`],
+    /// nothing is created, migrated or swept, so a role with only `USAGE` on the schema and
+    /// `SELECT` on its tables can open the store. The store must exist.
+    pub read_only: bool,
 }
 
 impl Default for PostgresOptions {
@@ -52,6 +57,7 @@ impl Default for PostgresOptions {
             replica_wait: Duration::from_millis(50),
             pool_size: 8,
             max_group: 512,
+            read_only: false,
         }
     }
 }

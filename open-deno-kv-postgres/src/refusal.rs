@@ -169,3 +169,40 @@ pub(crate) fn privilege(err: PostgresError, target: &Target, schema: &str) -> Po
         other => other,
     }
 }
+
+/// Refuses a writable open by a role that may not write the store's tables (a reader's role
+/// opened without `read_only`), at once rather than at its first write.
+pub(crate) async fn require_write_privileges(
+    client: &tokio_postgres::Client,
+    target: &Target,
+    schema: &str,
+) -> Result<(), PostgresError> {
+    let tables: Vec<String> = ["kv", "kv_meta", "kv_queue", "kv_change_log"]
+        .iter()
+        .map(|table| format!("\"{schema}\".{table}"))
+        .collect();
+    let rows = client
+        .query(
+            // A list of privileges asks whether ANY is held: each is asked on its own.
+            "SELECT t FROM unnest($1::text[]) AS t WHERE NOT ( \
+               has_table_privilege(t, 'SELECT') AND has_table_privilege(t, 'INSERT') \
+               AND has_table_privilege(t, 'UPDATE') AND has_table_privilege(t, 'DELETE'))",
+            &[&tables],
+        )
+        .await?;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let missing: Vec<String> = rows
+        .iter()
+        .map(|row| row.try_get(0))
+        .collect::<Result<_, _>>()?;
+    Err(PostgresError::PermissionDenied {
+        user: target.config().get_user().unwrap_or_default().to_owned(),
+        schema: schema.to_owned(),
+        message: format!(
+            "no SELECT, INSERT, UPDATE and DELETE on {}; open with read_only to only read",
+            missing.join(", ")
+        ),
+    })
+}

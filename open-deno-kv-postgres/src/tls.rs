@@ -476,7 +476,11 @@ mod tests {
                 mode: Some(checked),
                 ..TlsParams::default()
             };
-            let err = params.load().err().map(|e| e.to_string()).unwrap_or_default();
+            let err = params
+                .load()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
             assert!(err.contains("sslrootcert"), "{err}");
         }
     }

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `sslmode`, `sslrootcert`, `sslcert`, `sslkey` | TLS, with libpq's meanings (see the `tls` module) |
 //! | `schema` | the PostgreSQL schema of the store (a lowercase identifier); replaces [`crate::PostgresOptions::schema`] |
+//! | `read_only` (or `read_only=true`) | open read-only ([`crate::PostgresOptions::read_only`]) |
 //! | anything else tokio-postgres reads | `connect_timeout`, `target_session_attrs`, `application_name`, `options`, `keepalives`, several `host:port` pairs, ... |
 //!
 //! A libpq key/value string (`host=db user=app dbname=app`) is passed to tokio-postgres as it
@@ -30,6 +31,8 @@ pub(crate) struct ConnectUrl {
     pub(crate) tls: Tls,
     /// The `schema` parameter, if given (not yet checked as an identifier).
     pub(crate) schema: Option<String>,
+    /// The `read_only` parameter, if given (`read_only`, `read_only=true` or `=false`).
+    pub(crate) read_only: Option<bool>,
 }
 
 /// Parses `url` (see the [module docs](self)).
@@ -41,6 +44,7 @@ pub(crate) fn parse(url: &str) -> Result<ConnectUrl, PostgresError> {
     };
     let mut tls = TlsParams::default();
     let mut schema = None;
+    let mut read_only = None;
     let mut kept = Vec::new();
     for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         let (key, raw) = pair.split_once('=').unwrap_or((pair, ""));
@@ -58,6 +62,19 @@ pub(crate) fn parse(url: &str) -> Result<ConnectUrl, PostgresError> {
             "sslcert" => tls.client_cert = Some(non_empty(key, value()?)?),
             "sslkey" => tls.client_key = Some(non_empty(key, value()?)?),
             "schema" => schema = Some(value()?),
+            "read_only" => {
+                read_only = Some(match value()?.as_str() {
+                    "" | "true" => true,
+                    "false" => false,
+                    other => {
+                        return Err(PostgresError::InvalidParameter {
+                            parameter: key.to_owned(),
+                            value: other.to_owned(),
+                            expected: "read_only, read_only=true or read_only=false".to_owned(),
+                        });
+                    }
+                });
+            }
             _ => kept.push(pair),
         }
     }
@@ -90,6 +107,7 @@ pub(crate) fn parse(url: &str) -> Result<ConnectUrl, PostgresError> {
         config,
         tls,
         schema,
+        read_only,
     })
 }
 
@@ -214,11 +232,17 @@ mod tests {
         ));
         assert!(matches!(
             refusal("postgres://app@h/app?sslmode=require&sslrootcert=/no/such/ca.pem"),
-            PostgresError::TlsFile { parameter: "sslrootcert", .. }
+            PostgresError::TlsFile {
+                parameter: "sslrootcert",
+                ..
+            }
         ));
         assert!(matches!(
             refusal("postgres://app@h/app?sslcert=/no/such.crt&sslkey=/no/such.key"),
-            PostgresError::TlsFile { parameter: "sslcert", .. }
+            PostgresError::TlsFile {
+                parameter: "sslcert",
+                ..
+            }
         ));
         assert!(matches!(
             refusal("postgres://app@h/app?schema=%zz"),

@@ -30,7 +30,7 @@ mod cluster;
 mod proxy;
 
 pub use binaries::{SKIP_VARIABLE, ServerBinaries};
-pub use cluster::{ClusterOptions, Shutdown, TestCluster};
+pub use cluster::{ClusterOptions, STORE_ROLE, Shutdown, TestCluster};
 pub use proxy::SilentCutProxy;
 
 /// A PostgreSQL schema name of `path`'s own (`store_` and a 64-bit FNV-1a hash of the path),
