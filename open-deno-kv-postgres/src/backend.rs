@@ -57,8 +57,28 @@ impl std::fmt::Debug for PostgresBackend {
 impl PostgresBackend {
     /// Opens the store at `url` (`postgres://user[:password]@host[:port]/database`) with the
     /// default options; see [`PostgresBackend::open_with`].
+    ///
+    /// Besides what libpq's URLs say, the URL may name the store's `schema` (several stores
+    /// share one database, each in a schema of its own) and `read_only`. TLS follows libpq:
+    /// `sslmode` (`disable`, `prefer` — the default —, `require`, `verify-ca`, `verify-full`),
+    /// `sslrootcert` (a PEM file of CA certificates, or `system`), `sslcert` and `sslkey` (a
+    /// client certificate). A refused connection is reported as the [`PostgresError`] variant
+    /// that names its cause (a wrong password, an unknown role or database, pg_hba.conf, too
+    /// many connections, a standby, TLS), inside [`KvError::Storage`].
     pub async fn open(url: &str) -> Result<Checked<Self>, KvError> {
         Self::open_with(url, PostgresOptions::default()).await
+    }
+
+    /// Checks `url` as [`PostgresBackend::open_with`] would, without connecting: its form, its
+    /// parameters (`sslmode`, `schema`, `read_only`, ...) and the certificate files it names,
+    /// which are read. For programs that take the URL from configuration and want to refuse a
+    /// bad one at start.
+    pub fn check_url(url: &str) -> Result<(), PostgresError> {
+        let parsed = crate::url::parse(url)?;
+        if let Some(schema) = &parsed.schema {
+            Sql::new(schema)?;
+        }
+        Ok(())
     }
 
     /// Opens the store at `url` in `options.schema`, creating its tables if none exists.
