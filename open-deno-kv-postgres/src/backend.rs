@@ -101,6 +101,9 @@ impl PostgresBackend {
         if let Some(read_only) = primary.read_only.take() {
             options.read_only = read_only;
         }
+        if let Some(pool_size) = primary.pool_size.take() {
+            options.pool_size = pool_size;
+        }
         let sql = Arc::new(Sql::new(&options.schema)?);
         let replica_targets = options
             .replica_urls

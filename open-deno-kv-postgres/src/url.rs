@@ -6,6 +6,7 @@
 //! | `sslmode`, `sslrootcert`, `sslcert`, `sslkey` | TLS, with libpq's meanings (see the `tls` module) |
 //! | `schema` | the PostgreSQL schema of the store (a lowercase identifier); replaces [`crate::PostgresOptions::schema`] |
 //! | `read_only` (or `read_only=true`) | open read-only ([`crate::PostgresOptions::read_only`]) |
+//! | `pool_size=N` | pooled connections to the primary ([`crate::PostgresOptions::pool_size`]) |
 //! | anything else tokio-postgres reads | `connect_timeout`, `target_session_attrs`, `application_name`, `options`, `keepalives`, several `host:port` pairs, ... |
 //!
 //! A libpq key/value string (`host=db user=app dbname=app`) is passed to tokio-postgres as it
@@ -33,6 +34,8 @@ pub(crate) struct ConnectUrl {
     pub(crate) schema: Option<String>,
     /// The `read_only` parameter, if given (`read_only`, `read_only=true` or `=false`).
     pub(crate) read_only: Option<bool>,
+    /// The `pool_size` parameter, if given (at least 1).
+    pub(crate) pool_size: Option<usize>,
 }
 
 /// Parses `url` (see the [module docs](self)).
@@ -45,6 +48,7 @@ pub(crate) fn parse(url: &str) -> Result<ConnectUrl, PostgresError> {
     let mut tls = TlsParams::default();
     let mut schema = None;
     let mut read_only = None;
+    let mut pool_size = None;
     let mut kept = Vec::new();
     for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         let (key, raw) = pair.split_once('=').unwrap_or((pair, ""));
@@ -62,6 +66,20 @@ pub(crate) fn parse(url: &str) -> Result<ConnectUrl, PostgresError> {
             "sslcert" => tls.client_cert = Some(non_empty(key, value()?)?),
             "sslkey" => tls.client_key = Some(non_empty(key, value()?)?),
             "schema" => schema = Some(value()?),
+            "pool_size" => {
+                let value = value()?;
+                pool_size = Some(
+                    value
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|n| (1..=10_000).contains(n))
+                        .ok_or_else(|| PostgresError::InvalidParameter {
+                            parameter: key.to_owned(),
+                            value: value.clone(),
+                            expected: "a number of connections from 1 to 10000".to_owned(),
+                        })?,
+                );
+            }
             "read_only" => {
                 read_only = Some(match value()?.as_str() {
                     "" | "true" => true,
@@ -108,6 +126,7 @@ pub(crate) fn parse(url: &str) -> Result<ConnectUrl, PostgresError> {
         tls,
         schema,
         read_only,
+        pool_size,
     })
 }
 
@@ -248,6 +267,14 @@ mod tests {
             refusal("postgres://app@h/app?schema=%zz"),
             PostgresError::InvalidParameter { parameter, .. } if parameter == "schema"
         ));
+        assert!(matches!(
+            refusal("postgres://app@h/app?pool_size=0"),
+            PostgresError::InvalidParameter { parameter, .. } if parameter == "pool_size"
+        ));
+        assert_eq!(
+            parsed("postgres://app@h/app?pool_size=3").pool_size,
+            Some(3)
+        );
         assert!(matches!(
             refusal("postgres://app@h/app?frobnicate=1"),
             PostgresError::InvalidUrl { .. }
