@@ -121,6 +121,15 @@ impl PostgresBackend {
         }
         drop(client);
 
+        // A replica that refuses this handle's configuration (TLS, password, role, pg_hba)
+        // would only ever send its reads to the primary, silently: refuse it now. One that is
+        // merely down is tried again by each eventual read.
+        for replica in &replica_targets {
+            match replica.connect().await {
+                Err(err) if err.is_configuration_error() => return Err(err.into()),
+                Ok(_) | Err(_) => {}
+            }
+        }
         let pool = new_pool(&target, options.pool_size)?;
         let replicas = replica_targets
             .into_iter()

@@ -383,3 +383,93 @@ async fn client_certificates_log_in_where_pg_hba_asks_for_one() {
         describe(&answer)
     );
 }
+
+/// Replica URLs carry TLS parameters of their own: eventual reads reach the replica encrypted,
+/// and a replica URL whose CA does not match is refused at open rather than silently never used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_urls_take_the_same_tls_parameters() {
+    let Some(cluster) = TestCluster::start_or_skip(ClusterOptions {
+        replica: true,
+        ..ClusterOptions::default()
+    }) else {
+        return;
+    };
+    let ca = Ca::new("open-deno-kv test CA");
+    let other = Ca::new("another CA");
+    let server = ca.leaf("localhost", &["localhost", "127.0.0.1"]);
+    cluster.enable_tls(&server.cert, &server.key, None).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = file(dir.path(), "ca.crt", &ca.pem());
+    let other_file = file(dir.path(), "other.crt", &other.pem());
+    let replica_port = cluster
+        .replica_url()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .and_then(|rest| rest.split('/').next())
+        .unwrap()
+        .to_owned();
+    let tls =
+        |ca: &str| format!("sslmode=verify-full&sslrootcert={ca}&application_name=replica_tls");
+    let primary = format!(
+        "postgres://postgres@localhost:{}/postgres?{}",
+        cluster.port(),
+        tls(&ca_file)
+    );
+    let replica = |ca: &str| {
+        format!(
+            "postgres://postgres@localhost:{replica_port}/postgres?{}",
+            tls(ca)
+        )
+    };
+
+    let options = PostgresOptions {
+        replica_urls: vec![replica(&ca_file)],
+        ..PostgresOptions::default()
+    };
+    let kv = PostgresBackend::open_with(&primary, options).await.unwrap();
+    set(&kv, "r", 7).await;
+    let read = open_deno_kv_proto::SnapshotRead {
+        ranges: vec![
+            open_deno_kv_proto::ReadRange::prefix(&open_deno_kv_proto::key!["r"], 10).unwrap(),
+        ],
+        consistency: open_deno_kv_proto::Consistency::Eventual,
+    };
+    // Eventual reads go to the replica once it has replayed the write (read-your-writes); its
+    // pooled connection stays open after the read.
+    let mut on_replica = String::new();
+    for _ in 0..50 {
+        kv.snapshot_read(read.clone()).await.unwrap();
+        on_replica = cluster
+            .replica_psql(
+                "postgres",
+                "SELECT string_agg(DISTINCT s.ssl::text, ',') FROM pg_stat_ssl s \
+                 JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'replica_tls'",
+            )
+            .unwrap();
+        if !on_replica.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        on_replica, "true",
+        "the replica's sessions of the store are encrypted"
+    );
+    kv.close().await.unwrap();
+
+    let options = PostgresOptions {
+        replica_urls: vec![replica(&other_file)],
+        ..PostgresOptions::default()
+    };
+    let err = PostgresBackend::open_with(&primary, options)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            postgres_error(&err),
+            Some(PostgresError::TlsUntrusted { .. })
+        ),
+        "{err:?}"
+    );
+}

@@ -147,32 +147,32 @@ impl TestCluster {
         )
     }
 
-    /// Turns TLS on at the primary, without a restart: writes the server's certificate chain
-    /// and key (PEM) into its data directory, readable by the server's user only, and, if
-    /// given, the CA whose client certificates `cert` lines of pg_hba.conf accept
-    /// (`ssl_ca_file`). Each setting is its own `ALTER SYSTEM` (it refuses to run in a
-    /// transaction block), then the configuration is reloaded.
+    /// Turns TLS on at every server of the cluster (the primary and the replica, if any),
+    /// without a restart: writes the server's certificate chain and key (PEM) into each data
+    /// directory, readable by the server's user only, and, if given, the CA whose client
+    /// certificates `cert` lines of pg_hba.conf accept (`ssl_ca_file`); sets `ssl = on` in
+    /// each server's configuration and reloads it. (`ALTER SYSTEM` would do on the primary, but
+    /// a standby has configuration files of its own, which replication does not copy.)
     pub fn enable_tls(
         &self,
         cert_pem: &str,
         key_pem: &str,
         client_ca_pem: Option<&str>,
     ) -> Result<(), PostgresError> {
-        self.write_private("server.crt", cert_pem)?;
-        self.write_private("server.key", key_pem)?;
-        let mut settings = vec![
-            "ALTER SYSTEM SET ssl_cert_file = 'server.crt'".to_owned(),
-            "ALTER SYSTEM SET ssl_key_file = 'server.key'".to_owned(),
-        ];
-        if let Some(ca) = client_ca_pem {
-            self.write_private("client-ca.crt", ca)?;
-            settings.push("ALTER SYSTEM SET ssl_ca_file = 'client-ca.crt'".to_owned());
+        for server in std::iter::once(&self.primary).chain(self.replica.as_ref()) {
+            write_private(&self.bin, &server.data.join("server.crt"), cert_pem)?;
+            write_private(&self.bin, &server.data.join("server.key"), key_pem)?;
+            let mut settings =
+                "ssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n".to_owned();
+            if let Some(ca) = client_ca_pem {
+                write_private(&self.bin, &server.data.join("client-ca.crt"), ca)?;
+                settings.push_str("ssl_ca_file = 'client-ca.crt'\n");
+            }
+            settings.push_str("ssl = on\n");
+            append(&server.data.join("postgresql.conf"), &settings)?;
+            self.reload_server(server)?;
         }
-        settings.push("ALTER SYSTEM SET ssl = on".to_owned());
-        for setting in settings {
-            self.psql("postgres", &setting)?;
-        }
-        self.reload()
+        Ok(())
     }
 
     /// Replaces the primary's pg_hba.conf with `lines` (which must keep the superuser's
@@ -193,28 +193,16 @@ impl TestCluster {
 
     /// Makes the primary read its configuration files again.
     pub fn reload(&self) -> Result<(), PostgresError> {
-        let answer = self.psql("postgres", "SELECT pg_reload_conf()")?;
+        self.reload_server(&self.primary)
+    }
+
+    fn reload_server(&self, server: &Server) -> Result<(), PostgresError> {
+        let answer = self.psql_on(server, "postgres", "SELECT pg_reload_conf()")?;
         if answer != "t" {
             return Err(cluster_error("reloading the configuration", answer));
         }
         // The postmaster reloads on SIGHUP; new connections see the new files once it has.
         std::thread::sleep(Duration::from_millis(200));
-        Ok(())
-    }
-
-    /// Writes `name` into the primary's data directory, owned by the server's user, mode 0600.
-    fn write_private(&self, name: &str, text: &str) -> Result<(), PostgresError> {
-        use std::os::unix::fs::PermissionsExt;
-        let path = self.primary.data.join(name);
-        std::fs::write(&path, text)
-            .map_err(|e| cluster_error(&format!("writing {}", path.display()), e))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| cluster_error(&format!("protecting {}", path.display()), e))?;
-        if let Some(user) = self.bin.run_as() {
-            let mut chown = Command::new("chown");
-            chown.arg(format!("{user}:")).arg(&path);
-            self.bin.run("chown", &mut chown)?;
-        }
         Ok(())
     }
 
@@ -487,4 +475,20 @@ fn tail(log: &Path) -> String {
         let _ = writeln!(out, "  {line}");
     }
     out
+}
+
+/// Writes `path` (in a data directory), owned by the server's user, mode 0600: PostgreSQL
+/// refuses a key file others may read.
+fn write_private(bin: &ServerBinaries, path: &Path, text: &str) -> Result<(), PostgresError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text)
+        .map_err(|e| cluster_error(&format!("writing {}", path.display()), e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| cluster_error(&format!("protecting {}", path.display()), e))?;
+    if let Some(user) = bin.run_as() {
+        let mut chown = Command::new("chown");
+        chown.arg(format!("{user}:")).arg(path);
+        bin.run("chown", &mut chown)?;
+    }
+    Ok(())
 }
