@@ -60,12 +60,14 @@ pub enum PostgresError {
     /// The server is not reachable (nothing listens at the address, the network or a firewall
     /// drops the connection, or the connection attempt timed out).
     #[error(
-        "cannot reach PostgreSQL at {server}: {source}; check the host and port in the URL and \
+        "cannot reach PostgreSQL at {server}: {cause}; check the host and port in the URL and \
          that the server is running and accepts TCP connections (listen_addresses)"
     )]
     Unreachable {
         /// The host(s) and port(s) of the URL.
         server: String,
+        /// What the network said (connection refused, timed out, unknown host, ...).
+        cause: String,
         /// The client's error.
         source: tokio_postgres::Error,
     },

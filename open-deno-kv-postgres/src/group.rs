@@ -134,7 +134,7 @@ impl From<tokio_postgres::Error> for GroupFailure {
 impl From<PostgresError> for GroupFailure {
     fn from(error: PostgresError) -> Self {
         let retry = match &error {
-            PostgresError::Connect { .. } => true,
+            connect if connect.may_connect_later() => true,
             PostgresError::Postgres(err) => is_connection_failure(err),
             _ => false,
         };

@@ -59,8 +59,13 @@ pub(crate) fn classify(err: tokio_postgres::Error, target: &Target) -> PostgresE
         .is_some();
     // The connect timeout, refused connections, unknown host names.
     if io || err.to_string().contains("timeout") || err.to_string().contains("timed out") {
+        let cause = match err.source() {
+            Some(inner) => format!("{err}: {inner}"),
+            None => err.to_string(),
+        };
         return PostgresError::Unreachable {
             server,
+            cause,
             source: err,
         };
     }
@@ -109,6 +114,20 @@ fn first_host(target: &Target) -> String {
 }
 
 impl PostgresError {
+    /// Whether this is a failure to connect that may pass by itself: the server is down,
+    /// starting, full, or (during a failover) not the primary yet. Work that was not committed
+    /// may be run again on a later connection.
+    pub fn may_connect_later(&self) -> bool {
+        matches!(
+            self,
+            PostgresError::Connect { .. }
+                | PostgresError::Unreachable { .. }
+                | PostgresError::NotAcceptingConnections { .. }
+                | PostgresError::TooManyConnections { .. }
+                | PostgresError::NotPrimary { .. }
+        )
+    }
+
     /// Whether this is a refusal a retry cannot cure (a wrong password, an unknown role or
     /// database, pg_hba.conf, TLS, a bad URL): the caller must change its configuration or the
     /// server's. Unreachable servers, full servers, servers starting up and standbys may

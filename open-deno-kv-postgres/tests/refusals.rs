@@ -4,9 +4,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-use open_deno_kv_postgres::testing::{ClusterOptions, STORE_ROLE, TestCluster};
+use std::sync::Arc;
+use std::time::Duration;
+
+use open_deno_kv_conformance::support;
+use open_deno_kv_postgres::testing::{ClusterOptions, STORE_ROLE, Shutdown, TestCluster};
 use open_deno_kv_postgres::{PostgresBackend, PostgresError, PostgresOptions};
-use open_deno_kv_proto::{Backend, KvError};
+use open_deno_kv_proto::{AtomicWrite, Backend, KvError, KvValue, MutationKind, key};
 
 mod common;
 use common::postgres_error;
@@ -257,4 +261,45 @@ async fn bad_input_is_refused_and_changes_nothing() {
         )
         .unwrap();
     assert_eq!(created, "0");
+}
+
+/// A refused connection that may pass by itself (here: nothing listens while the server is
+/// down) does not fail the committer's writes at once: they wait for the server, up to the
+/// committer's retry time, and commit when it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_waits_for_a_primary_that_is_down_and_commits_when_it_is_back() {
+    let Some(cluster) = cluster() else { return };
+    let cluster = Arc::new(cluster);
+    let kv = common::open(&cluster, "waits").await.unwrap();
+    common::set(&kv, "before", 1).await;
+    cluster.stop_primary(Shutdown::Fast).unwrap();
+    let write = tokio::spawn({
+        let kv = Arc::new(kv);
+        let writer = kv.clone();
+        async move {
+            let answer = support::commit(
+                &*writer,
+                AtomicWrite {
+                    mutations: vec![support::mutation(
+                        &key!["after"],
+                        MutationKind::Set(KvValue::U64(2)),
+                    )],
+                    ..Default::default()
+                },
+            )
+            .await;
+            (kv, answer)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let restart = cluster.clone();
+    tokio::task::spawn_blocking(move || restart.start_primary())
+        .await
+        .unwrap()
+        .unwrap();
+    let (kv, _) = write
+        .await
+        .expect("the write committed once the primary was back");
+    assert_eq!(common::get(&*kv, "after").await, Some(KvValue::U64(2)));
+    kv.close().await.unwrap();
 }
