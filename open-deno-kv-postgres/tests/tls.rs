@@ -229,6 +229,26 @@ async fn a_certificate_from_another_ca_is_refused_unless_the_mode_only_prefers_t
         let message = describe(&answer);
         assert!(message.contains("sslrootcert="), "{message}");
     }
+    // The system's roots (Debian's ca-certificates) do not hold the test CA: sslrootcert=system
+    // alone means verify-full against them, and a weaker mode beside it is refused unconnected.
+    let answer = encrypted(&cluster, "localhost", "sslrootcert=system", "w_system").await;
+    assert!(
+        matches!(refusal(&answer), Some(PostgresError::TlsUntrusted { .. })),
+        "{}",
+        describe(&answer)
+    );
+    let answer = encrypted(
+        &cluster,
+        "localhost",
+        "sslrootcert=system&sslmode=require",
+        "w_system_weak",
+    )
+    .await;
+    assert!(
+        matches!(refusal(&answer), Some(PostgresError::InvalidParameter { parameter, .. }) if parameter == "sslmode"),
+        "{}",
+        describe(&answer)
+    );
     // prefer falls back to plaintext when the handshake fails, as libpq does.
     let answer = encrypted(
         &cluster,
