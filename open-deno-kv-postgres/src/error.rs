@@ -16,7 +16,7 @@ pub enum PostgresError {
     /// The connection URL does not parse (`postgres://user@host:port/database` is expected).
     #[error("invalid PostgreSQL URL {url:?}: {source}")]
     InvalidUrl {
-        /// The URL as given (it may hold a password: do not log it).
+        /// The URL as given, its password replaced by `<password>`.
         url: String,
         /// What the parser said.
         source: tokio_postgres::Error,

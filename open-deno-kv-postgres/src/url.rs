@@ -102,7 +102,7 @@ pub(crate) fn parse(url: &str) -> Result<ConnectUrl, PostgresError> {
         rest.push_str(&kept.join("&"));
     }
     let mut config: Config = rest.parse().map_err(|source| PostgresError::InvalidUrl {
-        url: url.to_owned(),
+        url: without_password(url),
         source,
     })?;
     if !is_url {
@@ -139,6 +139,21 @@ fn non_empty(key: &str, value: String) -> Result<String, PostgresError> {
         });
     }
     Ok(value)
+}
+
+/// `url` with the password of its user (if any) replaced, for error messages.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_owned();
+    };
+    match rest[..at].split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:<password>{}", &rest[at..]),
+        None => url.to_owned(),
+    }
 }
 
 /// A URL parameter's value with its `%XX` escapes decoded (as tokio-postgres decodes the rest).
@@ -279,6 +294,13 @@ mod tests {
             refusal("postgres://app@h/app?frobnicate=1"),
             PostgresError::InvalidUrl { .. }
         ));
+    }
+
+    #[test]
+    fn a_url_that_does_not_parse_is_quoted_without_its_password() {
+        let err = refusal("postgres://app:s3cret@h/app?frobnicate=1").to_string();
+        assert!(!err.contains("s3cret"), "{err}");
+        assert!(err.contains("app:<password>@h/app"), "{err}");
     }
 
     #[test]

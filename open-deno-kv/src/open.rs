@@ -545,8 +545,12 @@ impl FromStr for BackendUrl {
                     return Err(bad("expected postgres://USER@HOST:PORT/DATABASE".into()));
                 }
                 // Its parameters (sslmode, schema, ...) and certificate files, checked now.
-                open_deno_kv_postgres::PostgresBackend::check_url(url)
-                    .map_err(|e| bad(e.to_string()))?;
+                open_deno_kv_postgres::PostgresBackend::check_url(url).map_err(|e| {
+                    Error::BadUrl {
+                        url: redact_password(url),
+                        reason: e.to_string(),
+                    }
+                })?;
                 Ok(BackendUrl::Postgres {
                     url: url.to_owned(),
                 })
@@ -736,6 +740,12 @@ mod tests {
             let err = err.unwrap_or_default();
             assert!(err.contains(named), "{url}: {err}");
         }
+        let err = "postgres://app:s3cret@h/app?sslmode=verify"
+            .parse::<BackendUrl>()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("sslmode") && !err.contains("s3cret"), "{err}");
         let tls = "postgres://app@h/app?sslmode=require&schema=tenant_a";
         assert_eq!(parse(tls), BackendUrl::Postgres { url: tls.into() });
     }
