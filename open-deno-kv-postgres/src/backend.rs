@@ -123,9 +123,11 @@ impl PostgresBackend {
 
         // A replica that refuses this handle's configuration (TLS, password, role, pg_hba)
         // would only ever send its reads to the primary, silently: refuse it now. One that is
-        // merely down is tried again by each eventual read.
-        for replica in &replica_targets {
-            match replica.connect().await {
+        // merely down is tried again by each eventual read. All at once: an open waits at most
+        // one connect timeout for replicas that do not answer.
+        let tried = futures::future::join_all(replica_targets.iter().map(Target::connect)).await;
+        for answer in tried {
+            match answer {
                 Err(err) if err.is_configuration_error() => return Err(err.into()),
                 Ok(_) | Err(_) => {}
             }
