@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use open_deno_kv_conformance::support;
+use open_deno_kv_engine_kit::{AtomicWrite, Backend, KvError, KvValue, MutationKind, key};
 use open_deno_kv_postgres::testing::{ClusterOptions, STORE_ROLE, Shutdown, TestCluster};
 use open_deno_kv_postgres::{PostgresBackend, PostgresError, PostgresOptions};
-use open_deno_kv_proto::{AtomicWrite, Backend, KvError, KvValue, MutationKind, key};
 
 mod common;
 use common::postgres_error;

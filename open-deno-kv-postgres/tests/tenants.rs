@@ -8,14 +8,16 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use open_deno_kv_conformance::support;
+use open_deno_kv_engine_kit::{
+    AtomicWrite, Backend, KvError, KvValue, ManualClock, MutationKind, key,
+};
 use open_deno_kv_postgres::testing::TestCluster;
 use open_deno_kv_postgres::{PostgresBackend, PostgresError, PostgresOptions};
-use open_deno_kv_proto::{AtomicWrite, Backend, KvError, KvValue, ManualClock, MutationKind, key};
 
 mod common;
 use common::{cluster, get, k, message_write, postgres_error, set};
 
-async fn open(url: &str) -> Result<open_deno_kv_proto::Checked<PostgresBackend>, KvError> {
+async fn open(url: &str) -> Result<open_deno_kv_engine_kit::Checked<PostgresBackend>, KvError> {
     PostgresBackend::open_with(url, PostgresOptions::default()).await
 }
 

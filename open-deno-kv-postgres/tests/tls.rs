@@ -6,9 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
+use open_deno_kv_engine_kit::{Backend, KvError};
 use open_deno_kv_postgres::testing::{ClusterOptions, STORE_ROLE, TestCluster};
 use open_deno_kv_postgres::{PostgresBackend, PostgresError, PostgresOptions};
-use open_deno_kv_proto::{Backend, KvError};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
 };
@@ -449,11 +449,12 @@ async fn replica_urls_take_the_same_tls_parameters() {
     };
     let kv = PostgresBackend::open_with(&primary, options).await.unwrap();
     set(&kv, "r", 7).await;
-    let read = open_deno_kv_proto::SnapshotRead {
+    let read = open_deno_kv_engine_kit::SnapshotRead {
         ranges: vec![
-            open_deno_kv_proto::ReadRange::prefix(&open_deno_kv_proto::key!["r"], 10).unwrap(),
+            open_deno_kv_engine_kit::ReadRange::prefix(&open_deno_kv_engine_kit::key!["r"], 10)
+                .unwrap(),
         ],
-        consistency: open_deno_kv_proto::Consistency::Eventual,
+        consistency: open_deno_kv_engine_kit::Consistency::Eventual,
     };
     // Eventual reads go to the replica once it has replayed the write (read-your-writes); its
     // pooled connection stays open after the read.
