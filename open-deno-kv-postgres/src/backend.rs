@@ -15,7 +15,6 @@ use open_deno_kv_engine_kit::{
     range_watch_stream, watch_stream,
 };
 use tokio::task::JoinHandle;
-use tokio_postgres::{Config, NoTls};
 use uuid::Uuid;
 
 use crate::committer::Committer;
@@ -24,10 +23,10 @@ use crate::events::Events;
 use crate::group::{WriteGroup, WriteRequest};
 use crate::queue::{Queue, QueueContext};
 use crate::sql::Sql;
-use crate::{PostgresError, PostgresOptions, housekeeping, integrity, listener, reader, schema};
-
-/// How long a connection attempt may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::target::Target;
+use crate::{
+    PostgresError, PostgresOptions, housekeeping, integrity, listener, reader, refusal, schema,
+};
 
 /// A Deno KV store in a PostgreSQL database; see the [crate docs](crate).
 pub struct PostgresBackend {
@@ -58,8 +57,28 @@ impl std::fmt::Debug for PostgresBackend {
 impl PostgresBackend {
     /// Opens the store at `url` (`postgres://user[:password]@host[:port]/database`) with the
     /// default options; see [`PostgresBackend::open_with`].
+    ///
+    /// Besides what libpq's URLs say, the URL may name the store's `schema` (several stores
+    /// share one database, each in a schema of its own) and `read_only`. TLS follows libpq:
+    /// `sslmode` (`disable`, `prefer` — the default —, `require`, `verify-ca`, `verify-full`),
+    /// `sslrootcert` (a PEM file of CA certificates, or `system`), `sslcert` and `sslkey` (a
+    /// client certificate). A refused connection is reported as the [`PostgresError`] variant
+    /// that names its cause (a wrong password, an unknown role or database, pg_hba.conf, too
+    /// many connections, a standby, TLS), inside [`KvError::Storage`].
     pub async fn open(url: &str) -> Result<Checked<Self>, KvError> {
         Self::open_with(url, PostgresOptions::default()).await
+    }
+
+    /// Checks `url` as [`PostgresBackend::open_with`] would, without connecting: its form, its
+    /// parameters (`sslmode`, `schema`, `read_only`, ...) and the certificate files it names,
+    /// which are read. For programs that take the URL from configuration and want to refuse a
+    /// bad one at start.
+    pub fn check_url(url: &str) -> Result<(), PostgresError> {
+        let parsed = crate::url::parse(url)?;
+        if let Some(schema) = &parsed.schema {
+            Sql::new(schema)?;
+        }
+        Ok(())
     }
 
     /// Opens the store at `url` in `options.schema`, creating its tables if none exists.
@@ -70,25 +89,58 @@ impl PostgresBackend {
     /// be called inside a tokio runtime, which then runs the handle's background tasks. The
     /// engine comes behind [`Checked`], which validates requests with `options.limits` at
     /// `options.clock`'s time and answers for a closed handle.
-    pub async fn open_with(url: &str, options: PostgresOptions) -> Result<Checked<Self>, KvError> {
-        let config = Arc::new(parse_url(url)?);
+    pub async fn open_with(
+        url: &str,
+        mut options: PostgresOptions,
+    ) -> Result<Checked<Self>, KvError> {
+        // Everything given is checked (and every file read) before anything is connected to.
+        let mut primary = crate::url::parse(url)?;
+        if let Some(schema) = primary.schema.take() {
+            options.schema = schema;
+        }
+        if let Some(read_only) = primary.read_only.take() {
+            options.read_only = read_only;
+        }
+        if let Some(pool_size) = primary.pool_size.take() {
+            options.pool_size = pool_size;
+        }
         let sql = Arc::new(Sql::new(&options.schema)?);
-        let mut client = connect(&config).await?;
-        schema::ensure(&mut client, &sql)
-            .await
-            .map_err(KvError::from)?;
-        drop(client);
-
-        let pool = new_pool(&config, options.pool_size)?;
-        let replicas = options
+        let replica_targets = options
             .replica_urls
             .iter()
-            .map(|url| new_pool(&parse_url(url)?, options.pool_size))
+            .map(|url| replica_target(url, &options.schema))
+            .collect::<Result<Vec<_>, PostgresError>>()?;
+        let target = Arc::new(Target::new(primary));
+        let mut client = connect(&target).await?;
+        refusal::require_primary(&client, &target).await?;
+        schema::ensure(&mut client, &sql, options.read_only)
+            .await
+            .map_err(|err| refusal::privilege(err, &target, &sql.schema))?;
+        if !options.read_only {
+            refusal::require_write_privileges(&client, &target, &sql.schema).await?;
+        }
+        drop(client);
+
+        // A replica that refuses this handle's configuration (TLS, password, role, pg_hba)
+        // would only ever send its reads to the primary, silently: refuse it now. One that is
+        // merely down is tried again by each eventual read. All at once: an open waits at most
+        // one connect timeout for replicas that do not answer.
+        let tried = futures::future::join_all(replica_targets.iter().map(Target::connect)).await;
+        for answer in tried {
+            match answer {
+                Err(err) if err.is_configuration_error() => return Err(err.into()),
+                Ok(_) | Err(_) => {}
+            }
+        }
+        let pool = new_pool(&target, options.pool_size)?;
+        let replicas = replica_targets
+            .into_iter()
+            .map(|target| new_pool(&target, options.pool_size))
             .collect::<Result<Vec<_>, PostgresError>>()?;
         let events = Arc::new(Events::new());
         let origin = Uuid::new_v4().simple().to_string();
         let listener = listener::start(
-            config.clone(),
+            target.clone(),
             sql.channel.clone(),
             origin.clone(),
             events.clone(),
@@ -96,7 +148,7 @@ impl PostgresBackend {
         .await?;
         let seen_version = Arc::new(AtomicU64::new(0));
         let group = WriteGroup::new(
-            config,
+            target,
             sql.clone(),
             events.clone(),
             origin.clone(),
@@ -112,12 +164,16 @@ impl PostgresBackend {
             committer: committer.clone(),
             origin,
         });
-        let housekeeping = housekeeping::start(
-            pool.clone(),
-            sql.clone(),
-            options.clock.clone(),
-            Arc::downgrade(&queue),
-        );
+        let mut tasks = vec![listener, settler];
+        // A read-only handle deletes nothing and holds no message: no sweep, no renewals.
+        if !options.read_only {
+            tasks.push(housekeeping::start(
+                pool.clone(),
+                sql.clone(),
+                options.clock.clone(),
+                Arc::downgrade(&queue),
+            ));
+        }
         let (limits, clock) = (options.limits.clone(), options.clock.clone());
         let engine = PostgresBackend {
             options,
@@ -129,7 +185,7 @@ impl PostgresBackend {
             committer,
             queue,
             events,
-            tasks: Mutex::new(vec![listener, settler, housekeeping]),
+            tasks: Mutex::new(tasks),
         };
         Ok(Checked::new(engine, limits, clock))
     }
@@ -163,23 +219,26 @@ impl PostgresBackend {
     }
 }
 
-/// A connection URL as the client's configuration.
-fn parse_url(url: &str) -> Result<Config, PostgresError> {
-    let mut config: Config = url.parse().map_err(|source| PostgresError::InvalidUrl {
-        url: url.to_owned(),
-        source,
-    })?;
-    config
-        .connect_timeout(CONNECT_TIMEOUT)
-        .application_name("open-deno-kv-postgres");
-    Ok(config)
+/// A replica's URL, parsed: its `schema`, if it names one, must be the store's.
+fn replica_target(url: &str, schema: &str) -> Result<Target, PostgresError> {
+    let mut parsed = crate::url::parse(url)?;
+    match parsed.schema.take() {
+        Some(named) if named != schema => Err(PostgresError::InvalidParameter {
+            parameter: "schema".to_owned(),
+            value: named,
+            expected: format!(
+                "a replica URL serves the primary's store: leave schema out, or name {schema:?}"
+            ),
+        }),
+        _ => Ok(Target::new(parsed)),
+    }
 }
 
-/// A pool of at most `size` connections.
-fn new_pool(config: &Config, size: usize) -> Result<Pool, PostgresError> {
-    let manager = Manager::from_config(
-        config.clone(),
-        NoTls,
+/// A pool of at most `size` connections to `target` (its TLS, its refusals).
+fn new_pool(target: &Target, size: usize) -> Result<Pool, PostgresError> {
+    let manager = Manager::from_connect(
+        target.config().clone(),
+        target.clone(),
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -192,15 +251,9 @@ fn new_pool(config: &Config, size: usize) -> Result<Pool, PostgresError> {
 
 impl Engine for PostgresBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::none()
-            .with_durable(true)
-            .with_queues(true)
-            .with_queue_inspection(true)
-            .with_watch(true)
-            .with_integrity_check(true)
-            .with_beyond_deno(true)
-            .with_backup(true)
-            .with_change_log(true)
+        // A read-only handle reads the change log; switching it is a write, refused by
+        // `Checked` as every write is.
+        Capabilities::durable_store(self.options.read_only).with_change_log(true)
     }
 
     /// Strong reads go to the primary. Eventual reads go to a replica when there is one, in

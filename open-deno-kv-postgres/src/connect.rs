@@ -3,16 +3,14 @@
 use std::error::Error as _;
 
 use open_deno_kv_engine_kit::KvError;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::Client;
 
 use crate::PostgresError;
+use crate::target::Target;
 
 /// Opens a connection and drives it on a task of its own until it closes.
-pub(crate) async fn connect(config: &Config) -> Result<Client, PostgresError> {
-    let (client, connection) = config
-        .connect(NoTls)
-        .await
-        .map_err(|source| PostgresError::Connect { source })?;
+pub(crate) async fn connect(target: &Target) -> Result<Client, PostgresError> {
+    let (client, connection) = target.connect().await?;
     tokio::spawn(async move {
         // The connection's end is seen by its client (every later call fails as closed).
         let _ = connection.await;

@@ -54,7 +54,7 @@ use open_deno_kv_engine_kit::{
     ValidatedWrite, Versionstamp, stage_atomic_write,
 };
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Config, Statement};
+use tokio_postgres::{Client, Statement};
 use uuid::Uuid;
 
 use crate::PostgresError;
@@ -63,6 +63,7 @@ use crate::committer::GroupTransaction;
 use crate::connect::{connect, is_connection_failure};
 use crate::events::{Events, payload};
 use crate::sql::Sql;
+use crate::target::Target;
 
 /// How long a group is retried on new connections while the server is unreachable.
 pub(crate) const RETRY_FOR: Duration = Duration::from_secs(15);
@@ -84,7 +85,7 @@ pub(crate) type WriteAnswer = Result<Option<CommitResult>, KvError>;
 
 /// The committer's connection, its statements, and where it reports commits.
 pub(crate) struct WriteGroup {
-    config: Arc<Config>,
+    target: Arc<Target>,
     sql: Arc<Sql>,
     events: Arc<Events>,
     origin: String,
@@ -133,7 +134,7 @@ impl From<tokio_postgres::Error> for GroupFailure {
 impl From<PostgresError> for GroupFailure {
     fn from(error: PostgresError) -> Self {
         let retry = match &error {
-            PostgresError::Connect { .. } => true,
+            connect if connect.may_connect_later() => true,
             PostgresError::Postgres(err) => is_connection_failure(err),
             _ => false,
         };
@@ -142,17 +143,17 @@ impl From<PostgresError> for GroupFailure {
 }
 
 impl WriteGroup {
-    /// The engine for a committer on `config`'s database; it connects on its first group, and
+    /// The engine for a committer on `target`'s database; it connects on its first group, and
     /// raises `committed` to the last version of each group it commits.
     pub(crate) fn new(
-        config: Arc<Config>,
+        target: Arc<Target>,
         sql: Arc<Sql>,
         events: Arc<Events>,
         origin: String,
         committed: Arc<AtomicU64>,
     ) -> Self {
         WriteGroup {
-            config,
+            target,
             sql,
             events,
             origin,
@@ -165,14 +166,14 @@ impl WriteGroup {
     /// The connection in `slot`, made and prepared first if there is none (or it closed).
     async fn connection<'a>(
         slot: &'a mut Option<Prepared>,
-        config: &Config,
+        target: &Target,
         sql: &Sql,
     ) -> Result<&'a mut Prepared, PostgresError> {
         if slot.as_ref().is_some_and(|c| c.client.is_closed()) {
             *slot = None;
         }
         if slot.is_none() {
-            let client = connect(config).await?;
+            let client = connect(target).await?;
             let prepared = Prepared {
                 bump_version: client.prepare(&sql.bump_version).await?,
                 set_version: client.prepare(&sql.set_version).await?,
@@ -202,7 +203,7 @@ impl WriteGroup {
     ) -> Result<Vec<WriteAnswer>, GroupFailure> {
         let channel = self.sql.channel.clone();
         let origin = self.origin.clone();
-        let conn = Self::connection(&mut self.connection, &self.config, &self.sql).await?;
+        let conn = Self::connection(&mut self.connection, &self.target, &self.sql).await?;
         let tx = conn.client.transaction().await?;
         let count = i64::try_from(items.len()).unwrap_or(i64::MAX);
         let bumped = tx.query_one(&conn.bump_version, &[&count]).await?;

@@ -41,6 +41,21 @@
 //! - **Backups** (`backup.rs`): an export streams one `REPEATABLE READ` snapshot in keyset pages;
 //!   an import writes a snapshot in one transaction that holds the `kv_meta` row lock.
 //!
+//! ## Connecting
+//!
+//! The URL is libpq's (`postgres://user@host:port/db?…`), read by `url.rs`: TLS with libpq's
+//! `sslmode`, `sslrootcert` (a file or `system`), `sslcert` and `sslkey` (`tls.rs`: rustls with
+//! its `ring` provider, no OpenSSL; `prefer` is the default, as in libpq), and this crate's own
+//! `schema`, `read_only` and `pool_size`. Each is checked, and each file read, before anything
+//! is connected to. A refused connection comes back as the [`PostgresError`] variant that names
+//! its cause and what to change (`refusal.rs`): [`PostgresError::WrongPassword`],
+//! [`PostgresError::UnknownRole`], [`PostgresError::UnknownDatabase`],
+//! [`PostgresError::HbaRefused`], [`PostgresError::TooManyConnections`],
+//! [`PostgresError::NotPrimary`], [`PostgresError::TlsUntrusted`],
+//! [`PostgresError::TlsWrongHost`], [`PostgresError::TlsUnavailable`], and more. The store
+//! needs no superuser: a role that owns its schema, or only `SELECT` for a
+//! [read-only](PostgresOptions::read_only) open.
+//!
 //! ## When the connection fails
 //!
 //! The committer reconnects by itself and runs a group again when it surely did not commit (the
@@ -65,10 +80,14 @@ mod listener;
 mod options;
 mod queue;
 mod reader;
+mod refusal;
 mod schema;
 mod sql;
+mod target;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod tls;
+mod url;
 
 pub use backend::PostgresBackend;
 pub use error::PostgresError;

@@ -15,10 +15,11 @@ use futures::StreamExt;
 use open_deno_kv_engine_kit::ChangedKeys;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Notification};
+use tokio_postgres::{AsyncMessage, Client, Notification};
 
 use crate::PostgresError;
 use crate::events::{Events, parse_payload};
+use crate::target::Target;
 
 /// A live LISTEN session.
 struct Listening {
@@ -30,20 +31,17 @@ struct Listening {
 /// Starts listening on `channel` (the first connection is made before this returns, so no
 /// commit after it is missed) and keeps listening on a task until the handle closes.
 pub(crate) async fn start(
-    config: Arc<Config>,
+    target: Arc<Target>,
     channel: String,
     origin: String,
     events: Arc<Events>,
 ) -> Result<JoinHandle<()>, PostgresError> {
-    let first = listen(&config, &channel).await?;
-    Ok(tokio::spawn(run(first, config, channel, origin, events)))
+    let first = listen(&target, &channel).await?;
+    Ok(tokio::spawn(run(first, target, channel, origin, events)))
 }
 
-async fn listen(config: &Config, channel: &str) -> Result<Listening, PostgresError> {
-    let (client, mut connection) = config
-        .connect(NoTls)
-        .await
-        .map_err(|source| PostgresError::Connect { source })?;
+async fn listen(target: &Target, channel: &str) -> Result<Listening, PostgresError> {
+    let (client, mut connection) = target.connect().await?;
     let (sender, notifications) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         // Polling the messages also drives the connection; it ends when the connection does.
@@ -67,7 +65,7 @@ async fn listen(config: &Config, channel: &str) -> Result<Listening, PostgresErr
 
 async fn run(
     mut current: Listening,
-    config: Arc<Config>,
+    target: Arc<Target>,
     channel: String,
     origin: String,
     events: Arc<Events>,
@@ -90,7 +88,7 @@ async fn run(
             if events.signal.is_closed() {
                 return;
             }
-            match listen(&config, &channel).await {
+            match listen(&target, &channel).await {
                 Ok(listening) => break listening,
                 Err(_) => {
                     tokio::time::sleep(pause).await;

@@ -16,7 +16,7 @@ pub struct PostgresOptions {
     pub limits: Limits,
     /// The PostgreSQL schema holding the store's tables (`public` by default): several stores
     /// can share one database under different schemas. A plain lowercase identifier of at most
-    /// 40 characters.
+    /// 40 characters. The URL's `schema` parameter, when given, replaces it.
     pub schema: String,
     /// URLs of read replicas (hot standbys of the primary). Reads asking for
     /// [`open_deno_kv_engine_kit::Consistency::Eventual`] go to them, in turn, and fall back to the primary when
@@ -35,10 +35,15 @@ pub struct PostgresOptions {
     /// on a healthy network replays a commit within a millisecond or two.
     pub replica_wait: Duration,
     /// Pooled connections to the primary (reads, queue traffic); the committer and the listener
-    /// have one each besides.
+    /// have one each besides. The URL's `pool_size` parameter sets it too.
     pub pool_size: usize,
     /// The most atomic writes one transaction of the committer takes together.
     pub max_group: usize,
+    /// Open read-only (the URL's `read_only` parameter sets it too): writes, dequeues, imports
+    /// and change log settings are refused with [`open_deno_kv_engine_kit::KvError::ReadOnly`],
+    /// nothing is created, migrated or swept, so a role with only `USAGE` on the schema and
+    /// `SELECT` on its tables can open the store. The store must exist.
+    pub read_only: bool,
 }
 
 impl Default for PostgresOptions {
@@ -52,6 +57,7 @@ impl Default for PostgresOptions {
             replica_wait: Duration::from_millis(50),
             pool_size: 8,
             max_group: 512,
+            read_only: false,
         }
     }
 }

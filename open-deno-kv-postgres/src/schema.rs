@@ -94,7 +94,14 @@ const TABLES: [Table; 4] = [
 /// Makes sure the store's tables exist at [`SCHEMA_VERSION`]: creates them when none of them
 /// exists, migrates a version 1 store, and otherwise checks their shape and version without
 /// changing anything.
-pub(crate) async fn ensure(client: &mut Client, sql: &Sql) -> Result<(), PostgresError> {
+///
+/// `read_only`: nothing is created or migrated (a role with only SELECT can open the store);
+/// a missing store, or one that needs migrating, is refused as [`PostgresError::ReadOnlyOpen`].
+pub(crate) async fn ensure(
+    client: &mut Client,
+    sql: &Sql,
+    read_only: bool,
+) -> Result<(), PostgresError> {
     let tx = client.transaction().await?;
     // Two processes opening a new store at once: one creates, the other then finds the tables.
     tx.execute(
@@ -103,7 +110,30 @@ pub(crate) async fn ensure(client: &mut Client, sql: &Sql) -> Result<(), Postgre
     )
     .await?;
     let found = columns(&tx, &sql.schema).await?;
+    if found.is_empty() && read_only {
+        tx.rollback().await?;
+        return Err(PostgresError::ReadOnlyOpen {
+            schema: sql.schema.clone(),
+            reason: "it holds no store, and a read-only open creates nothing: open it \
+                     writable once (as a role that owns the schema)"
+                .to_owned(),
+        });
+    }
     if found.is_empty() {
+        // An existing schema is used as it is: the store's role then needs no privilege on the
+        // database, only the ownership of its schema (`CREATE SCHEMA IF NOT EXISTS` would ask
+        // for CREATE on the database even when the schema exists).
+        let exists = tx
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+                &[&sql.schema],
+            )
+            .await?
+            .try_get::<_, bool>(0)?;
+        if !exists {
+            tx.batch_execute(&format!("CREATE SCHEMA \"{}\"", sql.schema))
+                .await?;
+        }
         tx.batch_execute(&create_tables(&sql.schema)).await?;
         tx.commit().await?;
         return Ok(());
@@ -126,6 +156,14 @@ pub(crate) async fn ensure(client: &mut Client, sql: &Sql) -> Result<(), Postgre
                 supported: SCHEMA_VERSION.into(),
             }
             .into())
+        }
+        Some(1) if read_only => {
+            tx.rollback().await?;
+            Err(PostgresError::ReadOnlyOpen {
+                schema: sql.schema.clone(),
+                reason: "it is a store of version 1, which a writable open migrates first"
+                    .to_owned(),
+            })
         }
         Some(1) => {
             let checked = check_shape(&found, &TABLES_V1).and_then(|()| {
@@ -191,8 +229,7 @@ fn create_log(s: &str) -> String {
 /// The statements that create the store's tables in `s` (at [`SCHEMA_VERSION`]).
 fn create_tables(s: &str) -> String {
     format!(
-        "CREATE SCHEMA IF NOT EXISTS \"{s}\";
-         CREATE TABLE \"{s}\".kv_meta (
+        "CREATE TABLE \"{s}\".kv_meta (
            id boolean PRIMARY KEY DEFAULT true CHECK (id),
            schema_version integer NOT NULL,
            data_version bigint NOT NULL,

@@ -18,7 +18,8 @@ fn main() -> ExitCode {
     let Some(cluster) = TestCluster::start_or_skip(ClusterOptions::default()) else {
         return ExitCode::SUCCESS;
     };
-    let url = cluster.url();
+    // As the ordinary role the store runs as, not the superuser.
+    let url = cluster.store_url();
     let next = Arc::new(AtomicUsize::new(0));
     let factory = FnFactory::new(move |ctx: &TestContext| {
         let schema =

@@ -54,7 +54,8 @@ fn main() -> ExitCode {
     let Some(cluster) = TestCluster::start_or_skip(ClusterOptions::default()) else {
         return ExitCode::SUCCESS;
     };
-    let url = cluster.url();
+    // As the ordinary role the store runs as, not the superuser.
+    let url = cluster.store_url();
     let mut args = Arguments::from_args();
     // The trials start child processes of their own: one at a time.
     args.test_threads = Some(1);

@@ -57,7 +57,10 @@ async fn tables_with_our_names_and_another_shape_are_refused_untouched() {
     cluster
         .psql(
             "postgres",
-            "CREATE SCHEMA other; CREATE TABLE other.kv (k text PRIMARY KEY, v text); \
+            // Planted by the store's own role, which therefore sees them (a role sees no
+            // columns of tables it has no privilege on).
+            "SET ROLE kv_store; CREATE SCHEMA other; \
+             CREATE TABLE other.kv (k text PRIMARY KEY, v text); \
              INSERT INTO other.kv VALUES ('theirs', 'data')",
         )
         .unwrap();
@@ -95,8 +98,8 @@ async fn tables_with_our_names_and_another_shape_are_refused_untouched() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_handles_share_one_store_its_order_its_watches_and_its_queue() {
     let Some(cluster) = cluster() else { return };
-    let a = Arc::new(open(&cluster, "public").await.unwrap());
-    let b = Arc::new(open(&cluster, "public").await.unwrap());
+    let a = Arc::new(open(&cluster, "shared").await.unwrap());
+    let b = Arc::new(open(&cluster, "shared").await.unwrap());
 
     let mut watch = b.watch(vec![k("seen")]).unwrap();
     assert!(matches!(

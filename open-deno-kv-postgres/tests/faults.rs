@@ -110,8 +110,8 @@ async fn ten_primary_restarts_under_load_lose_and_duplicate_nothing() {
     let Some(cluster) = cluster() else { return };
     let started = Instant::now();
     let cluster = Arc::new(cluster);
-    let producer = Arc::new(open(&cluster, "public").await.unwrap());
-    let consumer = Arc::new(open(&cluster, "public").await.unwrap());
+    let producer = Arc::new(open(&cluster, "shared").await.unwrap());
+    let consumer = Arc::new(open(&cluster, "shared").await.unwrap());
     let stop_writing = Arc::new(AtomicBool::new(false));
     let stop_consuming = Arc::new(AtomicBool::new(false));
     let writes = Arc::new(Mutex::new(WriteLog::default()));

@@ -32,7 +32,10 @@
 //! [`Kv::open_blocking`] and [`BackendUrl::open`] connect lazily, so the first operation reports
 //! it.
 //!
-//! A PostgreSQL URL is passed to the client as written (libpq's URL form). Its background tasks
+//! A PostgreSQL URL is libpq's URL form, with libpq's TLS parameters (`sslmode=disable|prefer|require|verify-ca|verify-full`,
+//! `sslrootcert=FILE` or `system`, `sslcert`, `sslkey`; `prefer` by default) and two of its
+//! own: `schema=NAME` (several stores in one database) and `read_only`. Its parameters and the
+//! files they name are checked when the URL is parsed. Its background tasks
 //! (commits, LISTEN, leases) run on the tokio runtime it is opened in: [`BackendUrl::open`]
 //! needs a multi-threaded runtime around it, [`Kv::open`] any runtime.
 //!
@@ -541,6 +544,13 @@ impl FromStr for BackendUrl {
                 if !rest.starts_with("//") {
                     return Err(bad("expected postgres://USER@HOST:PORT/DATABASE".into()));
                 }
+                // Its parameters (sslmode, schema, ...) and certificate files, checked now.
+                open_deno_kv_postgres::PostgresBackend::check_url(url).map_err(|e| {
+                    Error::BadUrl {
+                        url: redact_password(url),
+                        reason: e.to_string(),
+                    }
+                })?;
                 Ok(BackendUrl::Postgres {
                     url: url.to_owned(),
                 })
@@ -713,6 +723,31 @@ mod tests {
         assert_eq!(parse(url).path(), None);
         assert!(!format!("{:?}", parse(url)).contains("s3cret"));
         assert!("postgres:app".parse::<BackendUrl>().is_err());
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_urls_with_bad_parameters_are_refused_at_parse() {
+        for (url, named) in [
+            ("postgres://app@h/app?sslmode=verify", "sslmode"),
+            ("postgres://app@h/app?schema=Not-Valid", "schema"),
+            (
+                "postgres://app@h/app?sslmode=verify-ca&sslrootcert=/no/such/ca.pem",
+                "sslrootcert",
+            ),
+        ] {
+            let err = url.parse::<BackendUrl>().err().map(|e| e.to_string());
+            let err = err.unwrap_or_default();
+            assert!(err.contains(named), "{url}: {err}");
+        }
+        let err = "postgres://app:s3cret@h/app?sslmode=verify"
+            .parse::<BackendUrl>()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("sslmode") && !err.contains("s3cret"), "{err}");
+        let tls = "postgres://app@h/app?sslmode=require&schema=tenant_a";
+        assert_eq!(parse(tls), BackendUrl::Postgres { url: tls.into() });
     }
 
     #[cfg(not(feature = "redb"))]

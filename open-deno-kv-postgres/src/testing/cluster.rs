@@ -74,6 +74,12 @@ pub struct TestCluster {
 
 /// The user every test cluster is created with (trusted on loopback, no password).
 const SUPERUSER: &str = "postgres";
+/// The ordinary role the store's tests run as ([`TestCluster::store_url`]): no superuser, no
+/// role or database creation, owning nothing but the schemas it creates. The one privilege it
+/// has beyond a new role's is CREATE on the `postgres` database, so that each test can create
+/// a schema of its own; tests/privileges.rs proves a role without it works too when its schema
+/// is made for it.
+pub const STORE_ROLE: &str = "kv_store";
 /// How often to try another port when the one picked was taken meanwhile.
 const PORT_ATTEMPTS: usize = 5;
 
@@ -98,6 +104,13 @@ impl TestCluster {
         cluster.hand_directory_to_server_user()?;
         cluster.init_primary(&options)?;
         cluster.primary.port = cluster.start_on_free_port(&cluster.primary)?;
+        cluster.psql(
+            "postgres",
+            &format!(
+                "CREATE ROLE {STORE_ROLE} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE; \
+                 GRANT CREATE ON DATABASE postgres TO {STORE_ROLE};"
+            ),
+        )?;
         if options.replica || options.synchronous_replica {
             cluster.start_replica()?;
         }
@@ -126,6 +139,80 @@ impl TestCluster {
     /// The primary's URL, for the superuser and the default `postgres` database.
     pub fn url(&self) -> String {
         self.url_of(&self.primary, "postgres")
+    }
+
+    /// The primary's URL for [`STORE_ROLE`], the ordinary role the store runs as in tests, and
+    /// the default `postgres` database.
+    pub fn store_url(&self) -> String {
+        self.role_url(STORE_ROLE, "postgres")
+    }
+
+    /// The primary's URL for `role` and `database` (no password; append `?...` for
+    /// parameters).
+    pub fn role_url(&self, role: &str, database: &str) -> String {
+        format!(
+            "postgres://{role}@127.0.0.1:{}/{database}",
+            self.primary.port
+        )
+    }
+
+    /// Turns TLS on at every server of the cluster (the primary and the replica, if any),
+    /// without a restart: writes the server's certificate chain and key (PEM) into each data
+    /// directory, readable by the server's user only, and, if given, the CA whose client
+    /// certificates `cert` lines of pg_hba.conf accept (`ssl_ca_file`); sets `ssl = on` in
+    /// each server's configuration and reloads it. (`ALTER SYSTEM` would do on the primary, but
+    /// a standby has configuration files of its own, which replication does not copy.)
+    pub fn enable_tls(
+        &self,
+        cert_pem: &str,
+        key_pem: &str,
+        client_ca_pem: Option<&str>,
+    ) -> Result<(), PostgresError> {
+        for server in std::iter::once(&self.primary).chain(self.replica.as_ref()) {
+            write_private(&self.bin, &server.data.join("server.crt"), cert_pem)?;
+            write_private(&self.bin, &server.data.join("server.key"), key_pem)?;
+            let mut settings =
+                "ssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n".to_owned();
+            if let Some(ca) = client_ca_pem {
+                write_private(&self.bin, &server.data.join("client-ca.crt"), ca)?;
+                settings.push_str("ssl_ca_file = 'client-ca.crt'\n");
+            }
+            settings.push_str("ssl = on\n");
+            append(&server.data.join("postgresql.conf"), &settings)?;
+            self.reload_server(server)?;
+        }
+        Ok(())
+    }
+
+    /// Replaces the primary's pg_hba.conf with `lines` (which must keep the superuser's
+    /// access: `local all postgres trust` and `host all postgres 127.0.0.1/32 trust` are put
+    /// first) and reloads it.
+    pub fn set_hba(&self, lines: &str) -> Result<(), PostgresError> {
+        let hba = format!(
+            "local all {SUPERUSER} trust\n\
+             host all {SUPERUSER} 127.0.0.1/32 trust\n\
+             local replication all trust\n\
+             host replication all 127.0.0.1/32 trust\n\
+             {lines}\n"
+        );
+        std::fs::write(self.primary.data.join("pg_hba.conf"), hba)
+            .map_err(|e| cluster_error("writing pg_hba.conf", e))?;
+        self.reload()
+    }
+
+    /// Makes the primary read its configuration files again.
+    pub fn reload(&self) -> Result<(), PostgresError> {
+        self.reload_server(&self.primary)
+    }
+
+    fn reload_server(&self, server: &Server) -> Result<(), PostgresError> {
+        let answer = self.psql_on(server, "postgres", "SELECT pg_reload_conf()")?;
+        if answer != "t" {
+            return Err(cluster_error("reloading the configuration", answer));
+        }
+        // The postmaster reloads on SIGHUP; new connections see the new files once it has.
+        std::thread::sleep(Duration::from_millis(200));
+        Ok(())
     }
 
     /// The primary's URL for another database of the cluster.
@@ -522,4 +609,20 @@ fn tail(log: &Path) -> String {
         let _ = writeln!(out, "  {line}");
     }
     out
+}
+
+/// Writes `path` (in a data directory), owned by the server's user, mode 0600: PostgreSQL
+/// refuses a key file others may read.
+fn write_private(bin: &ServerBinaries, path: &Path, text: &str) -> Result<(), PostgresError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text)
+        .map_err(|e| cluster_error(&format!("writing {}", path.display()), e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| cluster_error(&format!("protecting {}", path.display()), e))?;
+    if let Some(user) = bin.run_as() {
+        let mut chown = Command::new("chown");
+        chown.arg(format!("{user}:")).arg(path);
+        bin.run("chown", &mut chown)?;
+    }
+    Ok(())
 }

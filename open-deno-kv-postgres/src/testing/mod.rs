@@ -33,7 +33,7 @@ mod patroni;
 mod proxy;
 
 pub use binaries::{SKIP_VARIABLE, ServerBinaries};
-pub use cluster::{ClusterOptions, Shutdown, TestCluster};
+pub use cluster::{ClusterOptions, STORE_ROLE, Shutdown, TestCluster};
 pub use patroni::{PatroniCluster, PatroniSettings};
 pub use proxy::SilentCutProxy;
 

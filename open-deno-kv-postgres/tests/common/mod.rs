@@ -25,12 +25,13 @@ pub async fn open_url(url: &str, schema: &str) -> Result<Checked<PostgresBackend
     PostgresBackend::open_with(url, options).await
 }
 
-/// A handle on `schema` of the cluster's primary.
+/// A handle on `schema` of the cluster's primary, as the ordinary role the store runs as
+/// ([`TestCluster::store_url`]).
 pub async fn open(
     cluster: &TestCluster,
     schema: &str,
 ) -> Result<Checked<PostgresBackend>, KvError> {
-    open_url(&cluster.url(), schema).await
+    open_url(&cluster.store_url(), schema).await
 }
 
 /// A handle on `schema` whose time is `clock`.
@@ -44,7 +45,7 @@ pub async fn open_at(
         clock: Arc::new(clock.clone()),
         ..PostgresOptions::default()
     };
-    PostgresBackend::open_with(&cluster.url(), options)
+    PostgresBackend::open_with(&cluster.store_url(), options)
         .await
         .expect("open")
 }
