@@ -419,7 +419,7 @@ async fn dump_to(kv: &Kv, out: &mut impl Write, file: &Path) -> Result<(u64, u64
         return crate::backup::write_snapshot(snapshot, out, file, "dump").await;
     }
     let progress = Progress::new("dump", None);
-    writeln!(out, "{}", dump::header_line(None)).map_err(write_error)?;
+    writeln!(out, "{}", dump::header_line(None, None)).map_err(write_error)?;
     let mut entries = all_entries(kv)?;
     let mut count = 0;
     while let Some(entry) = entries.try_next().await? {

@@ -64,6 +64,7 @@ pub mod committer;
 mod engine;
 mod error;
 mod file_engine;
+pub mod identity;
 mod integrity;
 pub mod interval;
 pub mod isolated;
@@ -88,7 +89,7 @@ pub mod watch;
 mod write;
 
 pub use backend::{Backend, Capabilities, RangeWatchStream, WatchStream};
-pub use backup::{ImportSummary, Snapshot, SnapshotItem, SnapshotStream};
+pub use backup::{ImportSummary, Snapshot, SnapshotItem, SnapshotOrigin, SnapshotStream};
 pub use blocking::{IN_PLACE_READ_ENTRIES, run_blocking, run_read};
 pub use checked::Checked;
 pub use clock::{Clock, ManualClock, SystemClock, ms_to_datetime};
@@ -96,6 +97,7 @@ pub use commit::{StoredEntry, WriteOutcome, WriteTransaction, apply_atomic_write
 pub use engine::Engine;
 pub use error::KvError;
 pub use file_engine::FileEngine;
+pub use identity::DatabaseId;
 pub use integrity::{IntegrityReport, RowProblem, TableHolds};
 pub use key::{Key, KeyPart};
 pub use key_codec::{KeyError, MAX_INT_MAGNITUDE_BYTES, decode_key, encode_key, encode_part};

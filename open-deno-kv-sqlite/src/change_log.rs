@@ -189,8 +189,12 @@ pub(crate) fn read(
 pub(crate) fn status(path: &Path, read_only: bool) -> Result<ChangeLogStatus, KvError> {
     let mut conn = open_connection(path, read_only)?;
     let tx = conn.transaction().map_err(storage)?;
+    let database = crate::identity::read(&tx)?;
     let Some(retention) = setting(&tx)? else {
-        return Ok(ChangeLogStatus::default());
+        return Ok(ChangeLogStatus {
+            database,
+            ..ChangeLogStatus::default()
+        });
     };
     let records: i64 = tx.query_row(COUNT, [], |row| row.get(0)).map_err(storage)?;
     let mark = |sql: &str| -> Result<Option<LogMark>, KvError> {
@@ -209,6 +213,7 @@ pub(crate) fn status(path: &Path, read_only: bool) -> Result<ChangeLogStatus, Kv
             .transpose()
     };
     Ok(ChangeLogStatus {
+        database,
         retention: Some(retention),
         records: u64::try_from(records).unwrap_or(0),
         first: mark(FIRST)?,

@@ -373,6 +373,7 @@ fn commit_logged_write(
         return Ok(None);
     }
     let record = ChangeRecord {
+        database: Some(crate::identity::of_writable(conn)?),
         versionstamp,
         previous,
         at: now,

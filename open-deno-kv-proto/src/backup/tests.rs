@@ -50,6 +50,36 @@ async fn each_order_rule_is_enforced() {
     }
 }
 
+/// Issue 29: a backup whose header versionstamp was doctored to `fffffffffffffffe0000` restored
+/// into redb, and every write after the first then failed. The lead rule refuses it, with
+/// entries, without entries and with only messages, and only once the entries have passed.
+#[tokio::test]
+async fn a_versionstamp_beyond_what_the_entries_account_for_is_refused() {
+    let doctored: Versionstamp = "fffffffffffffffe0000".parse().unwrap();
+    for items in [vec![], vec![entry(1, 1), entry(2, 5)], vec![message()]] {
+        let snapshot = Snapshot::from_items(doctored, items.clone());
+        let outcome: Result<Vec<_>, _> = ordered_import(snapshot).items.try_collect().await;
+        let err = outcome.unwrap_err().to_string();
+        assert!(err.contains("largest version"), "{items:?}: {err}");
+    }
+    let far = Versionstamp::from_version(5 + MAX_VERSION_LEAD + 1, 0);
+    let snapshot = Snapshot::from_items(far, vec![entry(1, 5), message()]);
+    let passed: Vec<_> = ordered_import(snapshot)
+        .items
+        .take_while(|item| futures::future::ready(item.is_ok()))
+        .collect()
+        .await;
+    assert_eq!(
+        passed.len(),
+        1,
+        "the entry passes, the message finds the rule broken"
+    );
+    let near = Versionstamp::from_version(5 + MAX_VERSION_LEAD, 0);
+    let snapshot = Snapshot::from_items(near, vec![entry(1, 5), message()]);
+    let all: Vec<_> = ordered_import(snapshot).items.try_collect().await.unwrap();
+    assert_eq!(all.len(), 2, "exactly the bound passes");
+}
+
 /// The export thread sends while its consumer reads, and stops at its next send once the
 /// stream is dropped, so it never holds its snapshot for a consumer that went away.
 #[tokio::test]
@@ -57,7 +87,7 @@ async fn dropping_an_export_stream_stops_its_thread() {
     let stopped = Arc::new(AtomicBool::new(false));
     let flag = stopped.clone();
     let snapshot = blocking_export(move |sink| {
-        sink.begin(Versionstamp::from_version(9, 0))?;
+        sink.begin(None, Versionstamp::from_version(9, 0))?;
         let mut key = 0u8;
         let result = loop {
             key = key.wrapping_add(1);
@@ -106,6 +136,7 @@ async fn an_import_sees_the_end_only_after_every_item() {
     assert_eq!(seen, items);
 
     let failing = Snapshot {
+        database: None,
         versionstamp: Versionstamp::from_version(3, 0),
         items: futures::stream::iter(vec![Ok(entry(1, 1)), Err(KvError::Closed)]).boxed(),
     };
@@ -125,6 +156,7 @@ async fn an_abandoned_import_fails_its_work() {
     })
     .boxed();
     let snapshot = Snapshot {
+        database: None,
         versionstamp: Versionstamp::from_version(3, 0),
         items: endless,
     };
