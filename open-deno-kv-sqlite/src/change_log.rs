@@ -28,7 +28,7 @@ use chrono::{DateTime, Utc};
 use open_deno_kv_proto::change_log::{
     ChangeLogStatus, ChangeRecord, LogMark, PRUNE_BATCH, PruneSchedule, prune_before, retention_ms,
 };
-use open_deno_kv_proto::{KvError, Versionstamp};
+use open_deno_kv_proto::{DatabaseId, KvError, Versionstamp};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 use crate::store::{execute, open_connection, pragma_data_version, storage};
@@ -87,19 +87,26 @@ pub(crate) struct WriterLog {
     /// `PRAGMA data_version` when the setting was read; `None` before the first read.
     read_at: Option<i64>,
     retention: Option<Duration>,
+    /// The database's identity, read with the setting while the log is on.
+    identity: Option<DatabaseId>,
     schedule: PruneSchedule,
 }
 
 impl WriterLog {
     /// Brings the setting up to date inside the group's transaction, if another connection
-    /// committed since it was read. Whether commits are logged.
-    pub(crate) fn refresh(&mut self, conn: &Connection) -> Result<bool, KvError> {
+    /// committed since it was read. While commits are logged, the database's identity, which
+    /// their records name (made by the writable open, so always there).
+    pub(crate) fn refresh(&mut self, conn: &Connection) -> Result<Option<DatabaseId>, KvError> {
         let version = pragma_data_version(conn)?;
         if self.read_at != Some(version) {
             self.retention = setting(conn)?;
+            self.identity = match self.retention {
+                Some(_) => Some(crate::identity::of_writable(conn)?),
+                None => None,
+            };
             self.read_at = Some(version);
         }
-        Ok(self.retention.is_some())
+        Ok(self.identity)
     }
 
     /// After a group logged `commits` commits: prunes, in its transaction, when due.
