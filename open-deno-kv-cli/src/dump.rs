@@ -16,7 +16,7 @@
 //!   from the file continues numbering after it. `"consistent": false` (no `versionstamp`) marks
 //!   a dump read page by page from a backend without an export (a KV Connect server). A
 //!   consistent header also names the `database` the snapshot is of (its identity, see
-//!   `open_deno_kv_proto::identity`), when the database has one: `kv restore --log` refuses a
+//!   `open_deno_kv_model::identity`), when the database has one: `kv restore --log` refuses a
 //!   log of another database, and a backup without one (written before identities, or of a
 //!   Deno-written file only ever read) restores only without a log. The field is optional, so
 //!   format 3 stays as it was and earlier readers of it skip the field;
@@ -55,7 +55,7 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use open_deno_kv::{Entry, Key, KvValue, Versionstamp};
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     DatabaseId, Enqueue, QueuedMessage, ValueEncoding, decode_key, encode_key,
 };
 use serde_json::{Map, Value as Json, json};
@@ -366,7 +366,7 @@ fn parse_time(json: &Json, field: &str) -> Result<DateTime<Utc>, String> {
     let ms = json
         .as_i64()
         .ok_or_else(|| format!("{field:?} must be Unix milliseconds or an RFC 3339 time"))?;
-    open_deno_kv_proto::ms_to_datetime(ms).ok_or_else(|| format!("{field} {ms} is out of range"))
+    open_deno_kv_model::ms_to_datetime(ms).ok_or_else(|| format!("{field} {ms} is out of range"))
 }
 
 /// What a dump line holds.
@@ -559,7 +559,7 @@ mod tests {
 
     #[test]
     fn times_keep_every_nanosecond_and_whole_milliseconds_stay_numbers() {
-        let whole = open_deno_kv_proto::ms_to_datetime(1_795_416_615_502).unwrap();
+        let whole = open_deno_kv_model::ms_to_datetime(1_795_416_615_502).unwrap();
         assert_eq!(time_json(whole), json!(1_795_416_615_502_i64));
         let fine = whole + TimeDelta::nanoseconds(123_456);
         assert_eq!(time_json(fine), json!("2026-11-23T06:50:15.502123456Z"));
@@ -575,7 +575,7 @@ mod tests {
         let KvValue::V8(payload) = payload else {
             panic!("JSON is stored as V8")
         };
-        let ready_at = open_deno_kv_proto::ms_to_datetime(1_795_416_615_502).unwrap();
+        let ready_at = open_deno_kv_model::ms_to_datetime(1_795_416_615_502).unwrap();
         let message = QueuedMessage::new(payload.clone(), ready_at, vec![key.clone()], vec![]);
         let line = message_json(&message).unwrap();
         let mut reader = DumpReader::new();

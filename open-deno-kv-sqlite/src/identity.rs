@@ -1,5 +1,5 @@
-//! The database's identity (see `open_deno_kv_proto::identity`), in a table of this crate's own
-//! beside Deno's:
+//! The database's identity (see `open_deno_kv_engine_kit::identity`), in a table of this
+//! crate's own beside Deno's:
 //!
 //! | table | columns |
 //! |---|---|
@@ -17,7 +17,7 @@
 //! of this crate from before identities opens such a file and ignores the table; the change
 //! records it writes name no database, and a replay refuses them rather than trust them.
 
-use open_deno_kv_proto::{DatabaseId, KvError};
+use open_deno_kv_engine_kit::{DatabaseId, KvError};
 use rusqlite::{Connection, OptionalExtension};
 
 use crate::store::storage;

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use chrono::TimeDelta;
 use futures::{StreamExt, TryStreamExt};
-use open_deno_kv_proto::queue::QueuedMessage;
-use open_deno_kv_proto::{
+use open_deno_kv_model::queue::QueuedMessage;
+use open_deno_kv_model::{
     AtomicWrite, Backend, Clock, Enqueue, Key, KvEntry, KvError, KvValue, Mutation, Snapshot,
     SnapshotItem, Versionstamp, key,
 };
@@ -458,7 +458,7 @@ async fn an_export_names_its_database(mut env: Env) {
 
 /// Issue 29: a backup whose header versionstamp was doctored to `fffffffffffffffe0000`
 /// restored into redb with success, and every write after the first then failed. The rule of
-/// `open_deno_kv_proto::backup::check_lead` refuses it on every engine, the store stays empty
+/// `open_deno_kv_model::backup::check_lead` refuses it on every engine, the store stays empty
 /// and numbering stays where it was; a snapshot just within the bound imports.
 async fn an_import_refuses_a_versionstamp_its_entries_cannot_account_for(env: Env) {
     let kv = env.kv.clone();
@@ -470,7 +470,7 @@ async fn an_import_refuses_a_versionstamp_its_entries_cannot_account_for(env: En
         .expect_err("a versionstamp beyond what the entries account for");
     assert!(matches!(err, KvError::InvalidArgument { .. }), "{err}");
     assert!(err.to_string().contains("damaged or was edited"), "{err}");
-    let far = Versionstamp::from_version(5 + open_deno_kv_proto::backup::MAX_VERSION_LEAD + 1, 0);
+    let far = Versionstamp::from_version(5 + open_deno_kv_model::backup::MAX_VERSION_LEAD + 1, 0);
     let err = kv
         .import_snapshot(Snapshot::from_items(far, items.clone()))
         .await

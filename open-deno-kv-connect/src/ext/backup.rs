@@ -13,7 +13,7 @@
 //!
 //! ```
 //! use open_deno_kv_connect::ext::{SnapshotReader, SnapshotWriter};
-//! use open_deno_kv_proto::{KvEntry, KvValue, SnapshotItem, Versionstamp};
+//! use open_deno_kv_model::{KvEntry, KvValue, SnapshotItem, Versionstamp};
 //! let stamp = Versionstamp::from_version(9, 0);
 //! let entry = SnapshotItem::Entry(KvEntry {
 //!     key: vec![2, b'a', 0],
@@ -22,7 +22,7 @@
 //!     expires_at: None,
 //! });
 //! let mut writer = SnapshotWriter::new(stamp);
-//! let database = open_deno_kv_proto::DatabaseId::random();
+//! let database = open_deno_kv_model::DatabaseId::random();
 //! writer.of_database(Some(database));
 //! let mut frames = vec![writer.header()];
 //! frames.extend(writer.push(entry.clone()));
@@ -41,8 +41,8 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_proto::change_log::{ChangeLogStatus, ChangeRecord, LogMark};
-use open_deno_kv_proto::{
+use open_deno_kv_model::change_log::{ChangeLogStatus, ChangeRecord, LogMark};
+use open_deno_kv_model::{
     DatabaseId, ImportSummary, KvEntry, SnapshotItem, StagedCommit, StoredEntry, Versionstamp,
 };
 use prost::Message;
@@ -58,7 +58,7 @@ pub const SNAPSHOT_BATCH_BYTES: usize = 256 * 1024;
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ExportRequest {
     /// Leave the entries out: only the queued messages travel (what a client lists the queue
-    /// with, [`open_deno_kv_proto::Backend::queued_messages`]). The server lists its queue
+    /// with, [`open_deno_kv_model::Backend::queued_messages`]). The server lists its queue
     /// rather than reading a snapshot, so the header's versionstamp is zero.
     #[prost(bool, tag = "1")]
     pub messages_only: bool,
@@ -88,7 +88,7 @@ pub struct SnapshotFrame {
     #[prost(string, optional, tag = "6")]
     pub error: Option<String>,
     /// In the header: the database the snapshot is of (16 bytes,
-    /// [`open_deno_kv_proto::DatabaseId`]); absent when it names none.
+    /// [`open_deno_kv_model::DatabaseId`]); absent when it names none.
     #[prost(bytes = "vec", optional, tag = "7")]
     pub database: Option<Vec<u8>>,
 }
@@ -433,7 +433,7 @@ pub struct ChangeLogStatusResponse {
     /// Its newest record.
     #[prost(message, optional, tag = "4")]
     pub last: Option<LogMarkPb>,
-    /// The database whose log it is (16 bytes, [`open_deno_kv_proto::DatabaseId`]).
+    /// The database whose log it is (16 bytes, [`open_deno_kv_model::DatabaseId`]).
     #[prost(bytes = "vec", optional, tag = "5")]
     pub database: Option<Vec<u8>>,
 }
@@ -572,7 +572,7 @@ impl ReadChangeLogResponse {
 
 /// Where a `snapshot/1` stream's items come from, a frame at a time: an export's answer on the
 /// client, an import's request body on the server. [`snapshot_items`] turns it into the item
-/// stream a [`open_deno_kv_proto::Snapshot`] carries.
+/// stream a [`open_deno_kv_model::Snapshot`] carries.
 pub trait SnapshotBatches: Send + 'static {
     /// Whether the end frame was read ([`SnapshotReader::is_complete`]): the stream then ends.
     fn ended(&self) -> bool;
@@ -581,11 +581,11 @@ pub trait SnapshotBatches: Send + 'static {
     /// stream with it.
     fn next_batch(
         &mut self,
-    ) -> impl std::future::Future<Output = Result<Vec<SnapshotItem>, open_deno_kv_proto::KvError>> + Send;
+    ) -> impl std::future::Future<Output = Result<Vec<SnapshotItem>, open_deno_kv_model::KvError>> + Send;
 }
 
 /// The items of `batches`, one by one in order, until its end frame; after an error, nothing.
-pub fn snapshot_items<B: SnapshotBatches>(batches: B) -> open_deno_kv_proto::SnapshotStream {
+pub fn snapshot_items<B: SnapshotBatches>(batches: B) -> open_deno_kv_model::SnapshotStream {
     use futures::StreamExt;
     futures::stream::unfold(
         Some((batches, std::vec::IntoIter::default())),
@@ -611,7 +611,7 @@ pub fn snapshot_items<B: SnapshotBatches>(batches: B) -> open_deno_kv_proto::Sna
 #[cfg(test)]
 mod tests {
     use super::*;
-    use open_deno_kv_proto::{KvValue, QueuedMessage};
+    use open_deno_kv_model::{KvValue, QueuedMessage};
 
     fn entry(name: &str, size: usize) -> SnapshotItem {
         SnapshotItem::Entry(KvEntry {
