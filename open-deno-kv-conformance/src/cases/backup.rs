@@ -48,14 +48,9 @@ pub(crate) fn cases() -> Vec<Case> {
             "an_import_that_fails_half_way_leaves_the_store_empty",
             an_import_that_fails_half_way_leaves_the_store_empty,
         ),
-        Case::new(
-            "an_export_names_its_database",
-            Needs::EXPORT,
-            an_export_names_its_database,
-        ),
-        Case::new(
+        need::EXPORT.case("an_export_names_its_database", an_export_names_its_database),
+        need::BACKUP.case(
             "an_import_refuses_a_versionstamp_its_entries_cannot_account_for",
-            Needs::BACKUP,
             an_import_refuses_a_versionstamp_its_entries_cannot_account_for,
         ),
     ]
@@ -433,7 +428,7 @@ async fn an_export_names_its_database(mut env: Env) {
         first,
         "the identity never changes"
     );
-    if env.features.reopen {
+    if env.offered.can_reopen {
         env.reopen().await.expect("reopen");
         assert_eq!(named(env.kv.clone()).await, first, "kept by the store");
     }

@@ -76,19 +76,15 @@ pub(crate) fn cases() -> Vec<Case> {
             "a_restore_refuses_points_the_log_cannot_reach",
             a_restore_refuses_points_the_log_cannot_reach,
         ),
-        Case::new(
-            "records_name_their_database",
-            Needs::CHANGE_LOG.and(Needs::EXPORT),
-            records_name_their_database,
-        ),
-        Case::new(
+        need::CHANGE_LOG
+            .and(need::EXPORT)
+            .case("records_name_their_database", records_name_their_database),
+        need::CHANGE_LOG.and(need::BACKUP).case(
             "a_restore_refuses_a_log_or_backup_of_another_database",
-            Needs::CHANGE_LOG.and(Needs::BACKUP),
             a_restore_refuses_a_log_or_backup_of_another_database,
         ),
-        Case::new(
+        need::CHANGE_LOG.and(need::BACKUP).case(
             "a_time_before_the_backup_is_refused_like_a_commit_before_it",
-            Needs::CHANGE_LOG.and(Needs::BACKUP),
             a_time_before_the_backup_is_refused_like_a_commit_before_it,
         ),
     ]
