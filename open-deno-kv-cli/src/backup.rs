@@ -19,7 +19,7 @@ use chrono::SecondsFormat;
 use futures::StreamExt;
 use open_deno_kv_model::change_log::{self, RestorePoint};
 use open_deno_kv_model::{
-    KvEntry, KvError, Snapshot, SnapshotItem, Versionstamp, decode_key, encode_key,
+    KvEntry, KvError, Snapshot, SnapshotItem, SnapshotOrigin, decode_key, encode_key,
 };
 
 use crate::dump::{self, DumpEntry, DumpItem, DumpReader};
@@ -42,10 +42,11 @@ pub async fn write_snapshot(
     };
     let progress = Progress::new(what, None);
     let Snapshot {
+        database,
         versionstamp,
         mut items,
     } = snapshot;
-    writeln!(out, "{}", dump::header_line(Some(versionstamp))).map_err(write_error)?;
+    writeln!(out, "{}", dump::header_line(Some(versionstamp), database)).map_err(write_error)?;
     let (mut entries, mut messages) = (0u64, 0u64);
     while let Some(item) = items.next().await {
         let line = match item? {
@@ -177,8 +178,9 @@ fn to_snapshot_item(item: DumpItem) -> Result<SnapshotItem, String> {
     })
 }
 
-/// Opens `input` and reads its header: the snapshot's versionstamp and the lines after it.
-fn open_backup(input: &Path) -> Result<(Versionstamp, BackupLines), CliError> {
+/// Opens `input` and reads its header: the snapshot's database and versionstamp, and the lines
+/// after it.
+fn open_backup(input: &Path) -> Result<(SnapshotOrigin, BackupLines), CliError> {
     let name = input.display().to_string();
     let file = std::fs::File::open(input).map_err(|source| CliError::Io {
         path: input.to_path_buf(),
@@ -223,7 +225,11 @@ fn open_backup(input: &Path) -> Result<(Versionstamp, BackupLines), CliError> {
             lines.reader.version()
         ))
     })?;
-    Ok((versionstamp, lines))
+    let origin = SnapshotOrigin {
+        database: lines.reader.database(),
+        versionstamp,
+    };
+    Ok((origin, lines))
 }
 
 /// `kv restore --at POINT --log SOURCE`: the backup `input` with `source`'s change log replayed
@@ -234,7 +240,8 @@ pub async fn restore_at(
     point: RestorePoint,
     source: &str,
 ) -> Result<(), CliError> {
-    let (versionstamp, lines) = open_backup(input)?;
+    let (origin, lines) = open_backup(input)?;
+    let versionstamp = origin.versionstamp;
     let log = open(source, Access::Read)?;
     let target = Target::create(db).await?;
     let backend = target.kv()?.backend().clone();
@@ -242,6 +249,7 @@ pub async fn restore_at(
         return Err(CliError::NoImport { db: db.to_owned() });
     }
     let backup = Snapshot {
+        database: origin.database,
         versionstamp,
         items: futures::stream::iter(lines).boxed(),
     };
@@ -267,13 +275,16 @@ pub async fn restore_at(
 
 /// `kv restore`: writes the backup `input` into the new or empty database `db`, all or nothing.
 pub async fn restore(input: &Path, db: &str) -> Result<(), CliError> {
-    let (versionstamp, lines) = open_backup(input)?;
+    let (origin, lines) = open_backup(input)?;
+    let versionstamp = origin.versionstamp;
     let target = Target::create(db).await?;
     let backend = target.kv()?.backend().clone();
     if !backend.capabilities().import {
         return Err(CliError::NoImport { db: db.to_owned() });
     }
+    // A plain import splices nothing: a backup of any database, or of none named, restores.
     let snapshot = Snapshot {
+        database: origin.database,
         versionstamp,
         items: futures::stream::iter(lines).boxed(),
     };

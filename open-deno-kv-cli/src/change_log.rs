@@ -82,6 +82,11 @@ fn describe(status: &ChangeLogStatus) -> String {
             );
         }
     }
+    // Whose log it is: `kv restore --log` refuses a log of another database than the backup's
+    // (the backup's header names its database too).
+    if let Some(database) = status.database {
+        text += &format!("database: {database}\n");
+    }
     text
 }
 
@@ -123,6 +128,11 @@ mod tests {
             at,
         };
         let status = ChangeLogStatus {
+            database: Some(
+                "5b0b2f64-6f8e-4a61-9d43-2f0c8d7e51aa"
+                    .parse()
+                    .expect("uuid"),
+            ),
             retention: Some(Duration::from_secs(86_400)),
             records: 2,
             first: Some(mark),
@@ -132,7 +142,8 @@ mod tests {
             describe(&status),
             "change log: on, records kept for 1day\nrecords: 2\n\
              first: 00000000000000030000 at 2026-11-18T11:06:40Z\n\
-             last: 00000000000000030000 at 2026-11-18T11:06:40Z\n"
+             last: 00000000000000030000 at 2026-11-18T11:06:40Z\n\
+             database: 5b0b2f64-6f8e-4a61-9d43-2f0c8d7e51aa\n"
         );
     }
 }

@@ -155,7 +155,7 @@ pub(crate) fn stdout_error(source: std::io::Error) -> CliError {
 /// `kv get`.
 pub async fn get(db: &str, key: &str, format: Format) -> Result<(), CliError> {
     let key = parse_key(key)?;
-    let kv = open(db, Access::Read)?;
+    let kv = open_intact(db, Access::Read).await?;
     let entry = kv.get(key).await?;
     kv.close().await?;
     if !entry.exists() {
@@ -222,7 +222,7 @@ pub async fn list(db: &str, args: ListArgs, format: Format) -> Result<(), CliErr
         // `kv list` alone, or with one bound: everything under the empty prefix.
         selector.prefix = Some(key![]);
     }
-    let kv = open(db, Access::Read)?;
+    let kv = open_intact(db, Access::Read).await?;
     let options = ListOptions {
         limit: args.limit,
         reverse: args.reverse,
@@ -260,7 +260,7 @@ pub async fn watch(
         .iter()
         .map(|k| parse_key(k))
         .collect::<Result<Vec<_>, _>>()?;
-    let kv = open(db, Access::Observe)?;
+    let kv = open_intact(db, Access::Observe).await?;
     let mut stream = kv.watch(keys)?;
     let mut seen = 0;
     let result = loop {
@@ -331,10 +331,13 @@ async fn integrity(kv: &Kv) -> Result<Option<IntegrityReport>, CliError> {
     Ok(Some(backend.check_integrity().await?))
 }
 
-/// Opens `db` for reading all of it: runs the integrity check first and refuses a damaged
-/// database, so a dump, a count or a copy is never silently short.
-async fn open_intact(db: &str) -> Result<Kv, CliError> {
-    let kv = open(db, Access::Read)?;
+/// Opens `db` for reading: runs the integrity check first and refuses a damaged database, so a
+/// dump, a count, a copy, a listing, a `get` or a watch never answers short. A damaged page can
+/// read as an empty one without any error from the storage (SQLite skips it), so only a check of
+/// the whole file tells; its cost, a read of the file, is the price of never printing a partial
+/// answer as a whole one.
+pub(crate) async fn open_intact(db: &str, access: Access) -> Result<Kv, CliError> {
+    let kv = open(db, access)?;
     match integrity(&kv).await {
         Ok(report) if report.as_ref().is_none_or(IntegrityReport::is_ok) => Ok(kv),
         failed => {
@@ -379,7 +382,7 @@ pub async fn check(db: &str) -> Result<(), CliError> {
 
 /// `kv dump`.
 pub async fn dump(db: &str, output: Option<&Path>) -> Result<(), CliError> {
-    let kv = open_intact(db).await?;
+    let kv = open_intact(db, Access::Read).await?;
     let result = match output {
         None => dump_to(&kv, &mut std::io::stdout().lock(), Path::new("<stdout>")).await,
         Some(path) => {
@@ -416,7 +419,7 @@ async fn dump_to(kv: &Kv, out: &mut impl Write, file: &Path) -> Result<(u64, u64
         return crate::backup::write_snapshot(snapshot, out, file, "dump").await;
     }
     let progress = Progress::new("dump", None);
-    writeln!(out, "{}", dump::header_line(None)).map_err(write_error)?;
+    writeln!(out, "{}", dump::header_line(None, None)).map_err(write_error)?;
     let mut entries = all_entries(kv)?;
     let mut count = 0;
     while let Some(entry) = entries.try_next().await? {
@@ -593,7 +596,7 @@ pub async fn load(db: &str, input: &Path) -> Result<(), CliError> {
 
 /// `kv migrate`.
 pub async fn migrate(db: &str, target_url: &str) -> Result<(), CliError> {
-    let source = open_intact(db).await?;
+    let source = open_intact(db, Access::Read).await?;
     let result = async {
         let target = Target::create(target_url).await?;
         let progress = Progress::new("migrate", None);
@@ -635,7 +638,7 @@ pub async fn migrate(db: &str, target_url: &str) -> Result<(), CliError> {
 
 /// `kv stats`.
 pub async fn stats(db: &str) -> Result<(), CliError> {
-    let kv = open_intact(db).await?;
+    let kv = open_intact(db, Access::Read).await?;
     let result = async {
         let mut entries = all_entries(&kv)?;
         let (mut count, mut key_bytes, mut value_bytes, mut expiring) = (0u64, 0u64, 0u64, 0u64);

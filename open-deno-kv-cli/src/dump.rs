@@ -2,7 +2,7 @@
 //! it, `kv load` and `kv restore` read it.
 //!
 //! ```text
-//! {"format":"kv-dump","version":3,"consistent":true,"versionstamp":"00000000000000030000"}
+//! {"format":"kv-dump","version":3,"consistent":true,"versionstamp":"00000000000000030000","database":"5b0b2f64-6f8e-4a61-9d43-2f0c8d7e51aa"}
 //! {"key":[{"string":"users"},{"int":"1"}],"encoding":"v8","versionstamp":"00000000000000010000","value":{"object":[["name",{"string":"Alice"}]]},"bytes":"ff106f22046e616d652205416c6963657b01"}
 //! {"key":[{"string":"hits"}],"encoding":"u64","versionstamp":"00000000000000020000","expires_at":1795416615502,"value":{"u64":"7"}}
 //! {"message":{"object":[["job",{"number":"1"}]]},"bytes":"ff106f22036a6f6249027b01","id":"4f1c1f43-55c5-4f0e-9a8e-5f3b1f7d2a10","ready_at":1795416615502,"keys_if_undelivered":[[{"string":"failed"}]],"backoff_schedule":[100,1000]}
@@ -14,7 +14,12 @@
 //!   entry and message as of one commit, read through the engine's snapshot export) and then
 //!   that commit's `versionstamp`: no entry's versionstamp is later, and a database restored
 //!   from the file continues numbering after it. `"consistent": false` (no `versionstamp`) marks
-//!   a dump read page by page from a backend without an export (a KV Connect server);
+//!   a dump read page by page from a backend without an export (a KV Connect server). A
+//!   consistent header also names the `database` the snapshot is of (its identity, see
+//!   `open_deno_kv_model::identity`), when the database has one: `kv restore --log` refuses a
+//!   log of another database, and a backup without one (written before identities, or of a
+//!   Deno-written file only ever read) restores only without a log. The field is optional, so
+//!   format 3 stays as it was and earlier readers of it skip the field;
 //! - an **entry** line per stored entry, in key order:
 //!   - `key`: the typed JSON form of the fixtures' manifests (see [`crate::key_syntax`]);
 //!   - `encoding`: `v8`, `u64` or `bytes`, as stored;
@@ -50,7 +55,9 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use open_deno_kv::{Entry, Key, KvValue, Versionstamp};
-use open_deno_kv_model::{Enqueue, QueuedMessage, ValueEncoding, decode_key, encode_key};
+use open_deno_kv_model::{
+    DatabaseId, Enqueue, QueuedMessage, ValueEncoding, decode_key, encode_key,
+};
 use serde_json::{Map, Value as Json, json};
 use uuid::Uuid;
 
@@ -63,16 +70,23 @@ pub const FORMAT_VERSION: u64 = 3;
 /// The header's `format` field.
 const FORMAT_NAME: &str = "kv-dump";
 
-/// The first line of a dump: of one consistent snapshot whose last commit is `snapshot`, or
-/// (`None`) of a dump read page by page.
-pub fn header_line(snapshot: Option<Versionstamp>) -> Json {
+/// The first line of a dump: of one consistent snapshot whose last commit is `snapshot`, of
+/// the database `database` names (if it has an identity), or (`None`) of a dump read page by
+/// page.
+pub fn header_line(snapshot: Option<Versionstamp>, database: Option<DatabaseId>) -> Json {
     match snapshot {
-        Some(versionstamp) => json!({
-            "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
-            "consistent": true,
-            "versionstamp": versionstamp.to_string(),
-        }),
+        Some(versionstamp) => {
+            let mut header = json!({
+                "format": FORMAT_NAME,
+                "version": FORMAT_VERSION,
+                "consistent": true,
+                "versionstamp": versionstamp.to_string(),
+            });
+            if let (Some(database), Some(fields)) = (database, header.as_object_mut()) {
+                fields.insert("database".into(), Json::from(database.to_string()));
+            }
+            header
+        }
         None => json!({"format": FORMAT_NAME, "version": FORMAT_VERSION, "consistent": false}),
     }
 }
@@ -371,6 +385,8 @@ pub struct DumpReader {
     version: Option<u64>,
     /// The header's snapshot versionstamp, for a consistent format 3 dump.
     snapshot: Option<Versionstamp>,
+    /// The database the header names, if any.
+    database: Option<DatabaseId>,
     entries: u64,
     messages: u64,
     ended: bool,
@@ -393,6 +409,11 @@ impl DumpReader {
         self.snapshot
     }
 
+    /// The database the header names (a consistent dump of a database with an identity).
+    pub fn database(&self) -> Option<DatabaseId> {
+        self.database
+    }
+
     /// Reads one non-empty line: an entry or message, or `None` for the header and end lines.
     /// `Err` holds the reason (the caller adds file and line number).
     pub fn read_line(&mut self, line: &str) -> Result<Option<DumpItem>, String> {
@@ -406,9 +427,10 @@ impl DumpReader {
             if !first {
                 return Err("a header line after the first line".into());
             }
-            let (version, snapshot) = parse_header(object)?;
+            let (version, snapshot, database) = parse_header(object)?;
             self.version = Some(version);
             self.snapshot = snapshot;
+            self.database = database;
             return Ok(None);
         }
         if first {
@@ -453,9 +475,11 @@ impl DumpReader {
     }
 }
 
-/// The version a header line announces, if this program reads it, and its snapshot's
-/// versionstamp if it says it is consistent.
-fn parse_header(object: &Map<String, Json>) -> Result<(u64, Option<Versionstamp>), String> {
+/// The version a header line announces, if this program reads it, its snapshot's versionstamp
+/// if it says it is consistent, and the database it names.
+type Header = (u64, Option<Versionstamp>, Option<DatabaseId>);
+
+fn parse_header(object: &Map<String, Json>) -> Result<Header, String> {
     let name = object.get("format").and_then(Json::as_str);
     if name != Some(FORMAT_NAME) {
         return Err(format!(
@@ -478,7 +502,7 @@ fn parse_header(object: &Map<String, Json>) -> Result<(u64, Option<Versionstamp>
             .ok_or("the header's \"consistent\" must be true or false")?,
     };
     if !consistent {
-        return Ok((version, None));
+        return Ok((version, None, None));
     }
     let versionstamp = object
         .get("versionstamp")
@@ -486,7 +510,17 @@ fn parse_header(object: &Map<String, Json>) -> Result<(u64, Option<Versionstamp>
         .ok_or("a consistent dump's header needs its \"versionstamp\"")?
         .parse::<Versionstamp>()
         .map_err(|e| format!("the header's versionstamp: {e}"))?;
-    Ok((version, Some(versionstamp)))
+    let database = match object.get("database") {
+        None | Some(Json::Null) => None,
+        Some(database) => Some(
+            database
+                .as_str()
+                .ok_or("the header's \"database\" must be a string")?
+                .parse::<DatabaseId>()
+                .map_err(|e| format!("the header's database: {e}"))?,
+        ),
+    };
+    Ok((version, Some(versionstamp), database))
 }
 
 #[cfg(test)]
@@ -500,11 +534,13 @@ mod tests {
         let stamp = Versionstamp::from_version(42, 0);
         let mut reader = DumpReader::new();
         reader
-            .read_line(&header_line(Some(stamp)).to_string())
+            .read_line(&header_line(Some(stamp), None).to_string())
             .unwrap();
         assert_eq!((reader.version(), reader.snapshot()), (3, Some(stamp)));
         let mut reader = DumpReader::new();
-        reader.read_line(&header_line(None).to_string()).unwrap();
+        reader
+            .read_line(&header_line(None, None).to_string())
+            .unwrap();
         assert_eq!((reader.version(), reader.snapshot()), (3, None));
         let mut reader = DumpReader::new();
         reader

@@ -89,7 +89,7 @@ fn confirm(entries: u64, what: &str) -> Result<bool, CliError> {
 /// `kv stats --prefix P`: the backend's count of the entries under the prefix.
 pub async fn stats_prefix(db: &str, prefix: &str) -> Result<(), CliError> {
     let selector = Selector::prefix(parse_key(prefix)?);
-    let kv = open(db, Access::Read)?;
+    let kv = crate::commands::open_intact(db, Access::Read).await?;
     let counted = kv.count(selector).await;
     kv.close().await?;
     let counted = counted?;
@@ -114,7 +114,7 @@ pub async fn watch_prefix(
     format: Format,
 ) -> Result<(), CliError> {
     let selector = Selector::prefix(parse_key(prefix)?);
-    let kv = open(db, Access::Observe)?;
+    let kv = crate::commands::open_intact(db, Access::Observe).await?;
     let result = async {
         let mut events = kv.watch_range(selector)?;
         let mut seen = 0;

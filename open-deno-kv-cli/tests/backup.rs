@@ -27,6 +27,18 @@ fn lines(text: &str) -> Vec<Json> {
         .collect()
 }
 
+/// The lines of a dump, and the database its header names (taken out of the header): a restored
+/// database is a database of its own, whose dumps name it, not the one it came from.
+fn lines_and_database(text: &str) -> (Vec<Json>, String) {
+    let mut lines = lines(text);
+    let database = lines[0]
+        .as_object_mut()
+        .and_then(|header| header.remove("database"))
+        .and_then(|database| database.as_str().map(str::to_owned))
+        .unwrap_or_else(|| panic!("the header names no database: {}", lines[0]));
+    (lines, database)
+}
+
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
@@ -94,14 +106,20 @@ fn a_sqlite_backup_restored_into_redb_dumps_identically() {
         path,
         &["--db", "redb:restored.redb", "restore", "backup.jsonl"],
     );
-    let source = kv_ok(path, &["--db", "source.sqlite3", "dump"]);
-    let restored = kv_ok(path, &["--db", "redb:restored.redb", "dump"]);
+    let (source, source_db) = lines_and_database(&kv_ok(path, &["--db", "source.sqlite3", "dump"]));
+    let (restored, restored_db) =
+        lines_and_database(&kv_ok(path, &["--db", "redb:restored.redb", "dump"]));
     assert_eq!(
-        lines(&restored),
-        lines(&source),
+        restored, source,
         "the same entries, versionstamps, expiry and messages"
     );
-    assert_eq!(lines(&restored), backup, "and exactly the backup");
+    let (backup, backup_db) = lines_and_database(&read(&path.join("backup.jsonl")));
+    assert_eq!(restored, backup, "and exactly the backup");
+    assert_eq!(backup_db, source_db, "the backup names its database");
+    assert_ne!(
+        restored_db, source_db,
+        "a restored database has its own identity"
+    );
 
     let next = kv_ok(
         path,
@@ -194,9 +212,13 @@ fn a_kv_connect_database_is_backed_up_through_the_server() {
         path,
         &["--db", "redb:restored.redb", "restore", "remote.jsonl"],
     );
-    assert_eq!(
-        kv_ok(path, &["--db", "redb:restored.redb", "dump"]),
-        kv_ok(path, &["--db", "source.sqlite3", "dump"])
+    let (restored, restored_db) =
+        lines_and_database(&kv_ok(path, &["--db", "redb:restored.redb", "dump"]));
+    let (source, source_db) = lines_and_database(&kv_ok(path, &["--db", "source.sqlite3", "dump"]));
+    assert_eq!(restored, source);
+    assert_ne!(
+        restored_db, source_db,
+        "a restored database has its own identity"
     );
 }
 

@@ -110,6 +110,45 @@ fn a_damaged_sqlite_file_is_refused_by_dump_stats_and_migrate_and_reported_by_ch
     assert!(!text(&check.stdout).is_empty(), "the problems are listed");
 }
 
+/// Issue 29: `kv list` on a damaged SQLite file printed 104 of 400 entries and exited 0, since
+/// a damaged leaf reads as an empty one. Every reading command (`list`, `get`, `watch`, also by
+/// prefix, and `stats --prefix`) must refuse the file with the integrity message, as `dump` does,
+/// and print no entry.
+#[test]
+fn a_damaged_sqlite_file_is_refused_by_list_get_and_watch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    load(dir.path(), "sqlite:kv.sqlite3", 400);
+    let listed = kv(dir.path(), "sqlite:kv.sqlite3", &["list"]);
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    assert_eq!(text(&listed.stdout).lines().count(), 400);
+
+    damage_two_leaf_pages(&dir.path().join("kv.sqlite3"));
+    let mut answered = Vec::new();
+    for args in [
+        &["list"][..],
+        &["list", r#"["item"]"#][..],
+        &["get", r#"["item", 1n]"#][..],
+        &["watch", "--count", "1", r#"["item", 1n]"#][..],
+        &["watch", "--count", "1", "--prefix", r#"["item"]"#][..],
+        &["stats", "--prefix", r#"["item"]"#][..],
+    ] {
+        let out = kv(dir.path(), "sqlite:kv.sqlite3", args);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        if out.status.success() || !stderr.contains("is damaged") || stdout.contains(MARKER) {
+            answered.push(format!(
+                "kv {args:?}: exit {:?}, {} lines out, stderr {stderr:?}",
+                out.status.code(),
+                stdout.lines().count()
+            ));
+        }
+    }
+    assert!(
+        answered.is_empty(),
+        "reading commands answered a damaged file:\n{}",
+        answered.join("\n")
+    );
+}
+
 /// A healthy redb file passes `kv check` too, with its counts.
 #[test]
 fn check_counts_a_healthy_redb_file() {

@@ -129,3 +129,81 @@ fn a_database_is_restored_to_the_commit_before_a_mistake() {
         "change log: off\n"
     );
 }
+
+/// Issue 29, through the command: a sibling database that made the same commits has a change
+/// log that chains from this database's backup; `--log` naming it is refused, naming both
+/// identities, and no target is left. A time before the backup is refused as a versionstamp
+/// before it is. A backup whose header versionstamp was edited to `fffffffffffffffe0000` is
+/// refused by every engine (redb took it, and every write after the first then failed).
+#[test]
+fn a_restore_refuses_another_databases_log_an_earlier_time_and_a_doctored_header() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("no temp dir: {e}"));
+    let dir = dir.path();
+    let (live, sibling) = ("sqlite:live.sqlite3", "sqlite:sibling.sqlite3");
+    for db in [live, sibling] {
+        kv_ok(dir, &["--db", db, "log", "enable", "--keep", "7d"]);
+        kv_ok(dir, &["--db", db, "set", r#"["a"]"#, "1"]);
+    }
+    kv_ok(dir, &["--db", live, "backup", "backup.jsonl"]);
+    for db in [live, sibling] {
+        kv_ok(dir, &["--db", db, "set", r#"["b"]"#, "2"]);
+    }
+    let point = versionstamp_of(dir, sibling, r#"["b"]"#);
+    assert_eq!(
+        point,
+        versionstamp_of(dir, live, r#"["b"]"#),
+        "the same numbering"
+    );
+    let header = std::fs::read_to_string(dir.join("backup.jsonl")).expect("backup");
+    let header: serde_json::Value =
+        serde_json::from_str(header.lines().next().expect("a header")).expect("JSON");
+    let ours = header["database"]
+        .as_str()
+        .expect("the header names the database");
+
+    let restore = |target: &str, file: &str, at: &str, log: &str| {
+        kv(
+            dir,
+            &["--db", target, "restore", file, "--at", at, "--log", log],
+        )
+    };
+    let refused = restore("sqlite:wrong.sqlite3", "backup.jsonl", &point, sibling);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success(),
+        "another database's log was spliced: {said}"
+    );
+    assert!(said.contains(ours) && said.contains("database"), "{said}");
+    assert!(!dir.join("wrong.sqlite3").exists(), "no target left");
+    let right = restore("sqlite:right.sqlite3", "backup.jsonl", &point, live);
+    assert!(
+        right.status.success(),
+        "{}",
+        String::from_utf8_lossy(&right.stderr)
+    );
+
+    let refused = restore(
+        "sqlite:early.sqlite3",
+        "backup.jsonl",
+        "2000-01-01T00:00:00Z",
+        live,
+    );
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success(),
+        "a time before the backup restored"
+    );
+    assert!(said.contains("before the backup"), "{said}");
+    assert!(!dir.join("early.sqlite3").exists());
+
+    let backup = std::fs::read_to_string(dir.join("backup.jsonl")).expect("backup");
+    let stamp = header["versionstamp"].as_str().expect("versionstamp");
+    let doctored = backup.replacen(stamp, "fffffffffffffffe0000", 1);
+    std::fs::write(dir.join("doctored.jsonl"), doctored).expect("write");
+    for target in ["redb:doctored.redb", "sqlite:doctored.sqlite3"] {
+        let err = kv_fails(dir, &["--db", target, "restore", "doctored.jsonl"]);
+        assert!(err.contains("damaged or was edited"), "{target}: {err}");
+    }
+    assert!(!dir.join("doctored.redb").exists());
+    assert!(!dir.join("doctored.sqlite3").exists());
+}

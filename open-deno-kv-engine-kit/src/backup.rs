@@ -4,7 +4,7 @@
 //! for a large store: longer than any async task should block. So the blocking side runs on a
 //! thread of its own and talks to the async side through a small bounded channel:
 //!
-//! - [`blocking_export`]: the thread opens the snapshot, reports its versionstamp
+//! - [`blocking_export`]: the thread opens the snapshot, reports its database and versionstamp
 //!   ([`ExportSink::begin`]), and sends items ([`ExportSink::send`]) as the consumer takes them
 //!   (at most [`CHANNEL_ITEMS`] wait in between, so memory stays bounded). When the consumer drops
 //!   the stream, the next send fails with [`KvError::Closed`], the thread returns and its read
@@ -25,25 +25,35 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use open_deno_kv_model::backup::*;
 
-use crate::{KvError, Versionstamp};
+use crate::{DatabaseId, KvError, Versionstamp};
 
 /// Items in flight between the blocking thread and the async side.
 pub const CHANNEL_ITEMS: usize = 256;
 
+/// What [`ExportSink::begin`] reports: the database and the last commit of the snapshot.
+type Header = (Option<DatabaseId>, Versionstamp);
+
 /// Where the thread of [`blocking_export`] reports the snapshot's versionstamp and sends items.
 pub struct ExportSink {
-    versionstamp: Option<oneshot::Sender<Result<Versionstamp, KvError>>>,
+    versionstamp: Option<oneshot::Sender<Result<Header, KvError>>>,
     items: mpsc::Sender<Result<SnapshotItem, KvError>>,
 }
 
 impl ExportSink {
-    /// Reports the snapshot's versionstamp, once the read snapshot is open: the export's future
-    /// resolves with it. Call it before the first [`ExportSink::send`].
-    pub fn begin(&mut self, versionstamp: Versionstamp) -> Result<(), KvError> {
+    /// Reports the snapshot's database (its identity, as read in the snapshot) and versionstamp,
+    /// once the read snapshot is open: the export's future resolves with them. Call it before the
+    /// first [`ExportSink::send`].
+    pub fn begin(
+        &mut self,
+        database: Option<DatabaseId>,
+        versionstamp: Versionstamp,
+    ) -> Result<(), KvError> {
         let sender = self.versionstamp.take().ok_or_else(|| {
             KvError::invalid_argument("an export reported its versionstamp twice")
         })?;
-        sender.send(Ok(versionstamp)).map_err(|_| KvError::Closed)
+        sender
+            .send(Ok((database, versionstamp)))
+            .map_err(|_| KvError::Closed)
     }
 
     /// Sends one item, waiting while the consumer is [`CHANNEL_ITEMS`] behind.
@@ -100,12 +110,13 @@ where
             Err(err) => sink.fail(err),
         })
         .map_err(KvError::storage)?;
-    let versionstamp = versionstamp_rx.await.map_err(|_| thread_gone("export"))??;
+    let (database, versionstamp) = versionstamp_rx.await.map_err(|_| thread_gone("export"))??;
     let items = futures::stream::unfold(items_rx, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
     })
     .boxed();
     Ok(Snapshot {
+        database,
         versionstamp,
         items,
     })
@@ -171,6 +182,7 @@ where
     let Snapshot {
         versionstamp,
         mut items,
+        ..
     } = snapshot;
     let (feed_tx, feed_rx) = mpsc::channel(CHANNEL_ITEMS);
     let (done_tx, done_rx) = oneshot::channel();

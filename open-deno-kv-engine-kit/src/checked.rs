@@ -208,6 +208,7 @@ impl<E: Engine> Backend for Checked<E> {
         self.ensure_open()?;
         self.ensure_writable()?;
         self.ensure_offered(Optional::Import)?;
+        crate::backup::check_version(snapshot.versionstamp)?;
         let snapshot = crate::backup::ordered_import(snapshot);
         self.engine.import_snapshot(snapshot).await
     }

@@ -11,8 +11,8 @@ use chrono::{DateTime, Utc};
 use open_deno_kv_engine_kit::change_log::ChangeRecord;
 use open_deno_kv_engine_kit::queue::{DeliveryOutcome, IdMap, Leases, QueuedMessage, Settlement};
 use open_deno_kv_engine_kit::{
-    ChangeSignal, CommitResult, Effects, IntegrityReport, KeyRange, KvEntry, KvError, Notifier,
-    RangeCount, ReadRange, ReadRangeOutput, StoredEntry, ValidatedWrite, Versionstamp,
+    ChangeSignal, CommitResult, DatabaseId, Effects, IntegrityReport, KeyRange, KvEntry, KvError,
+    Notifier, RangeCount, ReadRange, ReadRangeOutput, StoredEntry, ValidatedWrite, Versionstamp,
     WatchedEntry, is_expired, stage_atomic_write,
 };
 use tokio::sync::watch;
@@ -38,6 +38,8 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
+    /// The store's identity, made with it.
+    identity: Identity,
     entries: BTreeMap<Vec<u8>, StoredEntry>,
     /// (expiry time, key) for every entry that has one, to purge expired entries in order.
     expiries: BTreeSet<(DateTime<Utc>, Vec<u8>)>,
@@ -51,6 +53,16 @@ struct State {
     leases: Leases,
     /// The change log, while it is on.
     log: Option<change_log::MemoryLog>,
+}
+
+/// A memory store's identity ([`open_deno_kv_engine_kit::identity`]): a new random one for every
+/// store, kept as long as it lives.
+struct Identity(DatabaseId);
+
+impl Default for Identity {
+    fn default() -> Self {
+        Identity(DatabaseId::random())
+    }
 }
 
 impl fmt::Debug for MemoryStore {
@@ -78,6 +90,11 @@ impl MemoryStore {
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The store's identity ([`open_deno_kv_engine_kit::identity`]).
+    pub fn identity(&self) -> DatabaseId {
+        self.lock().identity.0
     }
 
     pub(crate) fn register_watchers(&self, signal: &Arc<ChangeSignal>) {
@@ -282,6 +299,7 @@ impl State {
             // The staged effects lent to the record (which the log keeps encoded), then taken
             // back: no copy.
             let record = ChangeRecord {
+                database: Some(self.identity.0),
                 versionstamp,
                 previous: Versionstamp::from_version(self.version, 0),
                 at: now,

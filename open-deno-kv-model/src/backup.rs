@@ -23,10 +23,14 @@
 //!    [`crate::Backend::queued_messages`] lists it), since its consumer does not carry over into
 //!    the restored store.
 //!
-//! The engine kit's `Checked` layer checks what an import is given ([`ordered_import`]): keys strictly
-//! increasing, no entry newer than the snapshot, entries before messages. A stream that breaks a
-//! rule, fails, or is dropped half-way makes the import fail, and the engine then leaves the store
-//! as it was.
+//! The engine kit's `Checked` layer checks what an import is given ([`ordered_import`]): keys
+//! strictly increasing, no entry newer than the snapshot, entries before messages, and a snapshot
+//! versionstamp that its entries can account for ([`check_lead`]). A stream that breaks a rule,
+//! fails, or is dropped half-way makes the import fail, and the engine then leaves the store as
+//! it was.
+//!
+//! A snapshot also names the database it is of ([`Snapshot::database`], see [`crate::identity`]):
+//! an import does not need it (it splices nothing), a point-in-time restore does.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -52,7 +56,7 @@
 use futures::stream::{BoxStream, StreamExt};
 
 use crate::queue::QueuedMessage;
-use crate::{KvEntry, KvError, Versionstamp};
+use crate::{DatabaseId, KvEntry, KvError, Versionstamp};
 
 /// One thing a snapshot holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +73,10 @@ pub type SnapshotStream = BoxStream<'static, Result<SnapshotItem, KvError>>;
 /// A whole store as of one commit: what [`crate::Backend::export_snapshot`] hands out and
 /// [`crate::Backend::import_snapshot`] takes.
 pub struct Snapshot {
+    /// The database the snapshot is of ([`crate::identity`]); `None` for a backup written before
+    /// databases had identities, or a store that cannot record one (a Deno-written SQLite file
+    /// read without ever being opened writable).
+    pub database: Option<DatabaseId>,
     /// The last commit the snapshot holds: no entry's versionstamp is later, and every commit
     /// after the snapshot gets a later one. A store restored from the snapshot continues from it.
     pub versionstamp: Versionstamp,
@@ -79,19 +87,112 @@ pub struct Snapshot {
 impl std::fmt::Debug for Snapshot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Snapshot")
+            .field("database", &self.database)
             .field("versionstamp", &self.versionstamp)
             .finish_non_exhaustive()
     }
 }
 
 impl Snapshot {
-    /// A snapshot of items already in memory (tests, small stores).
+    /// A snapshot of items already in memory (tests, small stores), of no named database (see
+    /// [`Snapshot::of_database`]).
     pub fn from_items(versionstamp: Versionstamp, items: Vec<SnapshotItem>) -> Self {
         Snapshot {
+            database: None,
             versionstamp,
             items: futures::stream::iter(items.into_iter().map(Ok)).boxed(),
         }
     }
+
+    /// The same snapshot, naming `database` as the one it is of.
+    pub fn of_database(mut self, database: Option<DatabaseId>) -> Self {
+        self.database = database;
+        self
+    }
+}
+
+/// What a snapshot is of: its database and its last commit (a backup's header). A replay of a
+/// change log starts from it ([`crate::change_log::replay_log`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotOrigin {
+    /// [`Snapshot::database`].
+    pub database: Option<DatabaseId>,
+    /// [`Snapshot::versionstamp`].
+    pub versionstamp: Versionstamp,
+}
+
+impl Snapshot {
+    /// Its database and last commit.
+    pub fn origin(&self) -> SnapshotOrigin {
+        SnapshotOrigin {
+            database: self.database,
+            versionstamp: self.versionstamp,
+        }
+    }
+}
+
+/// How far a snapshot's versionstamp may lie beyond the newest entry it holds, in commit
+/// versions: 2^40 (about 1.1 × 10^12).
+///
+/// A snapshot's versionstamp may legitimately run ahead of its entries: commits that only
+/// deleted keys or only enqueued messages leave no entry behind, and Deno advances its counter by
+/// up to 9 per commit. But a store continues numbering from the snapshot's versionstamp, so one
+/// far beyond anything its entries account for (a doctored or damaged header, such as
+/// `fffffffffffffffe0000`) would leave the restored store without versions to hand out: every
+/// write after the first would fail. 2^40 versions is more than a store committing 10,000 times
+/// a second without keeping a single entry uses in three centuries, and leaves every engine
+/// 2^63 − 2^40 versions to continue with.
+pub const MAX_VERSION_LEAD: u64 = 1 << 40;
+
+/// The largest commit version a snapshot (or any store) may hold: the largest a signed 64-bit
+/// integer holds, which is how SQLite and PostgreSQL store it, so that a backup of any engine
+/// restores into every other.
+pub const MAX_VERSION: u64 = i64::MAX as u64;
+
+/// The part of [`check_lead`] the header alone decides: `snapshot` must be a version a store can
+/// hold ([`MAX_VERSION`]). The engine kit's `Checked` applies it before an engine sees the
+/// import, so no engine meets such a header (nor words its refusal its own way).
+pub fn check_version(snapshot: Versionstamp) -> Result<(), KvError> {
+    if snapshot.version() > MAX_VERSION {
+        return Err(KvError::invalid_argument(format!(
+            "the snapshot's versionstamp {snapshot} is beyond the largest version a store can \
+             hold ({MAX_VERSION:016x}); the backup's header is damaged or was edited"
+        )));
+    }
+    Ok(())
+}
+
+/// The rule for a snapshot's versionstamp against its entries: `snapshot` must be a version a
+/// store can hold ([`MAX_VERSION`]), and lie at most [`MAX_VERSION_LEAD`] versions beyond
+/// `newest`, the newest versionstamp among its entries (`None`: it holds none, and the lead is
+/// counted from version 0). [`ordered_import`] applies it once the entries have passed; refused
+/// with [`KvError::InvalidArgument`].
+///
+/// ```
+/// use open_deno_kv_model::Versionstamp;
+/// use open_deno_kv_model::backup::{MAX_VERSION_LEAD, check_lead};
+///
+/// let newest = Versionstamp::from_version(500, 0);
+/// let at = |version| Versionstamp::from_version(version, 0);
+/// assert!(check_lead(at(900), Some(newest)).is_ok());
+/// assert!(check_lead(at(500 + MAX_VERSION_LEAD), Some(newest)).is_ok());
+/// assert!(check_lead(at(501 + MAX_VERSION_LEAD), Some(newest)).is_err());
+/// let doctored: Versionstamp = "fffffffffffffffe0000".parse().unwrap();
+/// assert!(check_lead(doctored, None).is_err());
+/// ```
+pub fn check_lead(snapshot: Versionstamp, newest: Option<Versionstamp>) -> Result<(), KvError> {
+    check_version(snapshot)?;
+    let floor = newest.map_or(0, |newest| newest.version());
+    if snapshot.version().saturating_sub(floor) > MAX_VERSION_LEAD {
+        return Err(KvError::invalid_argument(format!(
+            "the snapshot's versionstamp {snapshot} lies {} versions beyond its newest entry \
+             ({}), more than the {MAX_VERSION_LEAD} its commits can account for; the backup's \
+             header is damaged or was edited",
+            snapshot.version().saturating_sub(floor),
+            newest.map_or_else(|| "none".to_owned(), |newest| newest.to_string()),
+        )));
+    }
+    Ok(())
 }
 
 /// What an import wrote.
@@ -120,26 +221,39 @@ pub fn not_empty() -> KvError {
 
 /// `snapshot`, with its items checked against the rules of an import as they pass: entries in
 /// strictly increasing key order and none with a versionstamp later than the snapshot's, all
-/// entries before the first message. The first item that breaks a rule becomes an
-/// [`KvError::InvalidArgument`] error, and the stream ends there. [`crate::Checked`] applies it to
-/// every import, so engines rely on it rather than check again.
+/// entries before the first message, and, once the entries have passed, the snapshot's
+/// versionstamp within [`MAX_VERSION_LEAD`] of the newest of them ([`check_lead`]). The first
+/// item that breaks a rule becomes an [`KvError::InvalidArgument`] error, and the stream ends
+/// there. The engine kit's `Checked` applies it to every import, so engines rely on it rather
+/// than check again.
 pub fn ordered_import(snapshot: Snapshot) -> Snapshot {
     let Snapshot {
+        database,
         versionstamp,
         items,
     } = snapshot;
-    let mut rule = ImportOrder::new(versionstamp);
-    let items = items
-        .scan(false, move |failed, item| {
-            if *failed {
-                return futures::future::ready(None);
+    let rule = ImportOrder::new(versionstamp);
+    let items = futures::stream::unfold(
+        (items, rule, false),
+        |(mut items, mut rule, failed)| async move {
+            if failed {
+                return None;
             }
-            let checked = item.and_then(|item| rule.admit(item));
-            *failed = checked.is_err();
-            futures::future::ready(Some(checked))
-        })
-        .boxed();
+            let checked = match items.next().await {
+                Some(item) => item.and_then(|item| rule.admit(item)),
+                // The end: the lead rule, unless a message already applied it.
+                None => match rule.entries_ended() {
+                    Ok(()) => return None,
+                    Err(err) => Err(err),
+                },
+            };
+            let failed = checked.is_err();
+            Some((checked, (items, rule, failed)))
+        },
+    )
+    .boxed();
     Snapshot {
+        database,
         versionstamp,
         items,
     }
@@ -149,6 +263,8 @@ pub fn ordered_import(snapshot: Snapshot) -> Snapshot {
 struct ImportOrder {
     versionstamp: Versionstamp,
     last_key: Option<Vec<u8>>,
+    /// The newest versionstamp among the entries so far.
+    newest: Option<Versionstamp>,
     messages_started: bool,
 }
 
@@ -157,8 +273,18 @@ impl ImportOrder {
         ImportOrder {
             versionstamp,
             last_key: None,
+            newest: None,
             messages_started: false,
         }
+    }
+
+    /// The entries are over (a message came, or the stream ended): the lead rule, once.
+    fn entries_ended(&mut self) -> Result<(), KvError> {
+        if self.messages_started {
+            return Ok(());
+        }
+        self.messages_started = true;
+        check_lead(self.versionstamp, self.newest)
     }
 
     fn admit(&mut self, item: SnapshotItem) -> Result<SnapshotItem, KvError> {
@@ -195,8 +321,9 @@ impl ImportOrder {
                     )));
                 }
                 self.last_key = Some(entry.key.clone());
+                self.newest = self.newest.max(Some(entry.versionstamp));
             }
-            SnapshotItem::Message(_) => self.messages_started = true,
+            SnapshotItem::Message(_) => self.entries_ended()?,
         }
         Ok(item)
     }

@@ -9,7 +9,8 @@
 //!
 //! ## What a record holds
 //!
-//! A [`ChangeRecord`] is one commit: its versionstamp, the time it ran at (the store's clock),
+//! A [`ChangeRecord`] is one commit: the database it was made in ([`crate::identity`]), its
+//! versionstamp, the time it ran at (the store's clock),
 //! the versionstamp of the commit before it in the store, and its effects as the engine applied
 //! them ([`StagedCommit`]): the ranges it deleted as a whole, then the final state of every key it
 //! touched (the entry stored, with its versionstamp and expiry, or a deletion), then the messages
@@ -34,7 +35,10 @@
 //! when it committed. A replay checks that the records it applies follow each other, starting
 //! from the backup's versionstamp: a commit the log does not hold (Deno itself writing a SQLite
 //! file, or a log switched off for a while) breaks the chain, and the replay refuses rather than
-//! build a state that never existed.
+//! build a state that never existed. And every record names its database, as the backup's
+//! header does: a replay refuses records of a database other than the backup's
+//! ([`crate::identity::same_database`]), since another database's log may well continue the
+//! backup's versionstamps and pass the chain check.
 //!
 //! ## Switching it on, and retention
 //!
@@ -52,6 +56,7 @@
 //! let stamp = Versionstamp::from_version(8, 0);
 //! let entry = StoredEntry { value: KvValue::U64(1), versionstamp: stamp, expires_at: None };
 //! let record = ChangeRecord {
+//!     database: Some(open_deno_kv_model::DatabaseId::random()),
 //!     versionstamp: stamp,
 //!     previous: Versionstamp::from_version(7, 0),
 //!     at: Utc::now(),
@@ -72,7 +77,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use crate::{KvError, StagedCommit, Versionstamp};
+use crate::{DatabaseId, KvError, StagedCommit, Versionstamp};
 
 pub use replay::{Replay, RestorePoint, Restored, replay_log, restore};
 
@@ -89,6 +94,9 @@ pub const PRUNE_BATCH: usize = 1024;
 /// One commit of the change log (see the module documentation).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChangeRecord {
+    /// The database the commit was made in. `None` only for a record written before databases
+    /// had identities (layout 1 of `change_log/codec.rs`): a replay refuses it.
+    pub database: Option<DatabaseId>,
     /// The commit's versionstamp.
     pub versionstamp: Versionstamp,
     /// The versionstamp of the commit before it in the store (the store's version counter when
@@ -115,6 +123,10 @@ impl ChangeRecord {
 /// Where a change log stands: [`crate::Backend::change_log_status`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ChangeLogStatus {
+    /// The database whose log this is ([`crate::identity`]); `None` only for a store that cannot
+    /// record one (a Deno-written SQLite file read without ever being opened writable, which
+    /// keeps no log either).
+    pub database: Option<DatabaseId>,
     /// How long records are kept; `None` when the log is off.
     pub retention: Option<Duration>,
     /// How many records the log holds.

@@ -9,10 +9,10 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use open_deno_kv_engine_kit::change_log::{ChangeLogStatus, ChangeRecord};
 use open_deno_kv_engine_kit::queue::{QueueMessageHandle, QueuedMessage};
 use open_deno_kv_engine_kit::{
-    Capabilities, Checked, CommitResult, Consistency, Engine, ImportSummary, IntegrityReport,
-    KvError, RangeCount, RangeWatchStream, ReadRangeOutput, Snapshot, ValidatedRange,
-    ValidatedRead, ValidatedWatch, ValidatedWrite, Versionstamp, WatchReader, WatchStream,
-    range_watch_stream, watch_stream,
+    Capabilities, Checked, CommitResult, Consistency, DatabaseId, Engine, ImportSummary,
+    IntegrityReport, KvError, RangeCount, RangeWatchStream, ReadRangeOutput, Snapshot,
+    ValidatedRange, ValidatedRead, ValidatedWatch, ValidatedWrite, Versionstamp, WatchReader,
+    WatchStream, range_watch_stream, watch_stream,
 };
 use tokio::task::JoinHandle;
 use uuid::Uuid;
@@ -43,6 +43,8 @@ pub struct PostgresBackend {
     events: Arc<Events>,
     /// The listener, the settler and the housekeeping: stopped on close.
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// The store's identity (`kv_meta.database_id`), read by the open: it never changes.
+    identity: DatabaseId,
 }
 
 impl std::fmt::Debug for PostgresBackend {
@@ -113,7 +115,7 @@ impl PostgresBackend {
         let target = Arc::new(Target::new(primary));
         let mut client = connect(&target).await?;
         refusal::require_primary(&client, &target).await?;
-        schema::ensure(&mut client, &sql, options.read_only)
+        let identity = schema::ensure(&mut client, &sql, options.read_only)
             .await
             .map_err(|err| refusal::privilege(err, &target, &sql.schema))?;
         if !options.read_only {
@@ -153,6 +155,7 @@ impl PostgresBackend {
             events.clone(),
             origin.clone(),
             seen_version.clone(),
+            identity,
         );
         // The committer's task ends by itself once every handle to it is gone.
         let (committer, _) = Committer::start(group, options.max_group);
@@ -186,6 +189,7 @@ impl PostgresBackend {
             queue,
             events,
             tasks: Mutex::new(tasks),
+            identity,
         };
         Ok(Checked::new(engine, limits, clock))
     }
@@ -313,7 +317,8 @@ impl Engine for PostgresBackend {
     /// `backup` module).
     async fn export_snapshot(&self) -> Result<Snapshot, KvError> {
         let now = self.options.clock.now();
-        crate::backup::export(self.pool.clone(), self.sql.clone(), now).await
+        let snapshot = crate::backup::export(self.pool.clone(), self.sql.clone(), now).await?;
+        Ok(snapshot.of_database(Some(self.identity)))
     }
 
     /// One transaction holding the `kv_meta` lock; this handle's watches and consumers look
@@ -332,7 +337,11 @@ impl Engine for PostgresBackend {
     }
 
     async fn change_log_status(&self) -> Result<ChangeLogStatus, KvError> {
-        crate::change_log::status(&self.pool, &self.sql).await
+        let status = crate::change_log::status(&self.pool, &self.sql).await?;
+        Ok(ChangeLogStatus {
+            database: Some(self.identity),
+            ..status
+        })
     }
 
     async fn read_change_log(

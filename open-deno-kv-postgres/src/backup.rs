@@ -72,6 +72,7 @@ pub(crate) async fn export(
     })
     .boxed();
     Ok(Snapshot {
+        database: None,
         versionstamp,
         items,
     })
@@ -182,6 +183,7 @@ pub(crate) async fn import(
     let Snapshot {
         versionstamp,
         mut items,
+        ..
     } = snapshot;
     let version = i64::try_from(versionstamp.version()).map_err(|_| {
         KvError::invalid_argument("the snapshot's version is beyond PostgreSQL's bigint")

@@ -73,6 +73,7 @@ pub(crate) async fn status(pool: &Pool, sql: &Sql) -> Result<ChangeLogStatus, Kv
                 .transpose()
         };
         Ok(ChangeLogStatus {
+            database: None,
             retention,
             records: u64::try_from(records).unwrap_or(0),
             first: mark(first)?,

@@ -50,7 +50,7 @@ use futures::future::try_join_all;
 use open_deno_kv_engine_kit::change_log::{ChangeRecord, PRUNE_BATCH, PruneSchedule, prune_before};
 use open_deno_kv_engine_kit::queue::QueuedMessage;
 use open_deno_kv_engine_kit::{
-    ChangedKeys, CommitResult, Effects, KeyRange, KvError, MutationKind, StoredEntry,
+    ChangedKeys, CommitResult, DatabaseId, Effects, KeyRange, KvError, MutationKind, StoredEntry,
     ValidatedWrite, Versionstamp, stage_atomic_write,
 };
 use tokio_postgres::types::ToSql;
@@ -94,6 +94,8 @@ pub(crate) struct WriteGroup {
     connection: Option<Prepared>,
     /// When the change log is next pruned.
     prune: PruneSchedule,
+    /// The store's identity, which every change record names.
+    identity: DatabaseId,
 }
 
 /// The committer's connection with its statements prepared.
@@ -151,6 +153,7 @@ impl WriteGroup {
         events: Arc<Events>,
         origin: String,
         committed: Arc<AtomicU64>,
+        identity: DatabaseId,
     ) -> Self {
         WriteGroup {
             target,
@@ -160,6 +163,7 @@ impl WriteGroup {
             committed,
             connection: None,
             prune: PruneSchedule::default(),
+            identity,
         }
     }
 
@@ -231,7 +235,7 @@ impl WriteGroup {
             state.insert(key, Some(entry));
         }
 
-        let mut outcome = Staged::new(base, retention_ms.is_some());
+        let mut outcome = Staged::new(base, retention_ms.map(|_| self.identity));
         let answers: Vec<WriteAnswer> = items
             .iter()
             .enumerate()
@@ -434,8 +438,9 @@ struct Staged {
     writes: BTreeMap<Vec<u8>, Option<StoredEntry>>,
     enqueued: Vec<QueuedMessage>,
     changed: ChangedKeys,
-    /// Whether the change log is on: each survivor then leaves its record in `log`.
-    logging: bool,
+    /// While the change log is on, the store's identity: each survivor then leaves its record
+    /// in `log`, naming it.
+    logging: Option<DatabaseId>,
     /// The version of the last survivor so far (the group's base before the first).
     last_version: u64,
     log: LogColumns,
@@ -443,7 +448,7 @@ struct Staged {
 
 impl Staged {
     /// Nothing staged yet, over a store whose last version is `base`.
-    fn new(base: u64, logging: bool) -> Self {
+    fn new(base: u64, logging: Option<DatabaseId>) -> Self {
         Staged {
             deleted_ranges: Vec::new(),
             writes: BTreeMap::new(),
@@ -479,9 +484,10 @@ impl Staged {
         let Some(mut staged) = stage_atomic_write(read, &item.write, stamp, item.now)? else {
             return Ok(None);
         };
-        if self.logging {
+        if let Some(database) = self.logging {
             // Encoded here, the staged effects lent to the record and taken back: no copy.
             let record = ChangeRecord {
+                database: Some(database),
                 versionstamp: stamp,
                 previous: Versionstamp::from_version(self.last_version, 0),
                 at: item.now,

@@ -1,10 +1,10 @@
 //! The store's tables: created on first open, recognised on every later one, brought up to
-//! date (version 1 to 2) on open, refused untouched when they are not ours or are newer than
+//! date (versions 1 and 2 to 3) on open, refused untouched when they are not ours or are newer than
 //! this build.
 //!
 //! | table | holds |
 //! |---|---|
-//! | `kv_meta` | one row: `schema_version`, `data_version`, the last commit version handed out, and `change_log_ms`, the change log's retention in ms (NULL: the log is off); every write transaction locks this row first, and reads the retention from it in the same statement |
+//! | `kv_meta` | one row: `schema_version`, `data_version`, the last commit version handed out, `change_log_ms`, the change log's retention in ms (NULL: the log is off), and `database_id`, the 16 bytes of the database's identity (see `open_deno_kv_engine_kit::identity`), made with the store; every write transaction locks this row first, and reads the retention from it in the same statement |
 //! | `kv` | entries: `k` (Deno's key encoding, `bytea`: ordered by `memcmp` then length, Deno's order), `v`, `v_encoding` (1 V8, 2 u64 little-endian, 3 bytes: Deno's numbering), `vs` (the 10-byte versionstamp), `expires_at` (ms, or NULL) |
 //! | `kv_queue` | messages: `id`, `ready_at` (ms), `payload`, `keys_if_undelivered`, `backoff_ms` (the intervals left), and while a consumer holds it `lease` (a token) and `deadline` (ms) |
 //! | `kv_change_log` | the change log (see `open_deno_kv_engine_kit::change_log`): `vs`, the commit's 10-byte versionstamp (primary key: its byte order is commit order), `at`, the commit's time in ms (rounded down; what pruning compares), and `record`, the bytes of `ChangeRecord::encode` (its own layout, in open-deno-kv-model's `change_log/codec.rs`) |
@@ -16,25 +16,31 @@
 //!   store migrates it in one transaction (under the same advisory lock as the creation): a
 //!   nullable column (a catalogue change, no table rewrite), an empty table, and the version.
 //!   The log stays off until `configure_change_log` switches it on.
+//! - **3**: adds `kv_meta.database_id`. A writable open of an older store migrates it (after
+//!   version 2's step, for a version 1 store) in the same transaction: the column, filled with
+//!   a new random identity, then made `NOT NULL`.
 //!
 //! A build of version 1 refuses a version 2 store untouched: it finds `kv_meta` with a column
 //! it does not know and reports the tables as not its own (`KvError::Corrupt`), before reading
 //! the version. So an old build can never commit into a store whose log it would not keep; a
 //! process of the old build that is still running when a new one migrates the store keeps
 //! writing (its statements still fit) until it is restarted, so upgrade every process before
-//! switching the log on. A store of a version above 2 is refused as [`SchemaTooNew`] by this
-//! build, untouched, whatever its shape.
+//! switching the log on. A build of version 2 refuses a version 3 store as [`SchemaTooNew`]
+//! (it reads the version first); one still running when the store is migrated writes records
+//! that name no database until it is restarted, and a replay refuses those rather than trust
+//! them. A store of a version above 3 is refused as [`SchemaTooNew`] by this build, untouched,
+//! whatever its shape.
 
 use std::collections::BTreeMap;
 
-use open_deno_kv_engine_kit::SchemaTooNew;
+use open_deno_kv_engine_kit::{DatabaseId, SchemaTooNew};
 use tokio_postgres::{Client, Transaction};
 
 use crate::PostgresError;
 use crate::sql::Sql;
 
 /// The layout version this build writes and reads. A store with a larger one is refused.
-pub(crate) const SCHEMA_VERSION: i32 = 2;
+pub(crate) const SCHEMA_VERSION: i32 = 3;
 
 /// A table's name and its columns (name, PostgreSQL type name), in order.
 type Table = (&'static str, &'static [(&'static str, &'static str)]);
@@ -51,6 +57,20 @@ const META_V1: Table = (
 
 /// Every table of a version 1 store (`kv_change_log` absent).
 const TABLES_V1: [Table; 3] = [TABLES[0], META_V1, TABLES[2]];
+
+/// The `kv_meta` of version 2.
+const META_V2: Table = (
+    "kv_meta",
+    &[
+        ("id", "bool"),
+        ("schema_version", "int4"),
+        ("data_version", "int8"),
+        ("change_log_ms", "int8"),
+    ],
+);
+
+/// Every table of a version 2 store.
+const TABLES_V2: [Table; 4] = [TABLES[0], META_V2, TABLES[2], TABLES[3]];
 
 /// Every table of a store at [`SCHEMA_VERSION`] and its columns, in order.
 const TABLES: [Table; 4] = [
@@ -71,6 +91,7 @@ const TABLES: [Table; 4] = [
             ("schema_version", "int4"),
             ("data_version", "int8"),
             ("change_log_ms", "int8"),
+            ("database_id", "bytea"),
         ],
     ),
     (
@@ -92,8 +113,8 @@ const TABLES: [Table; 4] = [
 ];
 
 /// Makes sure the store's tables exist at [`SCHEMA_VERSION`]: creates them when none of them
-/// exists, migrates a version 1 store, and otherwise checks their shape and version without
-/// changing anything.
+/// exists, migrates an older store, and otherwise checks their shape and version without
+/// changing anything. Returns the store's identity.
 ///
 /// `read_only`: nothing is created or migrated (a role with only SELECT can open the store);
 /// a missing store, or one that needs migrating, is refused as [`PostgresError::ReadOnlyOpen`].
@@ -101,7 +122,7 @@ pub(crate) async fn ensure(
     client: &mut Client,
     sql: &Sql,
     read_only: bool,
-) -> Result<(), PostgresError> {
+) -> Result<DatabaseId, PostgresError> {
     let tx = client.transaction().await?;
     // Two processes opening a new store at once: one creates, the other then finds the tables.
     tx.execute(
@@ -135,8 +156,9 @@ pub(crate) async fn ensure(
                 .await?;
         }
         tx.batch_execute(&create_tables(&sql.schema)).await?;
+        let id = read_identity(&tx, sql).await?;
         tx.commit().await?;
-        return Ok(());
+        return Ok(id);
     }
     // The version first, when `kv_meta` has one: a newer store is refused as such, whatever
     // its shape.
@@ -157,12 +179,13 @@ pub(crate) async fn ensure(
             }
             .into())
         }
-        Some(1) if read_only => {
+        Some(old @ (1 | 2)) if read_only => {
             tx.rollback().await?;
             Err(PostgresError::ReadOnlyOpen {
                 schema: sql.schema.clone(),
-                reason: "it is a store of version 1, which a writable open migrates first"
-                    .to_owned(),
+                reason: format!(
+                    "it is a store of version {old}, which a writable open migrates first"
+                ),
             })
         }
         Some(1) => {
@@ -180,14 +203,30 @@ pub(crate) async fn ensure(
                 return Err(err);
             }
             tx.batch_execute(&migrate_to_2(&sql.schema)).await?;
+            tx.batch_execute(&migrate_to_3(&sql.schema)).await?;
+            let id = read_identity(&tx, sql).await?;
             tx.commit().await?;
-            Ok(())
+            Ok(id)
+        }
+        Some(2) => {
+            if let Err(err) = check_shape(&found, &TABLES_V2) {
+                tx.rollback().await?;
+                return Err(err);
+            }
+            tx.batch_execute(&migrate_to_3(&sql.schema)).await?;
+            let id = read_identity(&tx, sql).await?;
+            tx.commit().await?;
+            Ok(id)
         }
         Some(SCHEMA_VERSION) => {
             let checked = check_shape(&found, &TABLES);
+            let id = match checked {
+                Ok(()) => read_identity(&tx, sql).await,
+                Err(err) => Err(err),
+            };
             // Nothing was changed; end the transaction without committing anything.
             tx.rollback().await?;
-            checked
+            id
         }
         Some(other) => {
             tx.rollback().await?;
@@ -215,6 +254,39 @@ fn migrate_to_2(s: &str) -> String {
     )
 }
 
+/// The statements that bring a version 2 store in `s` to version 3: a new identity.
+fn migrate_to_3(s: &str) -> String {
+    format!(
+        "ALTER TABLE \"{s}\".kv_meta ADD COLUMN database_id bytea
+           CHECK (length(database_id) = 16);
+         UPDATE \"{s}\".kv_meta SET database_id = {id}, schema_version = 3;
+         ALTER TABLE \"{s}\".kv_meta ALTER COLUMN database_id SET NOT NULL;",
+        id = identity_literal(DatabaseId::random())
+    )
+}
+
+/// A new identity as an SQL literal (hex digits this function writes: nothing from outside).
+fn identity_literal(id: DatabaseId) -> String {
+    let digits: String = id.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    format!("'\\x{digits}'::bytea")
+}
+
+/// The identity `kv_meta` records.
+async fn read_identity(tx: &Transaction<'_>, sql: &Sql) -> Result<DatabaseId, PostgresError> {
+    let row = tx
+        .query_one(
+            &format!("SELECT database_id FROM \"{}\".kv_meta", sql.schema),
+            &[],
+        )
+        .await?;
+    let bytes: Vec<u8> = row.try_get(0)?;
+    <[u8; 16]>::try_from(bytes.as_slice())
+        .map(DatabaseId::from_bytes)
+        .map_err(|_| PostgresError::NotOurs {
+            reason: format!("kv_meta.database_id holds {} bytes", bytes.len()),
+        })
+}
+
 /// The statement that creates the change log's table in `s`.
 fn create_log(s: &str) -> String {
     format!(
@@ -233,9 +305,10 @@ fn create_tables(s: &str) -> String {
            id boolean PRIMARY KEY DEFAULT true CHECK (id),
            schema_version integer NOT NULL,
            data_version bigint NOT NULL,
-           change_log_ms bigint CHECK (change_log_ms > 0)
+           change_log_ms bigint CHECK (change_log_ms > 0),
+           database_id bytea NOT NULL CHECK (length(database_id) = 16)
          );
-         INSERT INTO \"{s}\".kv_meta VALUES (true, {SCHEMA_VERSION}, 0, NULL);
+         INSERT INTO \"{s}\".kv_meta VALUES (true, {SCHEMA_VERSION}, 0, NULL, {id});
          CREATE TABLE \"{s}\".kv (
            k bytea PRIMARY KEY,
            v bytea NOT NULL,
@@ -258,7 +331,8 @@ fn create_tables(s: &str) -> String {
          CREATE INDEX kv_queue_deadline ON \"{s}\".kv_queue (deadline)
            WHERE lease IS NOT NULL;
          {log}",
-        log = create_log(s)
+        log = create_log(s),
+        id = identity_literal(DatabaseId::random()),
     )
 }
 

@@ -210,15 +210,16 @@ async fn a_group_of_concurrent_writes_logs_each_write_in_a_chain() {
     );
     assert!(grouped < logged.len(), "records were not written in groups");
 
-    let mut replay = Replay::after(backup_version);
+    let identity = kv.change_log_status().await.unwrap().database.unwrap();
+    let mut replay = Replay::after(identity, backup_version);
     for record in logged {
         replay.apply(record).unwrap();
     }
     let restored = replay
-        .over(open_deno_kv_engine_kit::Snapshot::from_items(
-            backup_version,
-            backup_items,
-        ))
+        .over(
+            open_deno_kv_engine_kit::Snapshot::from_items(backup_version, backup_items)
+                .of_database(Some(identity)),
+        )
         .unwrap();
     assert_eq!(restored.versionstamp, now_version);
     let restored: Vec<SnapshotItem> = restored.items.map(|i| i.unwrap()).collect().await;
@@ -339,8 +340,9 @@ async fn a_record_that_does_not_decode_is_corrupt() {
     kv.close().await.unwrap();
 }
 
-/// A store of schema version 1 (before the change log) opens: it is migrated to version 2, with
-/// its data, and the log is off.
+/// A store of schema version 1 (before the change log and identities) opens: it is migrated to
+/// version 3, with its data and a new identity, and the log is off; its records then name the
+/// identity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_1_store_is_migrated_on_open() {
     let Some(cluster) = cluster() else { return };
@@ -352,6 +354,7 @@ async fn a_version_1_store_is_migrated_on_open() {
         .psql(
             "postgres",
             "DROP TABLE old.kv_change_log; ALTER TABLE old.kv_meta DROP COLUMN change_log_ms; \
+             ALTER TABLE old.kv_meta DROP COLUMN database_id; \
              UPDATE old.kv_meta SET schema_version = 1",
         )
         .unwrap();
@@ -361,10 +364,11 @@ async fn a_version_1_store_is_migrated_on_open() {
         cluster
             .psql("postgres", "SELECT schema_version FROM old.kv_meta")
             .unwrap(),
-        "2"
+        "3"
     );
     let status = kv.change_log_status().await.unwrap();
     assert_eq!((status.retention, status.records), (None, 0));
+    let identity = status.database.expect("the migration made an identity");
     assert_eq!(get(&kv, "a").await, Some(KvValue::U64(1)));
     assert_eq!(exported_version(&kv).await, a);
     kv.configure_change_log(Some(HOUR)).await.unwrap();
@@ -372,6 +376,39 @@ async fn a_version_1_store_is_migrated_on_open() {
     let logged = records(&kv).await;
     assert_eq!(logged.len(), 1);
     assert_eq!((logged[0].previous, logged[0].versionstamp), (a, b));
+    assert_eq!(logged[0].database, Some(identity));
+    kv.close().await.unwrap();
+    let kv = open(&cluster, "old").await.unwrap();
+    let status = kv.change_log_status().await.unwrap();
+    assert_eq!(status.database, Some(identity), "kept by a later open");
+    kv.close().await.unwrap();
+}
+
+/// A store of schema version 2 (the change log, no identity) is migrated to version 3: an
+/// identity, and its records written before it still read (as naming no database).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_2_store_gets_an_identity_on_open() {
+    let Some(cluster) = cluster() else { return };
+    let kv = open(&cluster, "two").await.unwrap();
+    kv.configure_change_log(Some(HOUR)).await.unwrap();
+    set(&kv, "a", 1).await;
+    kv.close().await.unwrap();
+    cluster
+        .psql(
+            "postgres",
+            "ALTER TABLE two.kv_meta DROP COLUMN database_id; \
+             UPDATE two.kv_meta SET schema_version = 2",
+        )
+        .unwrap();
+    let kv = open(&cluster, "two").await.unwrap();
+    assert_eq!(
+        cluster
+            .psql("postgres", "SELECT schema_version FROM two.kv_meta")
+            .unwrap(),
+        "3"
+    );
+    assert!(kv.change_log_status().await.unwrap().database.is_some());
+    assert_eq!(records(&kv).await.len(), 1);
     kv.close().await.unwrap();
 }
 
@@ -399,7 +436,8 @@ async fn a_replay_across_an_import_finds_a_gap() {
     assert_eq!(logged.len(), 3);
     assert_chain(start, &logged[..2]);
     assert_eq!(logged[2].previous, after_import);
-    let mut replay = Replay::after(start);
+    let identity = kv.change_log_status().await.unwrap().database.unwrap();
+    let mut replay = Replay::after(identity, start);
     replay.apply(logged[0].clone()).unwrap();
     replay.apply(logged[1].clone()).unwrap();
     let err = replay.apply(logged[2].clone()).unwrap_err();

@@ -127,7 +127,11 @@ pub(crate) async fn export(shared: Arc<Shared>, now: DateTime<Utc>) -> Result<Sn
             } else {
                 shared.commit_clock().begin_read(db)?
             };
-            sink.begin(Versionstamp::from_version(version, 0))?;
+            let identity = {
+                let meta = txn.open_table(META).map_err(storage)?;
+                crate::schema::identity(&meta).map_err(storage)?
+            };
+            sink.begin(identity, Versionstamp::from_version(version, 0))?;
             export_from(&txn, now, sink)
         })
     })

@@ -247,10 +247,15 @@ fn open_log(txn: &ReadTransaction) -> Result<Option<LogSnapshot>, KvError> {
 pub(crate) fn status(db: &dyn ReadableDatabase) -> Result<ChangeLogStatus, KvError> {
     let txn = db.begin_read().map_err(storage)?;
     let meta = txn.open_table(META).map_err(storage)?;
+    let database = crate::schema::identity(&meta).map_err(storage)?;
     let Some(retention) = stored_retention(&meta).map_err(storage)? else {
-        return Ok(ChangeLogStatus::default());
+        return Ok(ChangeLogStatus {
+            database,
+            ..ChangeLogStatus::default()
+        });
     };
     let mut status = ChangeLogStatus {
+        database,
         retention: Some(retention),
         ..Default::default()
     };

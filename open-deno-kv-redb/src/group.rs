@@ -41,7 +41,7 @@ use chrono::{DateTime, Utc};
 use open_deno_kv_engine_kit::committer::{self, Answer, Answers, Change, GroupRunner, Reply};
 use open_deno_kv_engine_kit::interval::Unsynced;
 use open_deno_kv_engine_kit::queue::{self as kit, DeliveryOutcome, Leases, Taken};
-use open_deno_kv_engine_kit::{Clock, Effects, KvError, Notifier};
+use open_deno_kv_engine_kit::{Clock, DatabaseId, Effects, KvError, Notifier};
 use redb::{Database, ReadableTable};
 use uuid::Uuid;
 
@@ -169,6 +169,8 @@ pub(crate) struct GroupState {
     sweep_paused_until: Option<Instant>,
     /// The change log's setting, cached (see [`crate::change_log`]).
     log: LogSetting,
+    /// The database's identity, which every change record names (made or migrated by the open).
+    identity: Option<DatabaseId>,
 }
 
 /// The earliest expiry time in the index, the sweep hint.
@@ -273,6 +275,7 @@ impl GroupRunner for GroupState {
         let dirty = {
             let mut tables = Tables::new(&txn);
             tables.logging = self.log.is_on();
+            tables.identity = self.identity;
             let sweep_due = self.next_expiry.is_some_and(|at| at <= sweep_now)
                 && self
                     .sweep_paused_until
@@ -383,16 +386,24 @@ impl GroupState {
         let file = db.writable()?;
         let layout = schema::inspect(file.as_ref())?;
         let txn = file.begin_write().map_err(storage)?;
-        if layout == schema::Layout::Empty {
-            schema::initialize(&txn).map_err(storage)?;
+        match layout {
+            schema::Layout::Empty => schema::initialize(&txn).map_err(storage)?,
+            schema::Layout::WithoutIdentity => schema::migrate(&txn).map_err(storage)?,
+            schema::Layout::Current => {}
         }
-        let log =
-            LogSetting::read(&txn.open_table(schema::META).map_err(storage)?).map_err(storage)?;
+        let (log, identity) = {
+            let meta = txn.open_table(schema::META).map_err(storage)?;
+            (
+                LogSetting::read(&meta).map_err(storage)?,
+                schema::identity(&meta).map_err(storage)?,
+            )
+        };
         let mut version_ceiling = schema::version_ceiling(&txn)?;
         let mut effects = Effects::default();
         let (dirty, next_expiry, last_version) = {
             let mut tables = Tables::new(&txn);
             tables.logging = log.is_on();
+            tables.identity = identity;
             // Numbering continues above the ceiling: every version handed out before is at or
             // below. With the change log on and holding records, and every acknowledged commit
             // synced (`Immediate`), from the last commit exactly (see `crate::change_log`,
@@ -416,7 +427,7 @@ impl GroupState {
             }
             (tables.dirty, earliest_expiry(&mut tables)?, last_version)
         };
-        if dirty || layout == schema::Layout::Empty {
+        if dirty || layout != schema::Layout::Current {
             txn.commit().map_err(storage)?;
         } else {
             txn.abort().map_err(storage)?;
@@ -437,6 +448,7 @@ impl GroupState {
             unsynced: Unsynced::new(DEFERRED_SYNC_INTERVAL),
             sweep_paused_until: None,
             log,
+            identity,
         })
     }
 

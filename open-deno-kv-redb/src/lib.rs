@@ -272,8 +272,8 @@ impl Engine for RedbBackend {
     async fn export_snapshot(&self) -> Result<Snapshot, KvError> {
         let snapshot = backup::export(self.shared.clone(), self.clock.now()).await?;
         Ok(Snapshot {
-            versionstamp: snapshot.versionstamp,
             items: snapshot.items.fuse().boxed(),
+            ..snapshot
         })
     }
 

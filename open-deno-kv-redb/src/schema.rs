@@ -6,13 +6,19 @@
 //! | `deno_kv.expiry` | expiry time + encoded key | `()` | one row per entry that expires, in time order, so sweeps walk only what is due |
 //! | `deno_kv.queue_ready` | ready time + message id | message body | messages waiting for delivery, in due order |
 //! | `deno_kv.queue_running` | message id | deadline + ready time + message body | messages handed to a consumer and not yet finished |
-//! | `deno_kv.meta` | name | `u64` | `schema_version`, and `last_version`: a ceiling no versionstamp's version handed out exceeds (the exact last one after a clean close; see the `group` module); while the change log is on, `change_log_retention_ms` and, after an import, `change_log_floor` |
+//! | `deno_kv.meta` | name | `u64` | `schema_version`; `database_id_high` and `database_id_low`, the two halves (big-endian) of the database's identity (see `open_deno_kv_engine_kit::identity`), made with the file; `last_version`: a ceiling no versionstamp's version handed out exceeds (the exact last one after a clean close; see the `group` module); while the change log is on, `change_log_retention_ms` and, after an import, `change_log_floor` |
 //! | `deno_kv.change_log` | versionstamp (10 bytes, so byte order is commit order) | [`open_deno_kv_engine_kit::change_log::ChangeRecord::encode`] | one record per commit while the change log is on (see [`crate::change_log`]); the table exists only then |
 //!
 //! Byte layouts are in [`crate::codec`]. Opening a file never modifies it before it has been
 //! recognised: a file with a newer `schema_version`, or with other tables than these, is refused
 //! untouched (the version is looked at first, so a newer layout's new tables are reported as a
 //! newer schema, not as a foreign file).
+//!
+//! **Versions.** 1: the tables above without the identity rows. 2: with them. A writable open
+//! of a version-1 file gives it an identity and records version 2, in the open's first
+//! transaction; a read-only open reads it as it is (a database without an identity, whose
+//! backups name none). Builds that know only version 1 refuse a version-2 file untouched
+//! ([`SchemaTooNew`]), so they never write change records that name no database into its log.
 //!
 //! **The change log and older builds.** The change log did not change `schema_version` (still
 //! 1): its table is optional, created when the log is switched on and dropped, with its `meta`
@@ -24,7 +30,7 @@
 
 use std::path::Path;
 
-use open_deno_kv_engine_kit::SchemaTooNew;
+use open_deno_kv_engine_kit::{DatabaseId, SchemaTooNew};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 
 use crate::RedbError;
@@ -59,8 +65,16 @@ pub(crate) const META_CHANGE_LOG_RETENTION_MS: &str = "change_log_retention_ms";
 /// [`crate::change_log::last_logged_version`]). Absent when the log is off.
 pub(crate) const META_CHANGE_LOG_FLOOR: &str = "change_log_floor";
 
-/// The layout this build writes and reads.
-pub const SCHEMA_VERSION: u64 = 1;
+/// `meta` row: the first 8 bytes (big-endian) of the database's identity.
+pub(crate) const META_DATABASE_ID_HIGH: &str = "database_id_high";
+/// `meta` row: the last 8 bytes (big-endian) of the database's identity.
+pub(crate) const META_DATABASE_ID_LOW: &str = "database_id_low";
+
+/// The layout this build writes and reads (see the module documentation for the versions).
+pub const SCHEMA_VERSION: u64 = 2;
+
+/// The layout before databases had identities: read, and migrated by a writable open.
+const SCHEMA_VERSION_WITHOUT_IDENTITY: u64 = 1;
 
 const TABLE_NAMES: [&str; 6] = [
     "deno_kv.entries",
@@ -106,6 +120,9 @@ pub(crate) enum Layout {
     Empty,
     /// A open-deno-kv-redb file at [`SCHEMA_VERSION`].
     Current,
+    /// A open-deno-kv-redb file of version 1, without an identity: a writable open migrates it
+    /// ([`migrate`]).
+    WithoutIdentity,
 }
 
 /// Recognises the file from a read transaction, without writing anything.
@@ -156,6 +173,7 @@ pub(crate) fn inspect(db: &dyn ReadableDatabase) -> Result<Layout, RedbError> {
     }
     match found {
         SCHEMA_VERSION => Ok(Layout::Current),
+        SCHEMA_VERSION_WITHOUT_IDENTITY => Ok(Layout::WithoutIdentity),
         older => Err(RedbError::NotDenoKv {
             reason: format!("unknown schema_version {older}"),
         }),
@@ -171,7 +189,37 @@ pub(crate) fn initialize(txn: &redb::WriteTransaction) -> Result<(), redb::Error
     let mut meta = txn.open_table(META)?;
     meta.insert(META_SCHEMA_VERSION, SCHEMA_VERSION)?;
     meta.insert(META_LAST_VERSION, 0)?;
+    drop(meta);
+    set_identity(txn, DatabaseId::random())
+}
+
+/// Brings a file of an older layout ([`Layout::WithoutIdentity`]) to [`SCHEMA_VERSION`], in
+/// `txn`: gives it an identity.
+pub(crate) fn migrate(txn: &redb::WriteTransaction) -> Result<(), redb::Error> {
+    set_identity(txn, DatabaseId::random())?;
+    txn.open_table(META)?
+        .insert(META_SCHEMA_VERSION, SCHEMA_VERSION)?;
     Ok(())
+}
+
+fn set_identity(txn: &redb::WriteTransaction, id: DatabaseId) -> Result<(), redb::Error> {
+    let mut meta = txn.open_table(META)?;
+    let (high, low) = id.as_uuid().as_u64_pair();
+    meta.insert(META_DATABASE_ID_HIGH, high)?;
+    meta.insert(META_DATABASE_ID_LOW, low)?;
+    Ok(())
+}
+
+/// The database's identity `meta` holds: `None` in a file of version 1 (see the module
+/// documentation).
+pub(crate) fn identity(
+    meta: &impl ReadableTable<&'static str, u64>,
+) -> Result<Option<DatabaseId>, redb::Error> {
+    let high = meta.get(META_DATABASE_ID_HIGH)?.map(|guard| guard.value());
+    let low = meta.get(META_DATABASE_ID_LOW)?.map(|guard| guard.value());
+    Ok(high
+        .zip(low)
+        .map(|(high, low)| DatabaseId::from(uuid::Uuid::from_u64_pair(high, low))))
 }
 
 /// The version ceiling recorded in the file.

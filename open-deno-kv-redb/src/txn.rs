@@ -25,6 +25,7 @@
 //! nothing.
 
 use chrono::{DateTime, Utc};
+use open_deno_kv_engine_kit::DatabaseId;
 use open_deno_kv_engine_kit::change_log::ChangeRecord;
 use open_deno_kv_engine_kit::queue::QueuedMessage;
 use open_deno_kv_engine_kit::{
@@ -66,6 +67,8 @@ pub(crate) struct Tables<'t> {
     /// Whether every commit made through these tables stores its change record (the log is
     /// on). Set by the writer from its cached setting.
     pub(crate) logging: bool,
+    /// The database's identity, which every change record names. Set by the writer.
+    pub(crate) identity: Option<DatabaseId>,
     /// How many change records were stored (the writer's pruning schedule counts them).
     pub(crate) logged: usize,
     /// Whether anything was written (a group that wrote nothing is aborted, not committed).
@@ -84,6 +87,7 @@ impl<'t> Tables<'t> {
             running: None,
             change_log: None,
             logging: false,
+            identity: None,
             logged: 0,
             dirty: false,
             earliest_new_expiry: None,
@@ -347,6 +351,7 @@ pub(crate) fn commit_write(
     effects.queue |= !staged.enqueued.is_empty();
     if tables.logging {
         tables.log(&ChangeRecord {
+            database: tables.identity,
             versionstamp,
             previous: Versionstamp::from_version(*last_version, 0),
             at: now,

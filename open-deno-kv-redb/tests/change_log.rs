@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use open_deno_kv_engine_kit::change_log::{
-    ChangeRecord, MAX_READ, PRUNE_EVERY, Replay, RestorePoint, replay_log,
+    ChangeLogStatus, ChangeRecord, MAX_READ, PRUNE_EVERY, Replay, RestorePoint, replay_log,
 };
 use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Check, Clock, Enqueue, KvError, KvValue, ManualClock, Mutation,
@@ -176,8 +176,13 @@ async fn switching_off_deletes_the_records_and_the_table() {
         "a file whose log was never on has no log table"
     );
     let read_only = open_read_only(&path, &clock);
+    let status = read_only.change_log_status().await.expect("status");
+    assert!(status.database.is_some(), "the file's identity");
     assert_eq!(
-        read_only.change_log_status().await.expect("status"),
+        ChangeLogStatus {
+            database: None,
+            ..status
+        },
         Default::default(),
         "read-only, a file without the table reads as a log that is off"
     );
@@ -288,7 +293,8 @@ async fn concurrent_writes_are_logged_each_with_a_correct_chain() {
     assert_eq!(logged, committed, "one record per acknowledged commit");
     assert_chained(backup.versionstamp, &records);
 
-    let mut replay = Replay::after(backup.versionstamp);
+    let identity = backup.database.expect("a redb file has an identity");
+    let mut replay = Replay::after(identity, backup.versionstamp);
     for record in records {
         replay.apply(record).expect("chained");
     }
@@ -448,7 +454,7 @@ async fn a_restore_to_a_past_commit_gives_the_store_as_of_it() {
     kv.configure_change_log(Some(HOUR)).await.expect("on");
     set(&*kv, "a", 1).await;
     let backup = kv.export_snapshot().await.expect("backup");
-    let backup_stamp = backup.versionstamp;
+    let backup_origin = backup.origin();
     set(&*kv, "b", 2).await;
     set(&*kv, "a", 3).await;
     let expected = items(&*kv).await;
@@ -460,7 +466,7 @@ async fn a_restore_to_a_past_commit_gives_the_store_as_of_it() {
     };
     kv.atomic_write(delete).await.expect("delete");
 
-    let replay = replay_log(&*kv, backup_stamp, RestorePoint::Commit(target))
+    let replay = replay_log(&*kv, backup_origin, RestorePoint::Commit(target))
         .await
         .expect("replay");
     let restored = replay.over(backup).expect("same backup");

@@ -8,7 +8,7 @@ use open_deno_kv_engine_kit::{
     encode_key, key,
 };
 use open_deno_kv_redb::{Durability, FileEngine, RedbBackend, RedbOptions};
-use redb::{Database, TableDefinition};
+use redb::{Database, ReadableDatabase, TableDefinition};
 
 fn options(clock: &ManualClock, durability: Durability) -> RedbOptions {
     RedbOptions {
@@ -101,10 +101,76 @@ async fn a_newer_schema_version_is_refused_and_left_untouched() {
     assert!(matches!(err, KvError::Storage { .. }), "{err:?}");
     let text = err.to_string();
     assert!(
-        text.contains("schema version 2 is newer") && text.contains("refusing to modify"),
+        text.contains("schema version 3 is newer") && text.contains("refusing to modify"),
         "{text}"
     );
     assert_eq!(std::fs::read(&path).expect("read"), before);
+}
+
+/// Issue 29: a file of schema version 1 (before identities) reads as a database without an
+/// identity when opened read-only (unchanged), and a writable open migrates it to version 2
+/// with a new identity, which it keeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_file_gets_an_identity_on_its_first_writable_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("kv.redb");
+    let kv = RedbBackend::open(&path).expect("open");
+    set(&kv, "a", 1).await;
+    kv.close().await.expect("close");
+    drop(kv);
+    let meta: TableDefinition<&str, u64> = TableDefinition::new("deno_kv.meta");
+    {
+        // What a build before identities left.
+        let db = Database::create(&path).expect("reopen raw");
+        let txn = db.begin_write().expect("txn");
+        {
+            let mut table = txn.open_table(meta).expect("meta");
+            table.remove("database_id_high").expect("remove");
+            table.remove("database_id_low").expect("remove");
+            table.insert("schema_version", 1).expect("insert");
+        }
+        txn.commit().expect("commit");
+    }
+    let before = std::fs::read(&path).expect("read");
+    let options = RedbOptions {
+        read_only: true,
+        ..Default::default()
+    };
+    let reader = RedbBackend::open_with(&path, options).expect("a read-only open of version 1");
+    assert_eq!(get(&reader, "a").await, Some(KvValue::U64(1)));
+    let snapshot = reader.export_snapshot().await.expect("export");
+    assert_eq!(snapshot.database, None, "version 1 names no database");
+    drop(snapshot);
+    reader.close().await.expect("close");
+    drop(reader);
+    assert_eq!(
+        std::fs::read(&path).expect("read"),
+        before,
+        "read-only: untouched"
+    );
+
+    let kv = RedbBackend::open(&path).expect("a writable open migrates");
+    let identity = kv
+        .export_snapshot()
+        .await
+        .expect("export")
+        .database
+        .expect("an identity after the migration");
+    assert_eq!(get(&kv, "a").await, Some(KvValue::U64(1)));
+    kv.close().await.expect("close");
+    drop(kv);
+    {
+        let db = Database::create(&path).expect("reopen raw");
+        let txn = db.begin_read().expect("txn");
+        let table = txn.open_table(meta).expect("meta");
+        let version = table.get("schema_version").expect("get").map(|v| v.value());
+        assert_eq!(version, Some(open_deno_kv_redb::SCHEMA_VERSION));
+        assert_eq!(open_deno_kv_redb::SCHEMA_VERSION, 2);
+    }
+    let kv = RedbBackend::open(&path).expect("reopen");
+    let again = kv.export_snapshot().await.expect("export").database;
+    assert_eq!(again, Some(identity), "kept by the file");
+    kv.close().await.expect("close");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

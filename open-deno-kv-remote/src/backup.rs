@@ -86,9 +86,11 @@ pub(crate) async fn export(inner: Arc<Inner>, messages_only: bool) -> Result<Sna
     let Some(versionstamp) = body.reader.versionstamp() else {
         return Err(protocol("the export stream does not start with its header"));
     };
+    let database = body.reader.database();
     debug_assert!(header.is_empty());
     let items = snapshot_items(body);
     Ok(Snapshot {
+        database,
         versionstamp,
         items,
     })
@@ -206,7 +208,8 @@ struct ImportState {
 /// The request body: the header, the batches as the items come, the end frame. An error item
 /// ends the body with an error (the request is reset, so the server never sees an end frame).
 fn import_body(snapshot: Snapshot, source_error: SourceError) -> RequestBody {
-    let writer = SnapshotWriter::new(snapshot.versionstamp);
+    let mut writer = SnapshotWriter::new(snapshot.versionstamp);
+    writer.of_database(snapshot.database);
     let state = ImportState {
         items: snapshot.items,
         queued: vec![writer.header()],

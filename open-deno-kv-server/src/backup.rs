@@ -212,8 +212,10 @@ async fn export(
             .map_err(|e| kv_failure(shared, &e))?
     };
     let items = snapshot.items;
+    let mut writer = SnapshotWriter::new(snapshot.versionstamp);
+    writer.of_database(snapshot.database);
     let state = ExportState {
-        writer: Some(SnapshotWriter::new(snapshot.versionstamp)),
+        writer: Some(writer),
         header_sent: false,
         items,
         queued: Vec::new(),
@@ -322,6 +324,7 @@ pub(crate) async fn import(
     };
     // The header first: the snapshot's versionstamp is needed before the import starts.
     let first = body.next_items().await.map_err(|e| e.failure(max))?;
+    let database = body.reader.database();
     let Some(versionstamp) = body.reader.versionstamp() else {
         return Err(Failure::bad_request(
             "invalid snapshot stream: the stream does not start with its header",
@@ -331,6 +334,7 @@ pub(crate) async fn import(
     let items = snapshot_items(body);
     let summary = backend
         .import_snapshot(Snapshot {
+            database,
             versionstamp,
             items,
         })

@@ -261,6 +261,73 @@ async fn an_import_cut_short_fails_and_leaves_the_store_empty() {
     running.shutdown().await.unwrap();
 }
 
+/// Issue 29: an import through `kv serve` took a snapshot whose header versionstamp was doctored
+/// to `fffffffffffffffe0000`. The server's backend applies the one rule of the data model
+/// (`backup::check_lead`) to a raw stream no client checked: 400 with its text, nothing
+/// imported, and the store's numbering untouched.
+#[tokio::test]
+async fn an_import_with_a_doctored_versionstamp_is_refused_by_the_server() {
+    let running = start().await;
+    let doctored: Versionstamp = "fffffffffffffffe0000".parse().unwrap();
+    let mut writer = SnapshotWriter::new(doctored);
+    let mut frames = vec![writer.header()];
+    frames.extend(writer.push(entry(1)));
+    frames.extend(writer.finish());
+    let body: Vec<u8> = frames.iter().flat_map(|f| f.to_payload()).collect();
+    let path = url(&running, "/v2/snapshot/import");
+    let reply = send(&http1_client(), "POST", path, &data_headers(), body).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.text());
+    assert!(
+        reply.text().contains("damaged or was edited"),
+        "{}",
+        reply.text()
+    );
+    assert_eq!(entries_in(&*running.backend).await, 0);
+    let mut write = AtomicWrite::default();
+    write.mutations.push(Mutation::set(
+        encode_key(&key!["after"]).unwrap(),
+        KvValue::U64(1),
+    ));
+    let commit = running.backend.atomic_write(write).await.unwrap().unwrap();
+    assert!(commit.versionstamp < Versionstamp::from_version(1_000, 0));
+    running.shutdown().await.unwrap();
+}
+
+/// The identity of the served database travels in the export's header and the change log's
+/// status.
+#[tokio::test]
+async fn the_database_is_named_in_the_export_and_the_status() {
+    let running = start().await;
+    let call = |path: &'static str, body: Vec<u8>| {
+        let path = url(&running, path);
+        async move { send(&http1_client(), "POST", path, &data_headers(), body).await }
+    };
+    let expected = running
+        .backend
+        .export_snapshot()
+        .await
+        .unwrap()
+        .database
+        .expect("the served database has an identity");
+    let reply = call("/v2/snapshot/export", vec![]).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let mut decoder = FrameDecoder::default();
+    let mut reader = SnapshotReader::default();
+    decoder.push(&reply.body);
+    let Some(RawFrame::Payload(first)) = decoder.next_payload().unwrap() else {
+        panic!("the export starts with its header");
+    };
+    reader.push_bytes(&first).unwrap();
+    assert_eq!(reader.database(), Some(expected));
+    let reply = call("/v2/change_log/status", vec![]).await;
+    let status = ChangeLogStatusResponse::decode(reply.body.as_ref())
+        .unwrap()
+        .into_status()
+        .unwrap();
+    assert_eq!(status.database, Some(expected));
+    running.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn the_change_log_endpoints_answer() {
     let running = start().await;

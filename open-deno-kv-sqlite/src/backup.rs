@@ -2,7 +2,7 @@
 //! own and a thread of its own ([`blocking_export`], [`blocking_import`]).
 //!
 //! **Export**: one read transaction (in WAL mode a reader never blocks the writer, and the writer
-//! never blocks it): `data_version` (the last commit), then every visible `kv` row in key order,
+//! never blocks it): the database's identity and `data_version` (the last commit), then every visible `kv` row in key order,
 //! then the messages of `queue` and `queue_running` (these as ready at the snapshot's time) by
 //! ready time and id. Rows are read from the statement as the consumer takes them; nothing is
 //! collected.
@@ -58,7 +58,7 @@ fn export_from(
 ) -> Result<(), KvError> {
     let tx = conn.transaction().map_err(storage)?;
     // The first read starts the snapshot; every later statement of the transaction sees it.
-    sink.begin(last_commit(&tx)?)?;
+    sink.begin(crate::identity::read(&tx)?, last_commit(&tx)?)?;
     let now_ms = now.timestamp_millis();
     {
         let mut entries = tx.prepare(ENTRIES).map_err(storage)?;

@@ -28,7 +28,7 @@ use chrono::{DateTime, Utc};
 use open_deno_kv_engine_kit::change_log::{
     ChangeLogStatus, ChangeRecord, LogMark, PRUNE_BATCH, PruneSchedule, prune_before, retention_ms,
 };
-use open_deno_kv_engine_kit::{KvError, Versionstamp};
+use open_deno_kv_engine_kit::{DatabaseId, KvError, Versionstamp};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 use crate::store::{execute, open_connection, pragma_data_version, storage};
@@ -87,19 +87,26 @@ pub(crate) struct WriterLog {
     /// `PRAGMA data_version` when the setting was read; `None` before the first read.
     read_at: Option<i64>,
     retention: Option<Duration>,
+    /// The database's identity, read with the setting while the log is on.
+    identity: Option<DatabaseId>,
     schedule: PruneSchedule,
 }
 
 impl WriterLog {
     /// Brings the setting up to date inside the group's transaction, if another connection
-    /// committed since it was read. Whether commits are logged.
-    pub(crate) fn refresh(&mut self, conn: &Connection) -> Result<bool, KvError> {
+    /// committed since it was read. While commits are logged, the database's identity, which
+    /// their records name (made by the writable open, so always there).
+    pub(crate) fn refresh(&mut self, conn: &Connection) -> Result<Option<DatabaseId>, KvError> {
         let version = pragma_data_version(conn)?;
         if self.read_at != Some(version) {
             self.retention = setting(conn)?;
+            self.identity = match self.retention {
+                Some(_) => Some(crate::identity::of_writable(conn)?),
+                None => None,
+            };
             self.read_at = Some(version);
         }
-        Ok(self.retention.is_some())
+        Ok(self.identity)
     }
 
     /// After a group logged `commits` commits: prunes, in its transaction, when due.
@@ -189,8 +196,12 @@ pub(crate) fn read(
 pub(crate) fn status(path: &Path, read_only: bool) -> Result<ChangeLogStatus, KvError> {
     let mut conn = open_connection(path, read_only)?;
     let tx = conn.transaction().map_err(storage)?;
+    let database = crate::identity::read(&tx)?;
     let Some(retention) = setting(&tx)? else {
-        return Ok(ChangeLogStatus::default());
+        return Ok(ChangeLogStatus {
+            database,
+            ..ChangeLogStatus::default()
+        });
     };
     let records: i64 = tx.query_row(COUNT, [], |row| row.get(0)).map_err(storage)?;
     let mark = |sql: &str| -> Result<Option<LogMark>, KvError> {
@@ -209,6 +220,7 @@ pub(crate) fn status(path: &Path, read_only: bool) -> Result<ChangeLogStatus, Kv
             .transpose()
     };
     Ok(ChangeLogStatus {
+        database,
         retention: Some(retention),
         records: u64::try_from(records).unwrap_or(0),
         first: mark(FIRST)?,

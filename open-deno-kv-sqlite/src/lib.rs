@@ -46,6 +46,7 @@
 
 mod backup;
 mod change_log;
+mod identity;
 mod integrity;
 mod messages;
 mod reader;

@@ -16,7 +16,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
 use chrono::{DateTime, Utc};
 use open_deno_kv_engine_kit::queue::{Due, Hold, QueueTables, QueuedMessage, fail_deliveries};
-use open_deno_kv_engine_kit::{Effects, KvError, ValidatedWrite, ms_to_datetime};
+use open_deno_kv_engine_kit::{DatabaseId, Effects, KvError, ValidatedWrite, ms_to_datetime};
 use rusqlite::{Connection, params};
 
 use crate::store::{commit_write, execute, first_row, insert_queue_row, queue_row, storage};
@@ -41,8 +41,9 @@ const SELECT_RUNNING: &str =
 /// Deno's queue tables on a connection inside the writer's transaction (or savepoint).
 pub(crate) struct SqlQueue<'a> {
     pub(crate) conn: &'a Connection,
-    /// Dead-letter writes store change records (the change log is on).
-    pub(crate) log: bool,
+    /// While the change log is on, the database's identity: dead-letter writes store change
+    /// records naming it.
+    pub(crate) log: Option<DatabaseId>,
 }
 
 impl QueueTables for SqlQueue<'_> {
@@ -102,7 +103,7 @@ pub(crate) fn requeue_dead(
     now: DateTime<Utc>,
     registry_key: &Path,
     effects: &mut Effects,
-    log: bool,
+    log: Option<DatabaseId>,
 ) -> Result<(), KvError> {
     let dead: Vec<String> = {
         let mut stmt = conn.prepare_cached(SELECT_DEAD).map_err(storage)?;

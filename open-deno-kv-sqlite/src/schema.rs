@@ -61,7 +61,8 @@ create index kv_expiration_ms_idx on kv (expiration_ms);
 ",
 ];
 
-/// Brings a writable database up to [`SCHEMA_VERSION`], in one transaction. A database with a
+/// Brings a writable database up to [`SCHEMA_VERSION`], in one transaction, and gives it an
+/// identity if it has none (`crate::identity`, a table of this crate's own). A database with a
 /// newer schema is refused untouched, as is a file that holds other tables but no Deno KV state.
 pub(crate) fn migrate(conn: &mut Connection) -> Result<(), SqliteError> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -85,6 +86,7 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), SqliteError> {
             [version],
         )?;
     }
+    crate::identity::ensure(&tx)?;
     tx.commit()?;
     Ok(())
 }

@@ -7,8 +7,9 @@ use chrono::{DateTime, Utc};
 use open_deno_kv_engine_kit::change_log::{ChangeRecord, RecordingTransaction};
 use open_deno_kv_engine_kit::queue::QueuedMessage;
 use open_deno_kv_engine_kit::{
-    CommitResult, Effects, KeyRange, KvEntry, KvError, KvValue, StoredEntry, ValidatedWrite,
-    Versionstamp, WriteOutcome, WriteTransaction, apply_atomic_write, ms_to_datetime,
+    CommitResult, DatabaseId, Effects, KeyRange, KvEntry, KvError, KvValue, StoredEntry,
+    ValidatedWrite, Versionstamp, WriteOutcome, WriteTransaction, apply_atomic_write,
+    ms_to_datetime,
 };
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use rusqlite::{Connection, OpenFlags, Params, Row, params};
@@ -341,10 +342,10 @@ pub(crate) fn commit_write(
     write: &ValidatedWrite,
     now: DateTime<Utc>,
     effects: &mut Effects,
-    log: bool,
+    log: Option<DatabaseId>,
 ) -> Result<Option<CommitResult>, KvError> {
-    if log {
-        return commit_logged_write(conn, write, now, effects);
+    if let Some(database) = log {
+        return commit_logged_write(conn, write, now, effects, database);
     }
     let versionstamp = next_version(conn)?;
     let outcome = apply_atomic_write(&mut SqlTransaction { conn }, write, versionstamp, now)?;
@@ -362,6 +363,7 @@ fn commit_logged_write(
     write: &ValidatedWrite,
     now: DateTime<Utc>,
     effects: &mut Effects,
+    database: DatabaseId,
 ) -> Result<Option<CommitResult>, KvError> {
     let previous = last_commit(conn)?;
     let versionstamp = next_version(conn)?;
@@ -373,6 +375,7 @@ fn commit_logged_write(
         return Ok(None);
     }
     let record = ChangeRecord {
+        database: Some(database),
         versionstamp,
         previous,
         at: now,

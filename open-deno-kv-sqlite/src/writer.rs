@@ -42,7 +42,9 @@ use open_deno_kv_engine_kit::queue::{
     self as kit, DeliveryEngine, DeliveryOutcome, Due, MESSAGE_KEEPALIVE_INTERVAL,
     delivery_deadline,
 };
-use open_deno_kv_engine_kit::{Clock, CommitResult, Effects, KvError, Notifier, ValidatedWrite};
+use open_deno_kv_engine_kit::{
+    Clock, CommitResult, DatabaseId, Effects, KvError, Notifier, ValidatedWrite,
+};
 use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior, params};
 
 use crate::change_log::WriterLog;
@@ -456,8 +458,9 @@ struct SqlGroup<'t, 'c> {
     tx: &'t Transaction<'c>,
     /// The file, for the held-message registry.
     registry_key: &'t Path,
-    /// Commits store change records.
-    log: bool,
+    /// While the change log is on, the database's identity: commits store change records
+    /// naming it.
+    log: Option<DatabaseId>,
 }
 
 impl IsolatingTxn for SqlGroup<'_, '_> {

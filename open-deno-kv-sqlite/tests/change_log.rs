@@ -83,7 +83,7 @@ async fn a_commit_the_log_did_not_see_is_a_gap() -> Result<(), KvError> {
     kv.configure_change_log(Some(WEEK)).await?;
     let first = set(&*kv, "x", 1).await;
     let snapshot = kv.export_snapshot().await?;
-    let backup = snapshot.versionstamp;
+    let backup = snapshot.origin();
     let items: Vec<SnapshotItem> = snapshot.items.try_collect().await?;
     let seen = set(&*kv, "x", 2).await;
     // What Deno's writer does for a set: bump the version, write the row under it.
@@ -98,7 +98,7 @@ async fn a_commit_the_log_did_not_see_is_a_gap() -> Result<(), KvError> {
 
     let target = open(&dir.path().join("restored.sqlite3"));
     let up_to_seen = restore(
-        Snapshot::from_items(backup, items.clone()),
+        Snapshot::from_items(backup.versionstamp, items.clone()).of_database(backup.database),
         &*kv,
         RestorePoint::Commit(seen),
         &target,
@@ -108,7 +108,7 @@ async fn a_commit_the_log_did_not_see_is_a_gap() -> Result<(), KvError> {
     target.close().await?;
     let other_target = open(&dir.path().join("target.sqlite3"));
     let err = restore(
-        Snapshot::from_items(backup, items),
+        Snapshot::from_items(backup.versionstamp, items).of_database(backup.database),
         &*kv,
         RestorePoint::Commit(after_gap),
         &other_target,

@@ -900,3 +900,74 @@ async fn a_write_keeps_migration_state_and_advances_data_version() {
         );
     }
 }
+
+/// Issue 29: a Deno-written file gets an identity on its first writable open, in a table of this
+/// crate's own; Deno's tables (their schema and `migration_state`) stay exactly as Deno wrote
+/// them. A read-only open before that names no database and writes nothing; the identity, once
+/// made, is the one every later open, export and status names.
+#[tokio::test]
+async fn a_deno_file_gets_an_identity_on_its_first_writable_open_and_nothing_else() {
+    let copy = copy_fixture("special.sqlite");
+    let deno_schema = |path: &Path| -> Vec<(String, String)> {
+        let conn = raw_connection(path);
+        let mut stmt = conn
+            .prepare(
+                "select name, sql from sqlite_master where name not like 'odkv_%' \
+                 and sql is not null order by name",
+            )
+            .expect("schema query");
+        stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .expect("schema rows")
+            .collect::<Result<_, _>>()
+            .expect("schema rows")
+    };
+    let before = deno_schema(&copy.path);
+    let bytes_before = std::fs::read(&copy.path).expect("read");
+    let clock = ManualClock::new(at(generation_time_ms()));
+
+    let reader = open(&copy.path, &clock, true);
+    let exported = reader.export_snapshot().await.expect("export");
+    assert_eq!(
+        exported.database, None,
+        "a Deno file only read has no identity"
+    );
+    drop(exported);
+    assert_eq!(
+        reader.change_log_status().await.expect("status").database,
+        None
+    );
+    reader.close().await.expect("close");
+    drop(reader);
+    assert_eq!(
+        std::fs::read(&copy.path).expect("read"),
+        bytes_before,
+        "a read-only open writes nothing"
+    );
+
+    let writer = open(&copy.path, &clock, false);
+    let identity = writer
+        .change_log_status()
+        .await
+        .expect("status")
+        .database
+        .expect("the first writable open made an identity");
+    let exported = writer.export_snapshot().await.expect("export");
+    assert_eq!(exported.database, Some(identity));
+    drop(exported);
+    writer.close().await.expect("close");
+    drop(writer);
+
+    assert_eq!(
+        deno_schema(&copy.path),
+        before,
+        "Deno's tables are as Deno wrote them"
+    );
+    assert_eq!(raw_state(&copy.path).0, 3, "migration_state stays Deno's");
+    let again = open(&copy.path, &clock, true);
+    assert_eq!(
+        again.change_log_status().await.expect("status").database,
+        Some(identity),
+        "kept by the file"
+    );
+    again.close().await.expect("close");
+}

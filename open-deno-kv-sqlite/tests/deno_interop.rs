@@ -1238,7 +1238,7 @@ fn deno_writes_into_a_file_whose_change_log_is_on() {
             .expect("log on");
         commit_mutations(&kv, vec![set(&key!["a"], KvValue::U64(1))]).await;
         let snapshot = kv.export_snapshot().await.expect("export");
-        let backup = snapshot.versionstamp;
+        let backup = snapshot.origin();
         let items: Vec<SnapshotItem> = snapshot.items.try_collect().await.expect("items");
         let before_deno = commit_mutations(&kv, vec![set(&key!["a"], KvValue::U64(2))]).await;
         kv.close().await.expect("close");
@@ -1267,7 +1267,7 @@ fn deno_writes_into_a_file_whose_change_log_is_on() {
 
         let target = SqliteBackend::open(dir.path().join("ok.sqlite3")).expect("target");
         let restored = restore(
-            Snapshot::from_items(backup, items.clone()),
+            Snapshot::from_items(backup.versionstamp, items.clone()).of_database(backup.database),
             &kv,
             RestorePoint::Commit(before_deno),
             &target,
@@ -1279,7 +1279,7 @@ fn deno_writes_into_a_file_whose_change_log_is_on() {
 
         let target = SqliteBackend::open(dir.path().join("refused.sqlite3")).expect("target");
         let err = restore(
-            Snapshot::from_items(backup, items),
+            Snapshot::from_items(backup.versionstamp, items).of_database(backup.database),
             &kv,
             RestorePoint::Commit(after_deno),
             &target,

@@ -48,6 +48,11 @@ pub(crate) fn cases() -> Vec<Case> {
             "an_import_that_fails_half_way_leaves_the_store_empty",
             an_import_that_fails_half_way_leaves_the_store_empty,
         ),
+        need::EXPORT.case("an_export_names_its_database", an_export_names_its_database),
+        need::BACKUP.case(
+            "an_import_refuses_a_versionstamp_its_entries_cannot_account_for",
+            an_import_refuses_a_versionstamp_its_entries_cannot_account_for,
+        ),
     ]
 }
 
@@ -358,6 +363,7 @@ async fn an_import_that_fails_half_way_leaves_the_store_empty(env: Env) {
     let kv = env.kv.clone();
     let good = (0..50).map(|i| one_entry(&format!("k{i:03}"), 10));
     let failing = Snapshot {
+        database: None,
         versionstamp: Versionstamp::from_version(10, 0),
         items: futures::stream::iter(
             good.map(Ok)
@@ -404,5 +410,68 @@ async fn an_import_into_an_emptied_store_never_reuses_a_versionstamp(env: Env) {
     assert!(
         next > emptied,
         "the commit after the import ({next}) is not later than one before it ({emptied})"
+    );
+}
+
+/// Every database has an identity, made with it: every export names it, the same each time
+/// (and after a reopen, where the store can be reopened), and another store's differs. An
+/// import does not take the snapshot's identity: a restored store is a database of its own.
+async fn an_export_names_its_database(mut env: Env) {
+    let named = |kv: Arc<dyn Backend>| async move {
+        let snapshot = kv.export_snapshot().await.expect("export");
+        snapshot.database.expect("an export names its database")
+    };
+    let first = named(env.kv.clone()).await;
+    set(&*env.kv, &key!["a"], KvValue::U64(1)).await;
+    assert_eq!(
+        named(env.kv.clone()).await,
+        first,
+        "the identity never changes"
+    );
+    if env.offered.can_reopen {
+        env.reopen().await.expect("reopen");
+        assert_eq!(named(env.kv.clone()).await, first, "kept by the store");
+    }
+    let other = env.fresh().await.expect("a fresh store");
+    let second = named(other.kv.clone()).await;
+    assert_ne!(first, second, "two databases, two identities");
+    if env.kv.capabilities().import {
+        let snapshot = env.kv.export_snapshot().await.expect("export");
+        other.kv.import_snapshot(snapshot).await.expect("import");
+        assert_eq!(
+            named(other.kv.clone()).await,
+            second,
+            "a restored store keeps its own identity"
+        );
+    }
+}
+
+/// Issue 29: a backup whose header versionstamp was doctored to `fffffffffffffffe0000`
+/// restored into redb with success, and every write after the first then failed. The rule of
+/// `open_deno_kv_model::backup::check_lead` refuses it on every engine, the store stays empty
+/// and numbering stays where it was; a snapshot just within the bound imports.
+async fn an_import_refuses_a_versionstamp_its_entries_cannot_account_for(env: Env) {
+    let kv = env.kv.clone();
+    let doctored: Versionstamp = "fffffffffffffffe0000".parse().expect("versionstamp");
+    let items = vec![one_entry("a", 3), one_entry("b", 5)];
+    let err = kv
+        .import_snapshot(Snapshot::from_items(doctored, items.clone()))
+        .await
+        .expect_err("a versionstamp beyond what the entries account for");
+    assert!(matches!(err, KvError::InvalidArgument { .. }), "{err}");
+    assert!(err.to_string().contains("damaged or was edited"), "{err}");
+    let far = Versionstamp::from_version(5 + open_deno_kv_model::backup::MAX_VERSION_LEAD + 1, 0);
+    let err = kv
+        .import_snapshot(Snapshot::from_items(far, items.clone()))
+        .await
+        .expect_err("one version beyond the bound");
+    assert!(err.to_string().contains("beyond its newest entry"), "{err}");
+    let (_, left) = export_all(&*kv).await;
+    assert!(left.is_empty(), "a refused import writes nothing");
+    let first = set(&*kv, &key!["next"], KvValue::U64(1)).await;
+    let second = set(&*kv, &key!["next"], KvValue::U64(2)).await;
+    assert!(
+        first < Versionstamp::from_version(1_000, 0) && second > first,
+        "numbering continues where it was: {first}, {second}"
     );
 }

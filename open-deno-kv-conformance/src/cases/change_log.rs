@@ -14,7 +14,7 @@ use futures::TryStreamExt;
 use open_deno_kv_model::change_log::{ChangeRecord, MAX_READ, PRUNE_EVERY, RestorePoint, restore};
 use open_deno_kv_model::{
     AtomicWrite, Backend, Clock, Enqueue, KeyRange, KvEntry, KvValue, Mutation, MutationKind,
-    Snapshot, SnapshotItem, StoredEntry, Versionstamp, key,
+    Snapshot, SnapshotItem, SnapshotOrigin, StoredEntry, Versionstamp, key,
 };
 
 use crate::cases::need;
@@ -75,6 +75,17 @@ pub(crate) fn cases() -> Vec<Case> {
         need::CHANGE_LOG.and(need::BACKUP).case(
             "a_restore_refuses_points_the_log_cannot_reach",
             a_restore_refuses_points_the_log_cannot_reach,
+        ),
+        need::CHANGE_LOG
+            .and(need::EXPORT)
+            .case("records_name_their_database", records_name_their_database),
+        need::CHANGE_LOG.and(need::BACKUP).case(
+            "a_restore_refuses_a_log_or_backup_of_another_database",
+            a_restore_refuses_a_log_or_backup_of_another_database,
+        ),
+        need::CHANGE_LOG.and(need::BACKUP).case(
+            "a_time_before_the_backup_is_refused_like_a_commit_before_it",
+            a_time_before_the_backup_is_refused_like_a_commit_before_it,
         ),
     ]
 }
@@ -365,11 +376,17 @@ async fn entries_now(kv: &dyn Backend) -> (Versionstamp, Vec<KvEntry>) {
     (snapshot.versionstamp, entries)
 }
 
-/// A backup held in memory, to restore from many times.
-async fn backup_items(kv: &dyn Backend) -> (Versionstamp, Vec<SnapshotItem>) {
+/// A backup held in memory, to restore from many times: its header and items.
+async fn backup_items(kv: &dyn Backend) -> (SnapshotOrigin, Vec<SnapshotItem>) {
     let snapshot = kv.export_snapshot().await.expect("export");
+    let origin = snapshot.origin();
     let items = snapshot.items.try_collect().await.expect("export stream");
-    (snapshot.versionstamp, items)
+    (origin, items)
+}
+
+/// The backup `origin` and `items` describe, as a snapshot to restore.
+fn backup_of(origin: SnapshotOrigin, items: Vec<SnapshotItem>) -> Snapshot {
+    Snapshot::from_items(origin.versionstamp, items).of_database(origin.database)
 }
 
 /// A small deterministic generator (xorshift), so a failure repeats.
@@ -420,7 +437,8 @@ async fn a_restore_to_twenty_random_past_commits_gives_the_states_recorded(env: 
     for _ in 0..5 {
         commit(kv, random_write(&mut dice, range_delete)).await;
     }
-    let (backup, backup_items) = backup_items(kv).await;
+    let (origin, backup_items) = backup_items(kv).await;
+    let backup = origin.versionstamp;
     // The state right after each commit from the backup on, as the store showed it then.
     let mut states: BTreeMap<Versionstamp, Vec<KvEntry>> = BTreeMap::new();
     states.insert(backup, entries_now(kv).await.1);
@@ -437,7 +455,7 @@ async fn a_restore_to_twenty_random_past_commits_gives_the_states_recorded(env: 
     for round in 0..20 {
         let point = commits[dice.below(commits.len() as u64) as usize];
         let target = env.fresh().await.expect("a fresh store");
-        let snapshot = Snapshot::from_items(backup, backup_items.clone());
+        let snapshot = backup_of(origin, backup_items.clone());
         // Half the rounds name the commit, half its time.
         let by_time = round % 2 == 1 && point != backup;
         let wanted = if by_time {
@@ -490,14 +508,14 @@ async fn a_restore_holds_the_messages_enqueued_up_to_its_commit(env: Env) {
         ids
     };
     commit(kv, enqueue("in the backup")).await;
-    let (backup, items) = backup_items(kv).await;
+    let (origin, items) = backup_items(kv).await;
     let second = commit(kv, enqueue("logged")).await;
     let expected = ids().await;
     commit(kv, enqueue("after the point")).await;
     assert_eq!(ids().await.len(), 3);
     let target = env.fresh().await.expect("a fresh store");
     restore(
-        Snapshot::from_items(backup, items),
+        backup_of(origin, items),
         kv,
         RestorePoint::Commit(second),
         &*target.kv,
@@ -524,7 +542,7 @@ async fn a_restore_refuses_points_the_log_cannot_reach(env: Env) {
     let early = set(kv, &key!["a"], KvValue::U64(0)).await;
     set(kv, &key!["a"], KvValue::U64(1)).await; // the backup's commit
     switch_on(kv, HOUR).await;
-    let (backup, items) = backup_items(kv).await;
+    let (origin, items) = backup_items(kv).await;
     let one = set(kv, &key!["a"], KvValue::U64(2)).await;
     let two = set(kv, &key!["a"], KvValue::U64(3)).await;
     let env = &env;
@@ -532,7 +550,7 @@ async fn a_restore_refuses_points_the_log_cannot_reach(env: Env) {
         let items = items.clone();
         async move {
             let target = env.fresh().await.expect("a fresh store");
-            let result = restore(Snapshot::from_items(backup, items), kv, point, &*target.kv).await;
+            let result = restore(backup_of(origin, items), kv, point, &*target.kv).await;
             let (_, entries) = entries_now(&*target.kv).await;
             (result, entries)
         }
@@ -577,6 +595,7 @@ async fn a_replay_never_crosses_an_import(env: Env) {
     let (old_backup, old_items) = backup_items(kv).await;
     set(kv, &key!["b"], KvValue::U64(2)).await;
     let (snapshot, snapshot_items) = backup_items(kv).await;
+    let snapshot = snapshot.versionstamp;
     // Emptied by commits, then the snapshot imported back.
     let emptied = commit(
         kv,
@@ -599,7 +618,7 @@ async fn a_replay_never_crosses_an_import(env: Env) {
     );
     let target = env.fresh().await.expect("a fresh store");
     let err = restore(
-        Snapshot::from_items(old_backup, old_items),
+        backup_of(old_backup, old_items),
         kv,
         RestorePoint::Commit(after_import),
         &*target.kv,
@@ -612,7 +631,7 @@ async fn a_replay_never_crosses_an_import(env: Env) {
     let (_, expected) = entries_now(kv).await;
     let target = env.fresh().await.expect("a fresh store");
     restore(
-        Snapshot::from_items(new_backup, new_items),
+        backup_of(new_backup, new_items),
         kv,
         RestorePoint::Commit(later),
         &*target.kv,
@@ -620,4 +639,124 @@ async fn a_replay_never_crosses_an_import(env: Env) {
     .await
     .expect("a backup taken after the import replays");
     assert_eq!(entries_now(&*target.kv).await.1, expected);
+}
+
+/// Every record names the database it was made in, the one its status and its exports name.
+async fn records_name_their_database(env: Env) {
+    let kv = &*env.kv;
+    switch_on(kv, HOUR).await;
+    set(kv, &key!["a"], KvValue::U64(1)).await;
+    set(kv, &key!["b"], KvValue::U64(2)).await;
+    let status = kv.change_log_status().await.expect("status");
+    let database = status.database.expect("the status names the database");
+    let (origin, _) = backup_items(kv).await;
+    assert_eq!(origin.database, Some(database), "the export names the same");
+    let log = whole_log(kv).await;
+    assert_eq!(log.len(), 2);
+    for record in log {
+        assert_eq!(record.database, Some(database), "{}", record.versionstamp);
+    }
+}
+
+/// Issue 29: `kv restore --at V --log OTHER` spliced another database's log onto the backup
+/// and reported success. Two stores that made the same commits have logs that chain from
+/// either one's backup; the identities tell them apart. A backup that names no database
+/// (written before identities) is refused for a splice too, and still restores alone.
+async fn a_restore_refuses_a_log_or_backup_of_another_database(env: Env) {
+    let kv = &*env.kv;
+    let other = env.fresh().await.expect("a second store");
+    for store in [kv, &*other.kv] {
+        switch_on(store, HOUR).await;
+        set(store, &key!["a"], KvValue::U64(1)).await;
+    }
+    let (origin, items) = backup_items(kv).await;
+    let (other_origin, _) = backup_items(&*other.kv).await;
+    let ours = origin.database.expect("our identity");
+    let theirs = other_origin.database.expect("their identity");
+    let mut their_last = origin.versionstamp;
+    for i in 0..3u64 {
+        set(kv, &key!["ours", i], KvValue::U64(i)).await;
+        their_last = set(&*other.kv, &key!["theirs", i], KvValue::U64(i)).await;
+    }
+    let attempt = |source: &'static str, backup: Snapshot, point: Versionstamp| {
+        let log: &dyn Backend = if source == "ours" { kv } else { &*other.kv };
+        let env = &env;
+        async move {
+            let target = env.fresh().await.expect("a fresh store");
+            let result = restore(backup, log, RestorePoint::Commit(point), &*target.kv).await;
+            let (_, entries) = entries_now(&*target.kv).await;
+            (result, entries)
+        }
+    };
+    let (result, entries) = attempt(
+        "theirs",
+        backup_of(origin, items.clone()),
+        their_last.max(origin.versionstamp),
+    )
+    .await;
+    let err = result.expect_err("another database's log").to_string();
+    assert!(
+        err.contains(&ours.to_string()) && err.contains(&theirs.to_string()),
+        "the refusal names both databases: {err}"
+    );
+    assert!(entries.is_empty(), "a refused restore writes nothing");
+
+    let unnamed = Snapshot::from_items(origin.versionstamp, items.clone());
+    let (result, _) = attempt("ours", unnamed, their_last.max(origin.versionstamp)).await;
+    let err = result.expect_err("a backup naming no database").to_string();
+    assert!(err.contains("names no database"), "{err}");
+    let target = env.fresh().await.expect("a fresh store");
+    target
+        .kv
+        .import_snapshot(Snapshot::from_items(origin.versionstamp, items))
+        .await
+        .expect("a backup naming no database still imports alone");
+}
+
+/// Issue 29: `--at TIME` before the backup restored the backup's later state, while the same
+/// point as a versionstamp was refused. A time is compared with the time of the backup's own
+/// commit: before it is refused, at or after it gives the backup (or a later commit).
+async fn a_time_before_the_backup_is_refused_like_a_commit_before_it(env: Env) {
+    let kv = &*env.kv;
+    switch_on(kv, HOUR).await;
+    set(kv, &key!["a"], KvValue::U64(1)).await;
+    let early = env.clock().now();
+    env.advance(Duration::from_secs(10));
+    let backup_commit = set(kv, &key!["a"], KvValue::U64(2)).await;
+    let backup_at = env.clock().now();
+    let (origin, items) = backup_items(kv).await;
+    assert_eq!(origin.versionstamp, backup_commit);
+    env.advance(Duration::from_secs(10));
+    let later = set(kv, &key!["a"], KvValue::U64(3)).await;
+    let env = &env;
+    let attempt = |at: chrono::DateTime<chrono::Utc>, items: Vec<SnapshotItem>| async move {
+        let target = env.fresh().await.expect("a fresh store");
+        let result = restore(
+            backup_of(origin, items),
+            kv,
+            RestorePoint::Time(at),
+            &*target.kv,
+        )
+        .await;
+        let (_, entries) = entries_now(&*target.kv).await;
+        (result, entries)
+    };
+    for before in [early, backup_at - chrono::TimeDelta::milliseconds(1)] {
+        let (result, entries) = attempt(before, items.clone()).await;
+        let err = result.expect_err("a time before the backup").to_string();
+        assert!(err.contains("before the backup"), "{err}");
+        assert!(entries.is_empty(), "a refused restore writes nothing");
+    }
+    let (result, _) = attempt(backup_at, items.clone()).await;
+    assert_eq!(
+        result.expect("the backup's own time").versionstamp,
+        backup_commit
+    );
+    let (result, _) = attempt(backup_at + chrono::TimeDelta::seconds(5), items.clone()).await;
+    assert_eq!(
+        result.expect("between two commits").versionstamp,
+        backup_commit
+    );
+    let (result, _) = attempt(backup_at + chrono::TimeDelta::seconds(10), items).await;
+    assert_eq!(result.expect("the later commit").versionstamp, later);
 }

@@ -3,7 +3,7 @@
 //! protocol. Both sides use them.
 //!
 //! A snapshot travels as a stream of [`SnapshotFrame`]s, each inside the length prefix of
-//! [`crate::frames`]: a header (the snapshot's versionstamp), batches of items, and an end frame
+//! [`crate::frames`]: a header (the snapshot's versionstamp and database), batches of items, and an end frame
 //! with the counts, so that a stream cut anywhere is an error, never a short snapshot. A batch's
 //! items are carried in the change log's record layout ([`ChangeRecord::encode`]): the entries,
 //! in key order, as the record's `writes` (never a deletion), then the messages as its
@@ -22,6 +22,8 @@
 //!     expires_at: None,
 //! });
 //! let mut writer = SnapshotWriter::new(stamp);
+//! let database = open_deno_kv_model::DatabaseId::random();
+//! writer.of_database(Some(database));
 //! let mut frames = vec![writer.header()];
 //! frames.extend(writer.push(entry.clone()));
 //! frames.extend(writer.finish());
@@ -32,6 +34,7 @@
 //! }
 //! assert!(reader.is_complete());
 //! assert_eq!(reader.versionstamp(), Some(stamp));
+//! assert_eq!(reader.database(), Some(database));
 //! assert_eq!(items, vec![entry]);
 //! ```
 
@@ -40,7 +43,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use open_deno_kv_model::change_log::{ChangeLogStatus, ChangeRecord, LogMark};
 use open_deno_kv_model::{
-    ImportSummary, KvEntry, SnapshotItem, StagedCommit, StoredEntry, Versionstamp,
+    DatabaseId, ImportSummary, KvEntry, SnapshotItem, StagedCommit, StoredEntry, Versionstamp,
 };
 use prost::Message;
 
@@ -84,6 +87,21 @@ pub struct SnapshotFrame {
     /// stream ends here, and the snapshot is not complete.
     #[prost(string, optional, tag = "6")]
     pub error: Option<String>,
+    /// In the header: the database the snapshot is of (16 bytes,
+    /// [`open_deno_kv_model::DatabaseId`]); absent when it names none.
+    #[prost(bytes = "vec", optional, tag = "7")]
+    pub database: Option<Vec<u8>>,
+}
+
+/// A database identity from the wire: 16 bytes.
+fn database_from_wire(bytes: Option<Vec<u8>>) -> Result<Option<DatabaseId>, ProtocolError> {
+    bytes
+        .map(|bytes| {
+            <[u8; 16]>::try_from(bytes.as_slice())
+                .map(DatabaseId::from_bytes)
+                .map_err(|_| ProtocolError::new("a database identity that is not 16 bytes"))
+        })
+        .transpose()
 }
 
 impl SnapshotFrame {
@@ -105,6 +123,7 @@ impl SnapshotFrame {
 /// [`SNAPSHOT_BATCH_BYTES`] and counts them. Memory: one batch.
 #[derive(Debug)]
 pub struct SnapshotWriter {
+    database: Option<DatabaseId>,
     versionstamp: Versionstamp,
     batch: StagedCommit,
     size: usize,
@@ -112,9 +131,11 @@ pub struct SnapshotWriter {
 }
 
 impl SnapshotWriter {
-    /// A writer for a snapshot as of `versionstamp`.
+    /// A writer for a snapshot as of `versionstamp`, of no named database (see
+    /// [`SnapshotWriter::of_database`]).
     pub fn new(versionstamp: Versionstamp) -> Self {
         SnapshotWriter {
+            database: None,
             versionstamp,
             batch: StagedCommit::default(),
             size: 0,
@@ -122,10 +143,16 @@ impl SnapshotWriter {
         }
     }
 
+    /// Names the database the snapshot is of, in the header.
+    pub fn of_database(&mut self, database: Option<DatabaseId>) {
+        self.database = database;
+    }
+
     /// The first frame.
     pub fn header(&self) -> SnapshotFrame {
         SnapshotFrame {
             versionstamp: Some(self.versionstamp.as_bytes().to_vec()),
+            database: self.database.map(|id| id.as_bytes().to_vec()),
             ..Default::default()
         }
     }
@@ -188,6 +215,7 @@ impl SnapshotWriter {
     fn flush(&mut self) -> SnapshotFrame {
         self.size = 0;
         let record = ChangeRecord {
+            database: None,
             versionstamp: self.versionstamp,
             previous: Versionstamp::ZERO,
             at: DateTime::<Utc>::UNIX_EPOCH,
@@ -221,6 +249,7 @@ impl SnapshotWriter {
 #[derive(Debug, Default)]
 pub struct SnapshotReader {
     versionstamp: Option<Versionstamp>,
+    database: Option<DatabaseId>,
     summary: ImportSummary,
     complete: bool,
 }
@@ -229,6 +258,12 @@ impl SnapshotReader {
     /// The snapshot's versionstamp, once the header was read.
     pub fn versionstamp(&self) -> Option<Versionstamp> {
         self.versionstamp
+    }
+
+    /// The database the snapshot is of, as its header named it (`None` before the header, or
+    /// when it names none).
+    pub fn database(&self) -> Option<DatabaseId> {
+        self.database
     }
 
     /// Whether the end frame was read (with the right counts).
@@ -269,6 +304,7 @@ impl SnapshotReader {
             if !frame.batch.is_empty() || frame.end {
                 return Err(bad("a header with items".into()));
             }
+            self.database = database_from_wire(frame.database).map_err(|e| bad(e.to_string()))?;
             self.versionstamp = Some(Versionstamp::from(stamp));
             return Ok(Vec::new());
         }
@@ -397,6 +433,9 @@ pub struct ChangeLogStatusResponse {
     /// Its newest record.
     #[prost(message, optional, tag = "4")]
     pub last: Option<LogMarkPb>,
+    /// The database whose log it is (16 bytes, [`open_deno_kv_model::DatabaseId`]).
+    #[prost(bytes = "vec", optional, tag = "5")]
+    pub database: Option<Vec<u8>>,
 }
 
 fn mark_to_pb(mark: LogMark) -> LogMarkPb {
@@ -426,6 +465,7 @@ impl From<ChangeLogStatus> for ChangeLogStatusResponse {
             records: status.records,
             first: status.first.map(mark_to_pb),
             last: status.last.map(mark_to_pb),
+            database: status.database.map(|id| id.as_bytes().to_vec()),
         }
     }
 }
@@ -434,6 +474,7 @@ impl ChangeLogStatusResponse {
     /// The client side: the status it carries.
     pub fn into_status(self) -> Result<ChangeLogStatus, ProtocolError> {
         Ok(ChangeLogStatus {
+            database: database_from_wire(self.database)?,
             retention: self.retention_ms.map(Duration::from_millis),
             records: self.records,
             first: self.first.map(mark_from_pb).transpose()?,
@@ -668,9 +709,32 @@ mod tests {
         assert!(err.message.contains("disk on fire"), "{err}");
     }
 
+    /// The database named in the header and in a status travels; a wrong size is refused.
+    #[test]
+    fn the_database_travels_in_the_header_and_the_status() {
+        let database = DatabaseId::random();
+        let mut writer = SnapshotWriter::new(Versionstamp::from_version(1, 0));
+        writer.of_database(Some(database));
+        let mut reader = SnapshotReader::default();
+        reader.push(writer.header()).unwrap();
+        assert_eq!(reader.database(), Some(database));
+        let mut header = writer.header();
+        header.database = Some(vec![1; 15]);
+        assert!(SnapshotReader::default().push(header).is_err());
+        let status = ChangeLogStatus {
+            database: Some(database),
+            ..ChangeLogStatus::default()
+        };
+        let back = ChangeLogStatusResponse::from(status.clone())
+            .into_status()
+            .unwrap();
+        assert_eq!(back, status);
+    }
+
     #[test]
     fn change_log_reads_are_cut_by_size_and_checked_for_order() {
         let record = |version| ChangeRecord {
+            database: Some(DatabaseId::from_bytes([3; 16])),
             versionstamp: Versionstamp::from_version(version, 0),
             previous: Versionstamp::from_version(version - 1, 0),
             at: DateTime::from_timestamp(1_700_000_000, 1).unwrap(),

@@ -32,7 +32,7 @@ async fn dropping_an_export_stream_stops_its_thread() {
     let stopped = Arc::new(AtomicBool::new(false));
     let flag = stopped.clone();
     let snapshot = blocking_export(move |sink| {
-        sink.begin(Versionstamp::from_version(9, 0))?;
+        sink.begin(None, Versionstamp::from_version(9, 0))?;
         let mut key = 0u8;
         let result = loop {
             key = key.wrapping_add(1);
@@ -81,6 +81,7 @@ async fn an_import_sees_the_end_only_after_every_item() {
     assert_eq!(seen, items);
 
     let failing = Snapshot {
+        database: None,
         versionstamp: Versionstamp::from_version(3, 0),
         items: futures::stream::iter(vec![Ok(entry(1, 1)), Err(KvError::Closed)]).boxed(),
     };
@@ -100,6 +101,7 @@ async fn an_abandoned_import_fails_its_work() {
     })
     .boxed();
     let snapshot = Snapshot {
+        database: None,
         versionstamp: Versionstamp::from_version(3, 0),
         items: endless,
     };

@@ -28,13 +28,13 @@ impl MemoryStore {
     /// Copies every entry visible at `now` and every message under the lock (see the module
     /// documentation for the cost) and streams the copy.
     pub(crate) fn export_snapshot(&self, now: DateTime<Utc>) -> Snapshot {
-        let (version, entries, messages) = {
+        let (identity, version, entries, messages) = {
             let state = self.lock();
             let entries: Vec<KvEntry> = (state.entries.iter())
                 .filter(|(_, stored)| !stored.is_expired(now))
                 .map(|(key, stored)| KvEntry::from_stored(key.clone(), stored.clone()))
                 .collect();
-            (state.version, entries, state.queued(now))
+            (state.identity.0, state.version, entries, state.queued(now))
         };
         let items = entries
             .into_iter()
@@ -42,6 +42,7 @@ impl MemoryStore {
             .chain(messages.into_iter().map(SnapshotItem::Message))
             .collect();
         Snapshot::from_items(Versionstamp::from_version(version, 0), items)
+            .of_database(Some(identity))
     }
 
     /// Gathers `snapshot` off the lock, then installs it if the store is still empty.
@@ -55,6 +56,7 @@ impl MemoryStore {
         let Snapshot {
             versionstamp,
             mut items,
+            ..
         } = snapshot;
         let mut summary = ImportSummary::default();
         let mut entries = BTreeMap::new();

@@ -80,10 +80,15 @@ impl MemoryStore {
 
     pub(crate) fn change_log_status(&self) -> ChangeLogStatus {
         let state = self.lock();
+        let database = Some(state.identity.0);
         let Some(log) = &state.log else {
-            return ChangeLogStatus::default();
+            return ChangeLogStatus {
+                database,
+                ..ChangeLogStatus::default()
+            };
         };
         ChangeLogStatus {
+            database,
             retention: Some(log.retention),
             records: log.records.len() as u64,
             first: MemoryLog::mark(log.records.first_key_value()),

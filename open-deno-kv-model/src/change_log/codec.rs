@@ -6,7 +6,7 @@
 //! precision):
 //!
 //! ```text
-//! record  = 0x01 (layout version)  versionstamp[10]  previous[10]  time
+//! record  = 0x02 (layout version)  database[16]  versionstamp[10]  previous[10]  time
 //!           u32 ranges    { bytes start  bytes end }
 //!           u32 writes    { bytes key  0x00 (deleted) | 0x01 entry }
 //!           u32 enqueued  { message }
@@ -16,6 +16,10 @@
 //!           u32 { bytes key }  (keys if undelivered)
 //!           u32 { u32 ms }     (back-off schedule left)
 //! ```
+//!
+//! `database` is the 16 bytes of the [`crate::DatabaseId`] the record was made in. Layout 1 is the
+//! same without it: records written before databases had identities, still read (their database
+//! is `None`), and written for a record without one, so that such a record keeps its bytes.
 //!
 //! A record that ends early, has bytes after its end, or holds an unknown tag, encoding or layout
 //! version is refused as [`KvError::Corrupt`]: a log that does not decode is reported, never
@@ -28,14 +32,23 @@ use uuid::Uuid;
 
 use super::ChangeRecord;
 use crate::queue::QueuedMessage;
-use crate::{KeyRange, KvError, KvValue, StagedCommit, StoredEntry, Versionstamp};
+use crate::{DatabaseId, KeyRange, KvError, KvValue, StagedCommit, StoredEntry, Versionstamp};
 
-/// The layout this module writes.
-const LAYOUT: u8 = 1;
+/// The layout this module writes: with the record's database.
+const LAYOUT: u8 = 2;
+
+/// The layout of records without a database (written before identities).
+const LAYOUT_WITHOUT_DATABASE: u8 = 1;
 
 pub(super) fn encode(record: &ChangeRecord) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64);
-    out.push(LAYOUT);
+    let mut out = Vec::with_capacity(80);
+    match record.database {
+        Some(database) => {
+            out.push(LAYOUT);
+            out.extend_from_slice(database.as_bytes());
+        }
+        None => out.push(LAYOUT_WITHOUT_DATABASE),
+    }
     out.extend_from_slice(record.versionstamp.as_bytes());
     out.extend_from_slice(record.previous.as_bytes());
     put_time(&mut out, record.at);
@@ -65,12 +78,16 @@ pub(super) fn encode(record: &ChangeRecord) -> Vec<u8> {
 
 pub(super) fn decode(bytes: &[u8]) -> Result<ChangeRecord, KvError> {
     let mut input = Reader { bytes, at: 0 };
-    let layout = input.u8()?;
-    if layout != LAYOUT {
-        return Err(corrupt(format!(
-            "unknown layout {layout} (this version reads {LAYOUT})"
-        )));
-    }
+    let database = match input.u8()? {
+        LAYOUT => Some(DatabaseId::from_bytes(input.array()?)),
+        LAYOUT_WITHOUT_DATABASE => None,
+        layout => {
+            return Err(corrupt(format!(
+                "unknown layout {layout} (this version reads {LAYOUT_WITHOUT_DATABASE} and \
+                 {LAYOUT})"
+            )));
+        }
+    };
     let versionstamp = input.versionstamp()?;
     let previous = input.versionstamp()?;
     let at = input.time()?;
@@ -101,6 +118,7 @@ pub(super) fn decode(bytes: &[u8]) -> Result<ChangeRecord, KvError> {
         )));
     }
     Ok(ChangeRecord {
+        database,
         versionstamp,
         previous,
         at,

@@ -20,10 +20,11 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 
 use super::{ChangeRecord, MAX_READ};
+use crate::identity::same_database;
 use crate::queue::QueuedMessage;
 use crate::{
-    Backend, ImportSummary, KeyRange, KvEntry, KvError, Snapshot, SnapshotItem, SnapshotStream,
-    StagedCommit, StoredEntry, Versionstamp,
+    Backend, DatabaseId, ImportSummary, KeyRange, KvEntry, KvError, Snapshot, SnapshotItem,
+    SnapshotOrigin, SnapshotStream, StagedCommit, StoredEntry, Versionstamp,
 };
 
 /// The commit a restore stops at.
@@ -32,13 +33,15 @@ pub enum RestorePoint {
     /// This commit, which the log must hold (or the backup's own versionstamp).
     Commit(Versionstamp),
     /// The last commit that ran at or before this time: records are taken in commit order up to
-    /// the first one later than it.
+    /// the first one later than it. A time before the backup's own commit is refused, as a
+    /// commit before it is (see [`replay_log`]).
     Time(DateTime<Utc>),
 }
 
 /// Change records folded over a backup, in commit order (see the module documentation).
 #[derive(Debug)]
 pub struct Replay {
+    database: DatabaseId,
     backup: Versionstamp,
     last: Versionstamp,
     last_at: Option<DateTime<Utc>>,
@@ -49,9 +52,10 @@ pub struct Replay {
 }
 
 impl Replay {
-    /// An empty replay over a backup whose last commit is `backup`.
-    pub fn after(backup: Versionstamp) -> Self {
+    /// An empty replay over a backup of `database` whose last commit is `backup`.
+    pub fn after(database: DatabaseId, backup: Versionstamp) -> Self {
         Replay {
+            database,
             backup,
             last: backup,
             last_at: None,
@@ -61,10 +65,15 @@ impl Replay {
         }
     }
 
-    /// Applies the next record. It must follow the last one applied (or the backup):
-    /// [`ChangeRecord::previous`] names it. Otherwise a commit is missing from the log and the
-    /// record is refused with [`KvError::InvalidArgument`].
+    /// Applies the next record. It must be of the backup's database
+    /// ([`crate::identity::same_database`]: a record of another database, or of none, is refused
+    /// naming both) and follow the last one applied (or the backup): [`ChangeRecord::previous`]
+    /// names it. Otherwise a commit is missing from the log. Either is refused with
+    /// [`KvError::InvalidArgument`].
     pub fn apply(&mut self, record: ChangeRecord) -> Result<(), KvError> {
+        same_database(Some(self.database), record.database).map_err(|err| {
+            KvError::invalid_argument(format!("commit {}: {err}", record.versionstamp))
+        })?;
         if record.previous != self.last {
             return Err(KvError::invalid_argument(format!(
                 "the change log has a gap: its commit {} follows commit {}, but the last commit \
@@ -125,6 +134,7 @@ impl Replay {
     /// started after) with the overlay merged in, as a snapshot to import. Its versionstamp is
     /// the last commit applied, so the restored store numbers on from it.
     pub fn over(self, backup: Snapshot) -> Result<Snapshot, KvError> {
+        same_database(backup.database, Some(self.database))?;
         if backup.versionstamp != self.backup {
             return Err(KvError::invalid_argument(format!(
                 "the replay was read after commit {}, but the backup is of commit {}",
@@ -151,21 +161,25 @@ impl Replay {
         })
         .boxed();
         Ok(Snapshot {
+            database: Some(self.database),
             versionstamp: self.last,
             items,
         })
     }
 }
 
-/// Reads `source`'s change log after the backup's commit `backup` up to `point` and folds it
-/// into a [`Replay`], a page ([`MAX_READ`] records) at a time.
+/// Reads `source`'s change log after the backup (`backup`: its database and last commit) up to
+/// `point` and folds it into a [`Replay`], a page ([`MAX_READ`] records) at a time.
 ///
-/// Refused ([`KvError::InvalidArgument`]): a log that is off; a point before the backup; a
-/// [`RestorePoint::Commit`] the log does not hold, or beyond its last record; a gap in the
-/// chain (see [`Replay::apply`]).
+/// Refused ([`KvError::InvalidArgument`]): a log that is off; a backup and a log of two
+/// databases, or a backup without an identity ([`crate::identity::same_database`], the message
+/// naming both); a point before the backup, whether a commit or a time (a time is compared with
+/// the time of the backup's own commit, which the log must then hold, unless a commit after the
+/// backup already ran at or before that time); a [`RestorePoint::Commit`] the log does not hold,
+/// or beyond its last record; a gap in the chain (see [`Replay::apply`]).
 pub async fn replay_log(
     source: &dyn Backend,
-    backup: Versionstamp,
+    backup: SnapshotOrigin,
     point: RestorePoint,
 ) -> Result<Replay, KvError> {
     let status = source.change_log_status().await?;
@@ -174,17 +188,22 @@ pub async fn replay_log(
             "the source database keeps no change log (switch it on with `kv log enable`)",
         ));
     }
-    let mut replay = Replay::after(backup);
-    if let RestorePoint::Commit(target) = point {
-        if target < backup {
+    let database = same_database(backup.database, status.database)?;
+    let SnapshotOrigin {
+        versionstamp: backup,
+        ..
+    } = backup;
+    let mut replay = Replay::after(database, backup);
+    match point {
+        RestorePoint::Commit(target) if target < backup => {
             return Err(KvError::invalid_argument(format!(
                 "commit {target} is older than the backup (commit {backup}): restore from an \
                  older backup"
             )));
         }
-        if target == backup {
-            return Ok(replay);
-        }
+        RestorePoint::Commit(target) if target == backup => return Ok(replay),
+        RestorePoint::Commit(_) => {}
+        RestorePoint::Time(time) => check_time_after_backup(source, backup, time).await?,
     }
     let mut cursor = backup;
     loop {
@@ -244,7 +263,7 @@ pub async fn restore(
     point: RestorePoint,
     target: &dyn Backend,
 ) -> Result<Restored, KvError> {
-    let replay = replay_log(source, backup.versionstamp, point).await?;
+    let replay = replay_log(source, backup.origin(), point).await?;
     let (versionstamp, at, commits) = (replay.last(), replay.last_at(), replay.commits());
     let imported = target.import_snapshot(replay.over(backup)?).await?;
     Ok(Restored {
@@ -253,6 +272,64 @@ pub async fn restore(
         commits,
         imported,
     })
+}
+
+/// Refuses `time` if it lies before the backup's commit `backup`, as a commit before the backup
+/// is refused: the backup holds that commit, so no restore from it reaches a state before it.
+/// The backup's own record in `source`'s log gives its time. Without that record, the time is
+/// still known to be after the backup if a commit after the backup ran at or before it; else it
+/// cannot be told, and is refused.
+async fn check_time_after_backup(
+    source: &dyn Backend,
+    backup: Versionstamp,
+    time: DateTime<Utc>,
+) -> Result<(), KvError> {
+    let Some(before) = predecessor(backup) else {
+        // A backup of a store before its first commit: every time is at or after it.
+        return Ok(());
+    };
+    let own = source.read_change_log(before, 1).await?;
+    if let Some(record) = own.first().filter(|r| r.versionstamp == backup) {
+        if time < record.at {
+            return Err(KvError::invalid_argument(format!(
+                "time {} is before the backup: its last commit {backup} ran at {}; restore from \
+                 an older backup",
+                time.to_rfc3339(),
+                record.at.to_rfc3339()
+            )));
+        }
+        return Ok(());
+    }
+    let next = source.read_change_log(backup, 1).await?;
+    match next.first() {
+        Some(record) if record.at <= time => Ok(()),
+        next => Err(KvError::invalid_argument(format!(
+            "the change log does not hold the backup's own commit {backup}, so whether time {} \
+             is before the backup cannot be told{}; give a later time, or the commit as a \
+             versionstamp",
+            time.to_rfc3339(),
+            next.map(|record| format!(
+                " (the first commit after the backup, {}, ran at {})",
+                record.versionstamp,
+                record.at.to_rfc3339()
+            ))
+            .unwrap_or_default(),
+        ))),
+    }
+}
+
+/// The versionstamp just before `stamp` (10 bytes, big-endian), or `None` for
+/// [`Versionstamp::ZERO`].
+fn predecessor(stamp: Versionstamp) -> Option<Versionstamp> {
+    let mut bytes = *stamp.as_bytes();
+    for byte in bytes.iter_mut().rev() {
+        if *byte > 0 {
+            *byte -= 1;
+            return Some(Versionstamp::from_bytes(bytes));
+        }
+        *byte = 0xff;
+    }
+    None
 }
 
 /// The replayed ranges, sorted and merged, for a binary search per backup key.

@@ -5,7 +5,10 @@ use futures::TryStreamExt;
 
 use super::*;
 use crate::queue::QueuedMessage;
-use crate::{KeyRange, KvEntry, KvValue, Snapshot, SnapshotItem, StoredEntry};
+use crate::{DatabaseId, KeyRange, KvEntry, KvValue, Snapshot, SnapshotItem, StoredEntry};
+
+/// The database every record and backup of these tests is of.
+const DB: DatabaseId = DatabaseId::from_bytes([7; 16]);
 
 fn at(seconds: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(1_700_000_000 + seconds, 123_456_789).expect("time")
@@ -37,6 +40,7 @@ fn record(version: u64, sets: &[(&[u8], u64)], deletes: &[&[u8]]) -> ChangeRecor
         changes.stage_delete(key);
     }
     ChangeRecord {
+        database: Some(DB),
         versionstamp: vs(version),
         previous: vs(version - 1),
         at: at(version as i64),
@@ -75,6 +79,7 @@ fn a_record_reads_back_as_written() {
         vec![100, 1000, 10_000],
     ));
     let record = ChangeRecord {
+        database: Some(DB),
         versionstamp: vs(9),
         previous: Versionstamp::from_version(7, 3),
         at: at(1),
@@ -107,9 +112,9 @@ fn a_damaged_record_is_reported_as_corrupt() {
         Err(KvError::Corrupt { .. })
     ));
     let mut other_layout = bytes;
-    other_layout[0] = 2;
+    other_layout[0] = 3;
     let err = ChangeRecord::decode(&other_layout).expect_err("refused");
-    assert!(err.to_string().contains("unknown layout 2"), "{err}");
+    assert!(err.to_string().contains("unknown layout 3"), "{err}");
 }
 
 async fn items(snapshot: Snapshot) -> Vec<SnapshotItem> {
@@ -132,8 +137,9 @@ async fn a_replay_merges_the_log_into_the_backup_key_by_key() {
             SnapshotItem::Entry(entry(b"z", 5, 2)),
             SnapshotItem::Message(backup_message.clone()),
         ],
-    );
-    let mut replay = Replay::after(vs(2));
+    )
+    .of_database(Some(DB));
+    let mut replay = Replay::after(DB, vs(2));
     replay
         .apply(record(
             3,
@@ -174,14 +180,62 @@ async fn a_replay_merges_the_log_into_the_backup_key_by_key() {
 /// backup other than the one the replay started after.
 #[tokio::test]
 async fn a_gap_in_the_chain_or_another_backup_is_refused() {
-    let mut replay = Replay::after(vs(2));
+    let mut replay = Replay::after(DB, vs(2));
     let err = replay.apply(record(4, &[], &[])).expect_err("3 is missing");
     assert!(err.to_string().contains("gap"), "{err}");
     replay.apply(record(3, &[], &[])).expect("follows");
-    let err = Replay::after(vs(2))
-        .over(Snapshot::from_items(vs(1), vec![]))
+    let err = Replay::after(DB, vs(2))
+        .over(Snapshot::from_items(vs(1), vec![]).of_database(Some(DB)))
         .expect_err("another backup");
     assert!(err.to_string().contains("backup is of commit"), "{err}");
+}
+
+/// Issue 29: another database's log continues the backup's versionstamps and passes the chain
+/// check, so its records must be refused by the database they name; a record that names none
+/// (written before identities) too. The message names both databases.
+#[tokio::test]
+async fn a_record_or_backup_of_another_database_is_refused() {
+    let other = DatabaseId::from_bytes([9; 16]);
+    let mut foreign = record(3, &[(b"a", 1)], &[]);
+    foreign.database = Some(other);
+    let mut replay = Replay::after(DB, vs(2));
+    let err = replay
+        .apply(foreign)
+        .expect_err("another database")
+        .to_string();
+    assert!(
+        err.contains(&DB.to_string()) && err.contains(&other.to_string()),
+        "{err}"
+    );
+    let mut old = record(3, &[(b"a", 1)], &[]);
+    old.database = None;
+    let err = replay.apply(old).expect_err("no database").to_string();
+    assert!(err.contains("names no database"), "{err}");
+    assert_eq!(replay.commits(), 0, "nothing was applied");
+
+    let err = Replay::after(DB, vs(2))
+        .over(Snapshot::from_items(vs(2), vec![]).of_database(Some(other)))
+        .expect_err("a backup of another database");
+    assert!(err.to_string().contains(&other.to_string()), "{err}");
+    let err = Replay::after(DB, vs(2))
+        .over(Snapshot::from_items(vs(2), vec![]))
+        .expect_err("a backup of no database");
+    assert!(err.to_string().contains("names no database"), "{err}");
+}
+
+/// A record written before identities (layout 1) still reads, as a record of no database, and
+/// one without a database is written in that layout, byte for byte.
+#[test]
+fn a_record_without_a_database_keeps_the_first_layout() {
+    let mut old = record(3, &[(b"a", 1)], &[b"b"]);
+    old.database = None;
+    let bytes = old.encode();
+    assert_eq!(bytes[0], 1);
+    assert_eq!(ChangeRecord::decode(&bytes).expect("decodes"), old);
+    let new = record(3, &[(b"a", 1)], &[b"b"]).encode();
+    assert_eq!(new[0], 2);
+    assert_eq!(&new[1..17], DB.as_bytes());
+    assert_eq!(new.len(), bytes.len() + 16);
 }
 
 /// Against a model: random sets, deletes and range deletes over a small key space, the state
@@ -225,6 +279,7 @@ async fn replays_match_the_states_they_replay_to() {
         }
         states.push(state.clone());
         records.push(ChangeRecord {
+            database: Some(DB),
             versionstamp: vs(version),
             previous: vs(version - 1),
             at: at(version as i64),
@@ -237,8 +292,8 @@ async fn replays_match_the_states_they_replay_to() {
                 .iter()
                 .map(|(k, e)| SnapshotItem::Entry(KvEntry::from_stored(k.clone(), e.clone())))
                 .collect();
-            let backup = Snapshot::from_items(vs(from as u64), backup_items);
-            let mut replay = Replay::after(vs(from as u64));
+            let backup = Snapshot::from_items(vs(from as u64), backup_items).of_database(Some(DB));
+            let mut replay = Replay::after(DB, vs(from as u64));
             for record in &records[from..to] {
                 replay.apply(record.clone()).expect("chained");
             }
@@ -282,10 +337,11 @@ async fn a_backup_stream_is_not_polled_after_its_end() {
     })
     .boxed();
     let backup = Snapshot {
+        database: Some(DB),
         versionstamp: vs(1),
         items: stream,
     };
-    let mut replay = Replay::after(vs(1));
+    let mut replay = Replay::after(DB, vs(1));
     replay.apply(record(2, &[(b"b", 2)], &[])).expect("follows");
     assert_eq!(
         items(replay.over(backup).expect("same")).await,
