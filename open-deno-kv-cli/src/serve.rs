@@ -51,7 +51,15 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
         return Err(open_deno_kv_server::ConfigError::OpenNotLoopback(args.addr).into());
     }
     let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(Tls::load(cert, key)?),
+        // Read off the async runtime: the files are read whole (at most 1 MiB each).
+        (Some(cert), Some(key)) => {
+            let (cert, key) = (cert.clone(), key.clone());
+            Some(
+                tokio::task::spawn_blocking(move || Tls::load(cert, key))
+                    .await
+                    .map_err(|e| CliError::ServeRefused(format!("reading the TLS files: {e}")))??,
+            )
+        }
         _ => None,
     };
     let url = parse_url(db)?;
@@ -213,7 +221,7 @@ fn reload_on_sighup(tls: Tls) {
             Ok(mut hangups) => {
                 tokio::spawn(async move {
                     while hangups.recv().await.is_some() {
-                        match tls.reload() {
+                        match tls.reload().await {
                             Ok(()) => tracing::info!(
                                 "SIGHUP: reloaded the TLS certificate {} and key {}; new \
                                  connections use them",

@@ -93,7 +93,7 @@ use tokio::task::JoinSet;
 pub use connection::HTTP2_PING_INTERVAL;
 pub use databases::{DatabaseOpener, Databases, Opened};
 pub use resources::ResourceLimits;
-pub use tls::Tls;
+pub use tls::{EXPIRY_WARNING, MAX_TLS_FILE_BYTES, Tls, Validity};
 pub use ui::Explorer;
 
 /// The largest request body accepted (413 above it): 1 MiB plus 64 KiB. The largest valid
@@ -222,6 +222,19 @@ pub enum ConfigError {
     /// certificate, or its algorithm is not supported).
     #[error("TLS configuration refused: {0}")]
     TlsRefused(String),
+    /// The leaf certificate has expired: refused at start and on reload (where the certificate
+    /// in force stays), since no client would accept it.
+    #[error(
+        "TLS certificate {}: it expired on {not_after}; renew it (the server does not serve an \
+         expired certificate)",
+        path.display()
+    )]
+    TlsExpired {
+        /// The certificate chain's file.
+        path: std::path::PathBuf,
+        /// When it expired (RFC 3339).
+        not_after: String,
+    },
 }
 
 /// Shared by every connection.
