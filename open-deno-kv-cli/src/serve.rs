@@ -172,6 +172,13 @@ fn resource_limits(
                 CliError::ServeRefused(format!("--{name} must be a positive number of seconds"))
             })
     };
+    if flags.max_unauthorized_per_address == 0 {
+        return Err(CliError::ServeRefused(
+            "--max-unauthorized-per-address must be at least 1 (every connection starts \
+             unauthorized)"
+                .into(),
+        ));
+    }
     let half_of_files = open_files
         .and_then(|n| usize::try_from(n / 2).ok())
         .unwrap_or(usize::MAX);
@@ -184,6 +191,9 @@ fn resource_limits(
         max_watches: flags.max_watches,
         max_open_databases: flags.max_open_databases,
         database_idle_timeout: seconds("database-idle-timeout", flags.database_idle_timeout)?,
+        auth_timeout: seconds("auth-timeout", flags.auth_timeout)?,
+        max_unauthorized_per_address: flags.max_unauthorized_per_address,
+        warning_interval: seconds("warning-interval", flags.warning_interval)?,
     })
 }
 

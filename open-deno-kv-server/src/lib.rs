@@ -65,11 +65,13 @@
 //! # }
 //! ```
 
+pub mod admission;
 pub mod backup;
 mod connection;
 pub mod databases;
 pub mod ext;
 mod handler;
+pub mod log_summary;
 pub mod metrics;
 pub mod queue;
 mod quick_ack;
@@ -273,7 +275,9 @@ impl Server {
     /// Serves connections from `listener` until `shutdown` completes, then shuts down
     /// gracefully: stops accepting, ends watch streams, lets in-flight requests finish (for at
     /// most [`ServerConfig::shutdown_grace`]), and closes the databases it opened itself.
-    /// Connections over [`ResourceLimits::max_connections`] are answered `503` and closed.
+    /// Connections are admitted as [`admission`] describes: over
+    /// [`ResourceLimits::max_connections`] the oldest that has not authorized makes room, and when
+    /// all have, the new one is answered `503` and closed.
     ///
     /// Refuses to start ([`ConfigError::OpenNotLoopback`], as an I/O error of kind
     /// `PermissionDenied`) if access is open and the listener is not on a loopback address.
@@ -301,6 +305,14 @@ impl Server {
             databases,
             shutdown: stopped,
         });
+        let admission = Arc::new(admission::Admission::new(
+            &shared.config.resources,
+            shared.config.log_errors,
+        ));
+        let summaries = {
+            let (admission, shutdown) = (admission.clone(), shared.shutdown.clone());
+            tokio::spawn(async move { admission.warnings.run(shutdown).await })
+        };
         let sweeper = tokio::spawn(queue::sweep(shared.clone()));
         let database_sweeper = tokio::spawn(databases::sweep_idle(shared.clone()));
         let mut connections = JoinSet::new();
@@ -309,13 +321,11 @@ impl Server {
             tokio::select! {
                 () = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, _peer)) => match shared.budgets.connection() {
-                        Some(slot) => {
-                            connections.spawn(connection::serve(shared.clone(), stream, slot));
+                    Ok((stream, peer)) => match admission.admit(&shared.budgets, peer) {
+                        Ok(ticket) => {
+                            connections.spawn(connection::serve(shared.clone(), stream, ticket));
                         }
-                        None => {
-                            connection::refuse(stream, &shared.config);
-                        }
+                        Err(refusal) => connection::refuse(stream, &shared.config, refusal),
                     },
                     Err(err) => {
                         // Out of file descriptors and the like: wait instead of spinning.
@@ -339,6 +349,7 @@ impl Server {
             while connections.join_next().await.is_some() {}
         }
         let _ = sweeper.await;
+        let _ = summaries.await;
         let _ = database_sweeper.await;
         shared.deliveries.release_all();
         shared.databases.close_opened().await;

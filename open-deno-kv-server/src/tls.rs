@@ -116,12 +116,13 @@ impl Tls {
     /// [`EXPIRY_WARNING`] is put in force with a warning.
     pub async fn reload(&self) -> Result<(), ConfigError> {
         let (cert, key) = (self.inner.cert.clone(), self.inner.key.clone());
-        let loaded = tokio::task::spawn_blocking(move || load_files(&cert, &key, SystemTime::now()))
-            .await
-            .map_err(|e| ConfigError::TlsFile {
-                path: self.inner.cert.clone(),
-                reason: format!("the thread reading it failed: {e}"),
-            })??;
+        let loaded =
+            tokio::task::spawn_blocking(move || load_files(&cert, &key, SystemTime::now()))
+                .await
+                .map_err(|e| ConfigError::TlsFile {
+                    path: self.inner.cert.clone(),
+                    reason: format!("the thread reading it failed: {e}"),
+                })??;
         warn_about_validity(&self.inner.cert, loaded.validity, SystemTime::now());
         *self
             .inner
@@ -365,8 +366,14 @@ mod tests {
     #[test]
     fn validity_warnings() {
         let now = UNIX_EPOCH + 20_000 * DAY;
-        assert_eq!(validity_warning(valid(now - DAY, now + 90 * DAY), now), None);
-        assert_eq!(validity_warning(valid(now - DAY, now + 14 * DAY), now), None);
+        assert_eq!(
+            validity_warning(valid(now - DAY, now + 90 * DAY), now),
+            None
+        );
+        assert_eq!(
+            validity_warning(valid(now - DAY, now + 14 * DAY), now),
+            None
+        );
         let soon = validity_warning(valid(now - DAY, now + 13 * DAY), now).unwrap();
         assert!(soon.starts_with("expires on "), "{soon}");
         assert!(soon.contains("in 13 days, 0 hours"), "{soon}");

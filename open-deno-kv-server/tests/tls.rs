@@ -150,7 +150,10 @@ async fn reload_serves_the_new_certificate_and_keeps_the_old_on_error() {
     );
 
     write(dir.path(), "key.pem", "broken\n");
-    assert!(matches!(tls.reload().await, Err(ConfigError::TlsFile { .. })));
+    assert!(matches!(
+        tls.reload().await,
+        Err(ConfigError::TlsFile { .. })
+    ));
     assert_eq!(
         tokio::task::spawn_blocking(served).await.unwrap(),
         second.der,
@@ -289,9 +292,8 @@ async fn a_reload_from_special_or_huge_files_is_refused_and_the_certificate_stay
                 other => panic!("reload from {}: {other:?}", hostile.display()),
             }
             // The server still answers, with the certificate in force.
-            let (_, certificate, answer) = tokio::task::spawn_blocking(served.clone())
-                .await
-                .unwrap();
+            let (_, certificate, answer) =
+                tokio::task::spawn_blocking(served.clone()).await.unwrap();
             assert_eq!(certificate, first.der);
             assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
             std::fs::remove_file(path).unwrap();

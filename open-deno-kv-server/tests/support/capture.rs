@@ -19,6 +19,7 @@ impl Captured {
             .with_writer(self.clone())
             .with_max_level(level)
             .with_ansi(false)
+            .with_target(false)
             .without_time()
             .finish()
     }
