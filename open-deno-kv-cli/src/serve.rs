@@ -90,9 +90,7 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
         addr: args.addr,
         source,
     };
-    let listener = tokio::net::TcpListener::bind(args.addr)
-        .await
-        .map_err(serving)?;
+    let listener = listen(args.addr).map_err(serving)?;
     let local = listener.local_addr().map_err(serving)?;
     if let Some(tls) = &tls {
         reload_on_sighup(tls.clone());
@@ -142,6 +140,25 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
     let closed = default.close().await;
     outcome.map_err(serving)?;
     Ok(closed?)
+}
+
+/// How many connections the kernel may hold, accepted by it but not yet by the server. A flood
+/// of connections comes in bursts: beyond this queue the kernel drops new connections' SYNs, and
+/// a client (with the token or not) waits a whole second to retry (tokio's own default is 1024).
+/// The kernel caps it at `net.core.somaxconn` (4096 by default since Linux 5.4).
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// The listening socket on `addr` (address reuse on, as tokio's `TcpListener::bind` sets it).
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Raises the soft open-file limit to the hard limit (the default soft limit, often 1024, is what
