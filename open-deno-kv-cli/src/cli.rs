@@ -422,6 +422,10 @@ pub struct ServeLimits {
     /// connections, evictions, refusals) are counted and logged as one summary line.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub warning_interval: f64,
+    /// Seconds the queue depths GET /metrics reports are reused before they are read again
+    /// from the databases (0: at every scrape). Scrapes are answered one at a time.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    pub metrics_refresh: f64,
 }
 
 /// The database a reading command names as its argument (`kv dump FILE`, `kv stats FILE`), in

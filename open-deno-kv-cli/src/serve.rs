@@ -211,6 +211,11 @@ fn resource_limits(
         auth_timeout: seconds("auth-timeout", flags.auth_timeout)?,
         max_unauthorized_per_address: flags.max_unauthorized_per_address,
         warning_interval: seconds("warning-interval", flags.warning_interval)?,
+        metrics_refresh: Duration::try_from_secs_f64(flags.metrics_refresh).map_err(|_| {
+            CliError::ServeRefused(
+                "--metrics-refresh must be a number of seconds (0 or more)".into(),
+            )
+        })?,
     })
 }
 

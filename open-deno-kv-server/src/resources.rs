@@ -21,6 +21,9 @@
 //! | `/db/NAME` databases open at once (`kv serve --db-dir`) | `max_open_databases` | 64 | `503` "Too many databases open …" |
 //! | an open `/db/NAME` database nobody uses (no request, watch or held queue message) | `database_idle_timeout` | 60 s | closed; reopened on next use |
 //!
+//! `GET /metrics` (no token) reads the queue depths of the open databases at most once per
+//! `metrics_refresh` (5 s), answering the values last read in between ([`crate::metrics`]).
+//!
 //! Warnings clients can cause (failed handshakes, wrong protocols, evictions, refusals) are
 //! logged as one summary per kind every `warning_interval` (10 s; [`crate::log_summary`]).
 //!
@@ -64,6 +67,9 @@ pub struct ResourceLimits {
     /// The interval over which warnings of one kind are counted and logged as one summary
     /// ([`crate::log_summary`]).
     pub warning_interval: Duration,
+    /// How long the queue depths `GET /metrics` reports are reused before they are read again
+    /// ([`crate::metrics`]); zero reads them at every scrape.
+    pub metrics_refresh: Duration,
 }
 
 impl Default for ResourceLimits {
@@ -80,6 +86,7 @@ impl Default for ResourceLimits {
             auth_timeout: Duration::from_secs(5),
             max_unauthorized_per_address: 32,
             warning_interval: Duration::from_secs(10),
+            metrics_refresh: Duration::from_secs(5),
         }
     }
 }
