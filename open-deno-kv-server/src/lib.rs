@@ -51,7 +51,10 @@
 //! Hostile clients: every resource a client can make the server hold — connections, time to send
 //! headers and bodies, idle connections, body memory, watch streams, open `/db/NAME` databases —
 //! is capped by [`ResourceLimits`] ([`ServerConfig::resources`]), with a clear refusal over the
-//! cap; the [`resources`] module documents the policy and its defaults.
+//! cap; the [`resources`] module documents the policy and its defaults. Connections that have not
+//! passed the token check are admitted on trust only, so strangers cannot keep out the clients
+//! that hold the token ([`admission`]), and the warnings they cause are logged as summaries
+//! ([`log_summary`]).
 //!
 //! ```no_run
 //! # async fn run() -> std::io::Result<()> {
