@@ -24,7 +24,7 @@
 //! `/metrics` needs no token, so a scrape must cost little whatever the store holds and however
 //! often it comes. The connection, watch and database gauges are counts the server keeps (its
 //! semaphores and its database table). The queue depths are read from each open database
-//! ([`queue_depth`]) at most once per [`crate::ResourceLimits::metrics_refresh`] (5 s): the
+//! ([`Backend::queue_depth`]: a count the engine keeps, or counts natively) at most once per [`crate::ResourceLimits::metrics_refresh`] (5 s): the
 //! values are kept, and a scrape within the interval answers them as they were; scrapes are
 //! answered one at a time, so concurrent scrapes share one reading instead of each making
 //! their own. Deliveries are only those the server hands out over the
@@ -357,8 +357,8 @@ async fn queue_depth(database: &str, backend: &dyn Backend) -> Option<usize> {
     if !backend.capabilities().queue_inspection {
         return None;
     }
-    match backend.queued_messages().await {
-        Ok(messages) => Some(messages.len()),
+    match backend.queue_depth().await {
+        Ok(depth) => Some(depth),
         Err(err) => {
             tracing::warn!(database, error = %err, "metrics: cannot read the queue depth");
             None

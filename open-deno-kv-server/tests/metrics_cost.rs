@@ -1,8 +1,9 @@
 //! `GET /metrics` costs O(1) (issue 29, point 6): with 200,000 messages queued, 32 concurrent
 //! scrapes each answer in milliseconds, report the depth exactly, and leave the process's memory
 //! where it was. (A binary of its own, so that no other test's allocations move the memory
-//! figures.) The bounds are generous: they only catch a scrape that reads every message, which
-//! took ~0.33 s of CPU and 240 MB per scrape in release builds.
+//! figures.) The bounds are generous: they only catch a scrape that reads every message (about
+//! 0.5 s in a debug build here, 0.33 s of CPU and 240 MB in a release build with larger
+//! payloads), where counting takes a few milliseconds.
 //!
 //! Run: `cargo test -p open-deno-kv-server --test metrics_cost -- --nocapture` (prints the
 //! measured figures).
@@ -117,7 +118,7 @@ async fn scrapes_cost_the_same_with_200_000_messages_queued() {
     );
     for elapsed in [first, times[SCRAPES - 1]] {
         assert!(
-            elapsed < Duration::from_secs(1),
+            elapsed < Duration::from_millis(250),
             "a scrape took {elapsed:?} with {QUEUED} messages queued"
         );
     }
