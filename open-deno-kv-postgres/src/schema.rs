@@ -7,7 +7,7 @@
 //! | `kv_meta` | one row: `schema_version`, `data_version`, the last commit version handed out, and `change_log_ms`, the change log's retention in ms (NULL: the log is off); every write transaction locks this row first, and reads the retention from it in the same statement |
 //! | `kv` | entries: `k` (Deno's key encoding, `bytea`: ordered by `memcmp` then length, Deno's order), `v`, `v_encoding` (1 V8, 2 u64 little-endian, 3 bytes: Deno's numbering), `vs` (the 10-byte versionstamp), `expires_at` (ms, or NULL) |
 //! | `kv_queue` | messages: `id`, `ready_at` (ms), `payload`, `keys_if_undelivered`, `backoff_ms` (the intervals left), and while a consumer holds it `lease` (a token) and `deadline` (ms) |
-//! | `kv_change_log` | the change log (see `open_deno_kv_proto::change_log`): `vs`, the commit's 10-byte versionstamp (primary key: its byte order is commit order), `at`, the commit's time in ms (rounded down; what pruning compares), and `record`, the bytes of `ChangeRecord::encode` (its own layout, in open-deno-kv-proto's `change_log/codec.rs`) |
+//! | `kv_change_log` | the change log (see `open_deno_kv_engine_kit::change_log`): `vs`, the commit's 10-byte versionstamp (primary key: its byte order is commit order), `at`, the commit's time in ms (rounded down; what pruning compares), and `record`, the bytes of `ChangeRecord::encode` (its own layout, in open-deno-kv-model's `change_log/codec.rs`) |
 //!
 //! ## Versions
 //!
@@ -27,7 +27,7 @@
 
 use std::collections::BTreeMap;
 
-use open_deno_kv_proto::SchemaTooNew;
+use open_deno_kv_engine_kit::SchemaTooNew;
 use tokio_postgres::{Client, Transaction};
 
 use crate::PostgresError;

@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use open_deno_kv_conformance::support;
-use open_deno_kv_postgres::PostgresError;
-use open_deno_kv_postgres::testing::{Shutdown, SilentCutProxy};
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Enqueue, KvValue, Mutation, ReadRange, Versionstamp, key,
 };
+use open_deno_kv_postgres::PostgresError;
+use open_deno_kv_postgres::testing::{Shutdown, SilentCutProxy};
 
 mod common;
 use common::{cluster, get, open, open_url, postgres_error, set};

@@ -16,7 +16,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use open_deno_kv_connect::metadata::DatabaseMetadata;
-use open_deno_kv_proto::KvError;
+use open_deno_kv_engine_kit::KvError;
 use tokio::sync::watch;
 use tokio::time::Instant;
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use common::*;
-use open_deno_kv_proto::{AtomicWrite, Enqueue};
+use open_deno_kv_model::{AtomicWrite, Enqueue};
 use open_deno_kv_server::Databases;
 use tokio::task::JoinSet;
 
