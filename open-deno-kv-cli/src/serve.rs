@@ -103,10 +103,13 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
         );
     }
     tracing::info!(
-        "at most {} connections, {} watches, {} --db-dir databases open",
+        "at most {} connections, {} watches, {} --db-dir databases open; a connection has {:?} \
+         to make a request with the token, and one address at most {} connections without it",
         limits.max_connections,
         limits.max_watches,
-        limits.max_open_databases
+        limits.max_open_databases,
+        limits.auth_timeout,
+        limits.max_unauthorized_per_address
     );
     tracing::info!(
         "serving {db} at {}://{local}/ ({}){}{}{}{}",
