@@ -13,7 +13,7 @@
 //! WARN 1,234 failed TLS handshakes from 5 addresses in the last 10 s
 //! ```
 //!
-//! The distinct addresses are counted up to [`MAX_ADDRESSES`] per kind and interval ("at least"
+//! The distinct addresses are counted up to 10,000 per kind and interval ("at least"
 //! beyond), so the memory a flood takes is bounded too.
 
 use std::collections::HashSet;
