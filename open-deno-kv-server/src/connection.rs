@@ -21,13 +21,15 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::admission::{Refusal, Ticket};
+use crate::config::ServerConfig;
 use crate::databases::ConnectionDatabases;
 use crate::handler;
 use crate::log_summary::Warning;
 use crate::quick_ack::QuickAck;
+use crate::request;
 use crate::response::ResponseBody;
+use crate::shared::Shared;
 use crate::tls::TLS_HANDSHAKE_RECORD;
-use crate::{ServerConfig, Shared};
 
 /// How often an HTTP/2 connection is pinged, and how long a ping may go unanswered before the
 /// peer counts as dead and the connection is closed.
@@ -225,7 +227,7 @@ where
         service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
             let in_flight = activity.begin();
             if !ticket.is_authorized()
-                && handler::authorize(request.headers(), &shared.config.access).is_ok()
+                && request::authorize(request.headers(), &shared.config.access).is_ok()
             {
                 ticket.authorize();
             }
