@@ -384,8 +384,9 @@ pub enum LogFormat {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Resource limits")]
 pub struct ServeLimits {
-    /// Connections served at once; more get "503 Too many connections" and are closed. Lowered
-    /// to half the open-file limit when that is lower.
+    /// Connections served at once. At the cap, a new connection takes the place of the oldest
+    /// one that has not authorized yet (which is closed); when every one has, it gets "503 Too
+    /// many connections". Lowered to half the open-file limit when that is lower.
     #[arg(long, value_name = "N", default_value_t = 1000)]
     pub max_connections: usize,
     /// Seconds a connection may stay open with no request in flight (a watch counts as one).
@@ -409,6 +410,22 @@ pub struct ServeLimits {
     /// Seconds an unused --db-dir database stays open (it reopens on next use).
     #[arg(long, value_name = "SECS", default_value_t = 60.0)]
     pub database_idle_timeout: f64,
+    /// Seconds a new connection has to make a request with the access token before it is
+    /// closed (with --open-loopback, any request counts).
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    pub auth_timeout: f64,
+    /// Connections that have not authorized yet, open at once from one address (an IPv6 /64);
+    /// more get "503 Too many connections from your address".
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    pub max_unauthorized_per_address: usize,
+    /// Seconds over which repeated warnings of one kind (failed TLS handshakes, wrong-protocol
+    /// connections, evictions, refusals) are counted and logged as one summary line.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub warning_interval: f64,
+    /// Seconds the queue depths GET /metrics reports are reused before they are read again
+    /// from the databases (0: at every scrape). Scrapes are answered one at a time.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    pub metrics_refresh: f64,
 }
 
 /// The database a reading command names as its argument (`kv dump FILE`, `kv stats FILE`), in

@@ -52,7 +52,15 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
         return Err(open_deno_kv_server::ConfigError::OpenNotLoopback(args.addr).into());
     }
     let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(Tls::load(cert, key)?),
+        // Read off the async runtime: the files are read whole (at most 1 MiB each).
+        (Some(cert), Some(key)) => {
+            let (cert, key) = (cert.clone(), key.clone());
+            Some(
+                tokio::task::spawn_blocking(move || Tls::load(cert, key))
+                    .await
+                    .map_err(|e| CliError::ServeRefused(format!("reading the TLS files: {e}")))??,
+            )
+        }
         _ => None,
     };
     let url = parse_url(db)?;
@@ -83,9 +91,7 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
         addr: args.addr,
         source,
     };
-    let listener = tokio::net::TcpListener::bind(args.addr)
-        .await
-        .map_err(serving)?;
+    let listener = listen(args.addr).map_err(serving)?;
     let local = listener.local_addr().map_err(serving)?;
     if let Some(tls) = &tls {
         reload_on_sighup(tls.clone());
@@ -97,10 +103,13 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
         );
     }
     tracing::info!(
-        "at most {} connections, {} watches, {} --db-dir databases open",
+        "at most {} connections, {} watches, {} --db-dir databases open; a connection has {:?} \
+         to make a request with the token, and one address at most {} connections without it",
         limits.max_connections,
         limits.max_watches,
-        limits.max_open_databases
+        limits.max_open_databases,
+        limits.auth_timeout,
+        limits.max_unauthorized_per_address
     );
     tracing::info!(
         "serving {db} at {}://{local}/ ({}){}{}{}{}",
@@ -137,6 +146,25 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
     Ok(closed?)
 }
 
+/// How many connections the kernel may hold, accepted by it but not yet by the server. A flood
+/// of connections comes in bursts: beyond this queue the kernel drops new connections' SYNs, and
+/// a client (with the token or not) waits a whole second to retry (tokio's own default is 1024).
+/// The kernel caps it at `net.core.somaxconn` (4096 by default since Linux 5.4).
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// The listening socket on `addr` (address reuse on, as tokio's `TcpListener::bind` sets it).
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Raises the soft open-file limit to the hard limit (the default soft limit, often 1024, is what
 /// a server runs out of first); returns the limit in force, if known.
 fn raise_open_file_limit() -> Option<u64> {
@@ -165,6 +193,13 @@ fn resource_limits(
                 CliError::ServeRefused(format!("--{name} must be a positive number of seconds"))
             })
     };
+    if flags.max_unauthorized_per_address == 0 {
+        return Err(CliError::ServeRefused(
+            "--max-unauthorized-per-address must be at least 1 (every connection starts \
+             unauthorized)"
+                .into(),
+        ));
+    }
     let half_of_files = open_files
         .and_then(|n| usize::try_from(n / 2).ok())
         .unwrap_or(usize::MAX);
@@ -177,6 +212,14 @@ fn resource_limits(
         max_watches: flags.max_watches,
         max_open_databases: flags.max_open_databases,
         database_idle_timeout: seconds("database-idle-timeout", flags.database_idle_timeout)?,
+        auth_timeout: seconds("auth-timeout", flags.auth_timeout)?,
+        max_unauthorized_per_address: flags.max_unauthorized_per_address,
+        warning_interval: seconds("warning-interval", flags.warning_interval)?,
+        metrics_refresh: Duration::try_from_secs_f64(flags.metrics_refresh).map_err(|_| {
+            CliError::ServeRefused(
+                "--metrics-refresh must be a number of seconds (0 or more)".into(),
+            )
+        })?,
     })
 }
 
@@ -214,7 +257,7 @@ fn reload_on_sighup(tls: Tls) {
             Ok(mut hangups) => {
                 tokio::spawn(async move {
                     while hangups.recv().await.is_some() {
-                        match tls.reload() {
+                        match tls.reload().await {
                             Ok(()) => tracing::info!(
                                 "SIGHUP: reloaded the TLS certificate {} and key {}; new \
                                  connections use them",

@@ -180,6 +180,10 @@ impl Backend for FaultyBackend {
         self.inner.queued_messages().await
     }
 
+    async fn queue_depth(&self) -> Result<usize, KvError> {
+        self.inner.queue_depth().await
+    }
+
     async fn count_range(
         &self,
         mut range: open_deno_kv_model::KeyRange,

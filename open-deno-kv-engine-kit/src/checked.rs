@@ -177,6 +177,12 @@ impl<E: Engine> Backend for Checked<E> {
         self.engine.queued_messages().await
     }
 
+    async fn queue_depth(&self) -> Result<usize, KvError> {
+        self.ensure_open()?;
+        self.ensure_offered(Optional::QueueInspection)?;
+        self.engine.queue_depth().await
+    }
+
     fn watch(&self, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {
         self.ensure_open()?;
         self.ensure_offered(Optional::Watch)?;

@@ -142,6 +142,15 @@ pub trait Engine: Send + Sync {
         async { Err(Optional::QueueInspection.refusal()) }
     }
 
+    /// How many messages [`Engine::queued_messages`] would list. The default lists them and
+    /// counts, which reads every message: an engine that keeps a count, or can count without
+    /// reading payloads, answers from that instead. Called only when
+    /// [`Capabilities::queue_inspection`] is on.
+    fn queue_depth(&self) -> impl Future<Output = Result<usize, KvError>> + Send {
+        let listed = self.queued_messages();
+        async move { listed.await.map(|messages| messages.len()) }
+    }
+
     /// Watches `keys` (usually with [`crate::watch_stream`]); the stream ends when the engine
     /// closes. Called only when [`Capabilities::watch`] is on.
     fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {

@@ -132,6 +132,11 @@ impl Engine for MemoryBackend {
         Ok(self.store.queued_messages(self.clock.now()))
     }
 
+    /// The lengths of the waiting and running maps: nothing is read.
+    async fn queue_depth(&self) -> Result<usize, KvError> {
+        Ok(self.store.queue_depth())
+    }
+
     async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
         Ok(self.store.integrity_report())
     }

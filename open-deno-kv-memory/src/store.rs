@@ -170,6 +170,12 @@ impl MemoryStore {
         self.lock().queued(now)
     }
 
+    /// How many messages [`MemoryStore::queued_messages`] would list.
+    pub(crate) fn queue_depth(&self) -> usize {
+        let state = self.lock();
+        state.ready.len() + state.running.len()
+    }
+
     /// The first due message, moved to running for handle `owner` with a fresh delivery token; or
     /// else the time the next one is due.
     pub(crate) fn take_due_message(

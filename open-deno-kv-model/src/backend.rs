@@ -305,6 +305,11 @@ pub trait Backend: Send + Sync {
     /// [`Capabilities::queue_inspection`] says whether it works.
     async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError>;
 
+    /// How many messages [`Backend::queued_messages`] would list, without reading them: what a
+    /// monitoring scrape asks (the server's `kv_queue_depth`), so engines answer it from a count
+    /// they keep or count natively. [`Capabilities::queue_inspection`] says whether it works.
+    async fn queue_depth(&self) -> Result<usize, KvError>;
+
     /// Watches up to 10 encoded keys: the stream yields their current state at once, then again
     /// after commits that change any of them (intermediate states may be coalesced).
     /// [`Capabilities::watch`] says whether it works.

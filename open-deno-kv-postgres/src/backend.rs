@@ -313,6 +313,11 @@ impl Engine for PostgresBackend {
         reader::queued_messages(&self.pool, &self.sql, self.options.clock.now()).await
     }
 
+    /// One `count(*)` of the queue table: PostgreSQL counts, no message is sent.
+    async fn queue_depth(&self) -> Result<usize, KvError> {
+        reader::queue_depth(&self.pool, &self.sql).await
+    }
+
     /// One `REPEATABLE READ` snapshot, read in keyset pages by a task of its own (see the
     /// `backup` module).
     async fn export_snapshot(&self) -> Result<Snapshot, KvError> {

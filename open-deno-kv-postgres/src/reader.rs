@@ -261,6 +261,17 @@ pub(crate) async fn count_range(
     })
 }
 
+/// How many messages [`queued_messages`] would list, counted by PostgreSQL (no row is sent).
+pub(crate) async fn queue_depth(pool: &Pool, sql: &Sql) -> Result<usize, KvError> {
+    let row = with_fresh_retry(pool, |client| async move {
+        let statement = client.prepare_cached(&sql.queue_depth).await.map_err(pg)?;
+        client.query_one(&statement, &[]).await.map_err(pg)
+    })
+    .await?;
+    let depth: i64 = row.try_get(0).map_err(pg)?;
+    Ok(usize::try_from(depth).unwrap_or(0))
+}
+
 /// Every message, by ready time; a message a consumer holds counts as ready `now`.
 pub(crate) async fn queued_messages(
     pool: &Pool,

@@ -68,6 +68,8 @@ pub(crate) struct Sql {
     pub(crate) renew_leases: String,
     /// Every message, in due order.
     pub(crate) all_messages: String,
+    /// How many messages there are, waiting or leased (`kv_queue_depth`).
+    pub(crate) queue_depth: String,
     /// Every entry, expired or not, in key order (the integrity check).
     pub(crate) all_entries: String,
 
@@ -207,6 +209,7 @@ impl Sql {
                  AS c(id, lease) WHERE q.id = c.id AND q.lease = c.lease"
             ),
             all_messages: format!("SELECT {MESSAGE} FROM {queue} ORDER BY ready_at, id"),
+            queue_depth: format!("SELECT count(*) FROM {queue}"),
             all_entries: format!("SELECT {ENTRY} FROM {kv} ORDER BY k"),
             export_entries: format!(
                 "SELECT {ENTRY} FROM {kv} WHERE k > $1 AND {visible} $2) ORDER BY k LIMIT $3"

@@ -112,6 +112,12 @@ impl Engine for RedbBackend {
         run_blocking(move || shared.with_db(|db| reader::queued_messages(db, now))).await
     }
 
+    /// The lengths redb keeps for the two queue tables: nothing is read.
+    async fn queue_depth(&self) -> Result<usize, KvError> {
+        let shared = self.shared.clone();
+        run_blocking(move || shared.with_db(reader::queue_depth)).await
+    }
+
     /// Every table read and every record decoded, from one snapshot (see the `integrity`
     /// module for what redb's page checksums add, and when).
     async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {

@@ -128,6 +128,17 @@ pub(crate) fn queued_messages(
     Ok(messages)
 }
 
+/// How many messages [`queued_messages`] would list: the lengths of `queue_ready` and
+/// `queue_running`, which redb keeps in each table's root (no row is read).
+pub(crate) fn queue_depth(db: &dyn ReadableDatabase) -> Result<usize, KvError> {
+    use redb::ReadableTableMetadata;
+    let txn = db.begin_read().map_err(storage)?;
+    let ready = txn.open_table(QUEUE_READY).map_err(storage)?.len();
+    let running = txn.open_table(QUEUE_RUNNING).map_err(storage)?.len();
+    let depth = ready.map_err(storage)? + running.map_err(storage)?;
+    Ok(usize::try_from(depth).unwrap_or(usize::MAX))
+}
+
 fn read_range(
     table: &EntriesSnapshot,
     range: ReadRange,

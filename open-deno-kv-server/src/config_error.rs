@@ -30,4 +30,17 @@ pub enum ConfigError {
     /// certificate, or its algorithm is not supported).
     #[error("TLS configuration refused: {0}")]
     TlsRefused(String),
+    /// The leaf certificate has expired: refused at start and on reload (where the certificate
+    /// in force stays), since no client would accept it.
+    #[error(
+        "TLS certificate {}: it expired on {not_after}; renew it (the server does not serve an \
+         expired certificate)",
+        path.display()
+    )]
+    TlsExpired {
+        /// The certificate chain's file.
+        path: std::path::PathBuf,
+        /// When it expired (RFC 3339).
+        not_after: String,
+    },
 }

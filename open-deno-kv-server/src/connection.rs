@@ -1,7 +1,9 @@
 //! One TCP connection: TLS first if the server has a certificate, then HTTP/1.1 or HTTP/2
 //! (detected from the preface) until it closes, goes idle for too long, or the server shuts
-//! down; the fast, clear refusal of a client speaking the other protocol (plaintext to a TLS
-//! port, TLS to a plaintext port); and the refusal of a connection over the cap.
+//! down, or the admission closes it ([`crate::admission`]: evicted, or no authorized request
+//! in time); the fast, clear refusal of a client speaking the other protocol (plaintext to a TLS
+//! port, TLS to a plaintext port); and the refusal of a connection the admission turned away.
+//! Every warning a client can cause goes through the summarised log ([`crate::log_summary`]).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -15,13 +17,16 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::admission::{Refusal, Ticket};
 use crate::config::ServerConfig;
 use crate::databases::ConnectionDatabases;
 use crate::handler;
+use crate::log_summary::Warning;
 use crate::quick_ack::QuickAck;
+use crate::request;
 use crate::response::ResponseBody;
 use crate::shared::Shared;
 use crate::tls::TLS_HANDSHAKE_RECORD;
@@ -126,23 +131,27 @@ const PLAINTEXT_ON_TLS_PORT: &str = "This port speaks HTTPS (TLS): use an https:
 /// port (TLS 1.0 record version, as a record sent before any version is agreed may carry).
 const TLS_ALERT_HANDSHAKE_FAILURE: [u8; 7] = [0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x28];
 
-/// Serves one accepted connection; `_slot` is its place under the connection cap.
-pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, _slot: OwnedSemaphorePermit) {
+/// Serves one accepted connection until it ends or [`Ticket::must_close`] says it must close;
+/// `ticket` is its place under the connection cap.
+pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, ticket: Ticket) {
+    let ticket = Arc::new(ticket);
+    tokio::select! {
+        () = serve_admitted(shared, stream, ticket.clone()) => {}
+        () = ticket.must_close() => {}
+    }
+}
+
+async fn serve_admitted(shared: Arc<Shared>, stream: TcpStream, ticket: Arc<Ticket>) {
     let _ = stream.set_nodelay(true);
     let Some(first) = first_byte(&shared, &stream).await else {
         return;
     };
-    let peer = stream
-        .peer_addr()
-        .map_or_else(|_| "a client".to_owned(), |a| a.to_string());
-    let log = |message: String| {
-        if shared.config.log_errors {
-            tracing::warn!(peer = %peer, "{message}");
-        }
-    };
+    let peer = ticket.peer();
+    let warn = |kind: Warning, detail: String| ticket.warnings().record(kind, peer, || detail);
     let Some(tls) = shared.config.tls.clone() else {
         if first == TLS_HANDSHAKE_RECORD {
-            log(
+            warn(
+                Warning::TlsOnPlaintextPort,
                 "a TLS handshake on this plaintext port: refused with a TLS alert (serve with a \
                  certificate for https://, or have the client use http://)"
                     .into(),
@@ -150,11 +159,14 @@ pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, _slot: OwnedSe
             answer_and_close(stream, &TLS_ALERT_HANDSHAKE_FAILURE).await;
             return;
         }
-        serve_http(shared.clone(), QuickAck::new(stream)).await;
+        serve_http(shared.clone(), QuickAck::new(stream), ticket.clone()).await;
         return;
     };
     if first != TLS_HANDSHAKE_RECORD {
-        log("plaintext on this TLS port: answered 400 (the client must use https://)".into());
+        warn(
+            Warning::PlaintextOnTlsPort,
+            "plaintext on this TLS port: answered 400 (the client must use https://)".into(),
+        );
         let answer = format!(
             "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n\
              content-length: {}\r\nconnection: close\r\n\r\n{PLAINTEXT_ON_TLS_PORT}",
@@ -170,18 +182,21 @@ pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, _slot: OwnedSe
             match done {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(err)) => {
-                    log(format!("TLS handshake failed: {err}"));
+                    warn(Warning::TlsHandshakeFailed, format!("TLS handshake failed: {err}"));
                     return;
                 }
                 Err(_) => {
-                    log("TLS handshake not completed in time".into());
+                    warn(
+                        Warning::TlsHandshakeTimedOut,
+                        "TLS handshake not completed in time".into(),
+                    );
                     return;
                 }
             }
         }
         _ = shutdown.wait_for(|stop| *stop) => return,
     };
-    serve_http(shared.clone(), stream).await;
+    serve_http(shared.clone(), stream, ticket.clone()).await;
 }
 
 /// Writes `answer` to a peer that spoke the wrong protocol, closes our side, and reads what it
@@ -199,7 +214,7 @@ async fn answer_and_close(mut stream: TcpStream, answer: &[u8]) {
 }
 
 /// Serves HTTP/1.1 or HTTP/2 on an established stream (plain TCP, or TLS over it).
-async fn serve_http<S>(shared: Arc<Shared>, io: S)
+async fn serve_http<S>(shared: Arc<Shared>, io: S, ticket: Arc<Ticket>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -209,8 +224,13 @@ where
         let shared = shared.clone();
         let connection_dbs = connection_dbs.clone();
         let activity = activity.clone();
-        service_fn(move |request| {
+        service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
             let in_flight = activity.begin();
+            if !ticket.is_authorized()
+                && request::authorize(request.headers(), &shared.config.access).is_ok()
+            {
+                ticket.authorize();
+            }
             let response = handler::handle(request, shared.clone(), connection_dbs.clone());
             async move {
                 let response = response.await?;
@@ -270,16 +290,25 @@ async fn first_byte(shared: &Shared, stream: &TcpStream) -> Option<u8> {
     }
 }
 
-/// Answers a connection over the cap with a plain-text `503` (one write attempt, never waiting
-/// on the peer) and closes it. On a TLS port it is closed without a word: a plaintext answer
-/// means nothing to a TLS client, and a handshake is what the cap spares.
-pub(crate) fn refuse(stream: TcpStream, config: &ServerConfig) {
+/// Answers a connection the admission refused with a plain-text `503` (one write attempt, never
+/// waiting on the peer) and closes it. On a TLS port it is closed without a word: a plaintext
+/// answer means nothing to a TLS client, and a handshake is what the refusal spares.
+pub(crate) fn refuse(stream: TcpStream, config: &ServerConfig, refusal: Refusal) {
     if config.tls.is_some() {
         return;
     }
-    let cap = config.resources.max_connections;
-    let text =
-        format!("Too many connections to this server (the cap is {cap}); try again later.\n");
+    let limits = &config.resources;
+    let text = match refusal {
+        Refusal::OverCap => format!(
+            "Too many connections to this server (the cap is {}); try again later.\n",
+            limits.max_connections
+        ),
+        Refusal::TooManyFromAddress => format!(
+            "Too many connections from your address that have not authorized yet (the cap is \
+             {}); try again later.\n",
+            limits.max_unauthorized_per_address
+        ),
+    };
     let answer = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n\
          content-length: {}\r\nconnection: close\r\nretry-after: 1\r\n\r\n{text}",

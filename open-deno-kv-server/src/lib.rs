@@ -51,7 +51,10 @@
 //! Hostile clients: every resource a client can make the server hold — connections, time to send
 //! headers and bodies, idle connections, body memory, watch streams, open `/db/NAME` databases —
 //! is capped by [`ResourceLimits`] ([`ServerConfig::resources`]), with a clear refusal over the
-//! cap; the [`resources`] module documents the policy and its defaults.
+//! cap; the [`resources`] module documents the policy and its defaults. Connections that have not
+//! passed the token check are admitted on trust only, so strangers cannot keep out the clients
+//! that hold the token ([`admission`]), and the warnings they cause are logged as summaries
+//! ([`log_summary`]).
 //!
 //! ```no_run
 //! # async fn run() -> std::io::Result<()> {
@@ -65,6 +68,7 @@
 //! # }
 //! ```
 
+pub mod admission;
 pub mod backup;
 mod config;
 mod config_error;
@@ -72,6 +76,7 @@ mod connection;
 pub mod databases;
 pub mod ext;
 mod handler;
+pub mod log_summary;
 pub mod metrics;
 pub mod queue;
 mod quick_ack;
@@ -92,7 +97,7 @@ pub use connection::HTTP2_PING_INTERVAL;
 pub use databases::{DatabaseOpener, Databases, Opened};
 pub use resources::ResourceLimits;
 pub use server::Server;
-pub use tls::Tls;
+pub use tls::{EXPIRY_WARNING, MAX_TLS_FILE_BYTES, Tls, Validity};
 pub use ui::Explorer;
 
 /// The README.md of this crate (the page crates.io shows): its Rust example is compiled as a doc

@@ -21,9 +21,13 @@
 //! | `kv_databases_open` | gauge | | databases open in the server's table |
 //! | `kv_storage_errors_total` | counter | | requests answered 500 for a backend failure |
 //!
-//! Queue depth calls [`Backend::queued_messages`] on every open database with queue
-//! inspection: that reads every queued message (payloads included), so a scrape costs time in
-//! proportion to the queues' length. Deliveries are only those the server hands out over the
+//! `/metrics` needs no token, so a scrape must cost little whatever the store holds and however
+//! often it comes. The connection, watch and database gauges are counts the server keeps (its
+//! semaphores and its database table). The queue depths are read from each open database
+//! ([`Backend::queue_depth`]: a count the engine keeps, or counts natively) at most once per [`crate::ResourceLimits::metrics_refresh`] (5 s): the
+//! values are kept, and a scrape within the interval answers them as they were; scrapes are
+//! answered one at a time, so concurrent scrapes share one reading instead of each making
+//! their own. Deliveries are only those the server hands out over the
 //! network (the `queue/1` extension, [`crate::queue`]); whether a failed one is retried or
 //! dead-lettered is decided inside the engine, which the server does not see.
 
@@ -39,6 +43,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
+use tokio::time::Instant;
 
 use crate::shared::Shared;
 
@@ -176,8 +181,16 @@ pub(crate) struct Metrics {
     watches_open: Gauge,
     connections_open: Gauge,
     databases_open: Gauge,
-    /// One scrape at a time: a scrape sets the gauges, then encodes them.
-    scraping: tokio::sync::Mutex<()>,
+    /// One scrape at a time: a scrape sets the gauges, then encodes them; it holds the queue
+    /// depths last read, and when.
+    scraping: tokio::sync::Mutex<QueueDepths>,
+}
+
+/// The queue depths of the open databases as last read.
+#[derive(Default)]
+struct QueueDepths {
+    read_at: Option<Instant>,
+    depths: Vec<(String, usize)>,
 }
 
 impl Metrics {
@@ -252,7 +265,7 @@ impl Metrics {
             watches_open,
             connections_open,
             databases_open,
-            scraping: tokio::sync::Mutex::new(()),
+            scraping: tokio::sync::Mutex::new(QueueDepths::default()),
         }
     }
 
@@ -293,22 +306,40 @@ impl Metrics {
         self.storage_errors.inc();
     }
 
-    /// The exposition: reads the gauges from `shared`, then encodes every family.
+    /// The exposition: reads the gauges from `shared` (the queue depths at most once per
+    /// `metrics_refresh`), then encodes every family.
     pub(crate) async fn render(&self, shared: &Shared) -> Result<String, std::fmt::Error> {
-        let _one_at_a_time = self.scraping.lock().await;
+        let mut queues = self.scraping.lock().await;
         self.connections_open
             .set(gauge_value(shared.budgets.connections_open()));
         self.watches_open
             .set(gauge_value(shared.budgets.watches_open()));
         let open = shared.databases.open_databases();
         self.databases_open.set(gauge_value(open.len()));
-        self.queue_depth.clear();
-        for (database, backend) in open {
-            if let Some(depth) = queue_depth(&database, backend.as_ref()).await {
-                self.queue_depth
-                    .get_or_create(&DatabaseLabels { database })
-                    .set(gauge_value(depth));
+        let refresh = shared.config.resources.metrics_refresh;
+        let now = Instant::now();
+        if queues
+            .read_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= refresh)
+        {
+            let mut depths = Vec::with_capacity(open.len());
+            for (database, backend) in open {
+                if let Some(depth) = queue_depth(&database, backend.as_ref()).await {
+                    depths.push((database, depth));
+                }
             }
+            *queues = QueueDepths {
+                read_at: Some(now),
+                depths,
+            };
+        }
+        self.queue_depth.clear();
+        for (database, depth) in &queues.depths {
+            self.queue_depth
+                .get_or_create(&DatabaseLabels {
+                    database: database.clone(),
+                })
+                .set(gauge_value(*depth));
         }
         let mut text = String::new();
         prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry)?;
@@ -326,8 +357,8 @@ async fn queue_depth(database: &str, backend: &dyn Backend) -> Option<usize> {
     if !backend.capabilities().queue_inspection {
         return None;
     }
-    match backend.queued_messages().await {
-        Ok(messages) => Some(messages.len()),
+    match backend.queue_depth().await {
+        Ok(depth) => Some(depth),
         Err(err) => {
             tracing::warn!(database, error = %err, "metrics: cannot read the queue depth");
             None

@@ -8,7 +8,9 @@
 //!
 //! | resource | limit ([`ResourceLimits`] field) | default | over the limit |
 //! |---|---|---|---|
-//! | open connections | `max_connections` | 1,000 | `503` "Too many connections …" written once, connection closed |
+//! | open connections | `max_connections` | 1,000 | the oldest connection that has not authorized is closed to make room ([`crate::admission`]); when all have, `503` "Too many connections …" written once, connection closed |
+//! | time for a new connection to make a request that passes the token check | `auth_timeout` | 5 s | connection closed ([`crate::admission`]) |
+//! | connections that have not authorized yet, per address (an IPv6 /64) | `max_unauthorized_per_address` | 32 | `503` "Too many connections from your address …" written once, connection closed |
 //! | time to send a request's headers (HTTP/1.1), and for a new connection to send its first byte (any protocol) | `header_timeout` | 10 s | connection closed (hyper answers `408` when it can) |
 //! | time to send a request's body | `body_timeout` | 30 s | `408` "Request body not received within …" |
 //! | a connection with no request in flight (HTTP/1.1 keep-alive, HTTP/2 with no streams) | `idle_timeout` | 60 s | closed (HTTP/2: `GOAWAY` first) |
@@ -18,6 +20,12 @@
 //! | watch streams (key, range) and snapshot exports open at once | `max_watches` | 10,000 | `429` "Too many watches …" (Deno's client reports it as an error) |
 //! | `/db/NAME` databases open at once (`kv serve --db-dir`) | `max_open_databases` | 64 | `503` "Too many databases open …" |
 //! | an open `/db/NAME` database nobody uses (no request, watch or held queue message) | `database_idle_timeout` | 60 s | closed; reopened on next use |
+//!
+//! `GET /metrics` (no token) reads the queue depths of the open databases at most once per
+//! `metrics_refresh` (5 s), answering the values last read in between ([`crate::metrics`]).
+//!
+//! Warnings clients can cause (failed handshakes, wrong protocols, evictions, refusals) are
+//! logged as one summary per kind every `warning_interval` (10 s; [`crate::log_summary`]).
 //!
 //! A watch stream counts as a request in flight, so a connection carrying only a watch is not
 //! idle (the watch's keep-alive frames also keep it alive for the client).
@@ -50,6 +58,18 @@ pub struct ResourceLimits {
     pub max_open_databases: usize,
     /// How long an unused `/db/NAME` database stays open.
     pub database_idle_timeout: Duration,
+    /// How long a new connection has to make a request that passes the token check before it
+    /// is closed ([`crate::admission`]).
+    pub auth_timeout: Duration,
+    /// Connections that have not authorized yet, open at once from one address (an IPv4
+    /// address or an IPv6 /64); more are refused ([`crate::admission`]).
+    pub max_unauthorized_per_address: usize,
+    /// The interval over which warnings of one kind are counted and logged as one summary
+    /// ([`crate::log_summary`]).
+    pub warning_interval: Duration,
+    /// How long the queue depths `GET /metrics` reports are reused before they are read again
+    /// ([`crate::metrics`]); zero reads them at every scrape.
+    pub metrics_refresh: Duration,
 }
 
 impl Default for ResourceLimits {
@@ -63,6 +83,10 @@ impl Default for ResourceLimits {
             max_watches: 10_000,
             max_open_databases: 64,
             database_idle_timeout: Duration::from_secs(60),
+            auth_timeout: Duration::from_secs(5),
+            max_unauthorized_per_address: 32,
+            warning_interval: Duration::from_secs(10),
+            metrics_refresh: Duration::from_secs(5),
         }
     }
 }

@@ -15,7 +15,7 @@ use crate::config::{Access, ServerConfig};
 use crate::config_error::{ConfigError, MIN_TOKEN_LEN};
 use crate::databases::{self, Databases};
 use crate::shared::Shared;
-use crate::{connection, metrics, queue, resources};
+use crate::{admission, connection, metrics, queue, resources};
 
 /// A KV Connect server; see the [crate documentation](crate).
 pub struct Server {
@@ -40,7 +40,9 @@ impl Server {
     /// Serves connections from `listener` until `shutdown` completes, then shuts down
     /// gracefully: stops accepting, ends watch streams, lets in-flight requests finish (for at
     /// most [`ServerConfig::shutdown_grace`]), and closes the databases it opened itself.
-    /// Connections over [`ResourceLimits::max_connections`] are answered `503` and closed.
+    /// Connections are admitted as [`crate::admission`] describes: over
+    /// [`ResourceLimits::max_connections`] the oldest that has not authorized makes room, and when
+    /// all have, the new one is answered `503` and closed.
     ///
     /// Refuses to start ([`ConfigError::OpenNotLoopback`], as an I/O error of kind
     /// `PermissionDenied`) if access is open and the listener is not on a loopback address.
@@ -68,6 +70,14 @@ impl Server {
             databases,
             shutdown: stopped,
         });
+        let admission = Arc::new(admission::Admission::new(
+            &shared.config.resources,
+            shared.config.log_errors,
+        ));
+        let summaries = {
+            let (admission, shutdown) = (admission.clone(), shared.shutdown.clone());
+            tokio::spawn(async move { admission.warnings.run(shutdown).await })
+        };
         let sweeper = tokio::spawn(queue::sweep(shared.clone()));
         let database_sweeper = tokio::spawn(databases::sweep_idle(shared.clone()));
         let mut connections = JoinSet::new();
@@ -76,13 +86,11 @@ impl Server {
             tokio::select! {
                 () = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, _peer)) => match shared.budgets.connection() {
-                        Some(slot) => {
-                            connections.spawn(connection::serve(shared.clone(), stream, slot));
+                    Ok((stream, peer)) => match admission.admit(&shared.budgets, peer) {
+                        Ok(ticket) => {
+                            connections.spawn(connection::serve(shared.clone(), stream, ticket));
                         }
-                        None => {
-                            connection::refuse(stream, &shared.config);
-                        }
+                        Err(refusal) => connection::refuse(stream, &shared.config, refusal),
                     },
                     Err(err) => {
                         // Out of file descriptors and the like: wait instead of spinning.
@@ -106,6 +114,7 @@ impl Server {
             while connections.join_next().await.is_some() {}
         }
         let _ = sweeper.await;
+        let _ = summaries.await;
         let _ = database_sweeper.await;
         shared.deliveries.release_all();
         shared.databases.close_opened().await;

@@ -104,6 +104,9 @@ fn requests(endpoint: &str, status: u16) -> String {
 async fn metrics_count_a_known_workload_exactly() {
     let mut config = config();
     config.metrics = true;
+    // Every scrape reads the queue depths anew (5 s by default): these tests look right after
+    // each change.
+    config.resources.metrics_refresh = Duration::ZERO;
     config.ephemeral = false;
     let running = start_with(config, Databases::new(memory())).await;
 
@@ -268,6 +271,9 @@ async fn metrics_count_a_known_workload_exactly() {
 async fn network_deliveries_are_counted_by_outcome() {
     let mut config = config();
     config.metrics = true;
+    // Every scrape reads the queue depths anew (5 s by default): these tests look right after
+    // each change.
+    config.resources.metrics_refresh = Duration::ZERO;
     let running = start_with(config, Databases::new(memory())).await;
     let message = |byte: u8| Enqueue {
         payload: vec![0xff, 0x0f, 0x49, byte],
@@ -339,6 +345,9 @@ async fn metrics_are_off_unless_asked_for() {
     // Turned on: no token needed (the scrape above asserts 200 without one), and only GET or HEAD.
     let mut config = config();
     config.metrics = true;
+    // Every scrape reads the queue depths anew (5 s by default): these tests look right after
+    // each change.
+    config.resources.metrics_refresh = Duration::ZERO;
     let running = start_with(config, Databases::new(memory())).await;
     assert!(scrape(&running).await.contains_key("kv_commits_total"));
     let reply = send(
@@ -363,6 +372,9 @@ async fn backend_failures_count_as_storage_errors() {
     });
     let mut config = config();
     config.metrics = true;
+    // Every scrape reads the queue depths anew (5 s by default): these tests look right after
+    // each change.
+    config.resources.metrics_refresh = Duration::ZERO;
     let running = start_with(config, Databases::new(memory()).with_opener(failing)).await;
     for _ in 0..2 {
         let reply = post(

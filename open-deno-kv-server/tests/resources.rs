@@ -198,15 +198,18 @@ async fn slow_headers_and_slow_bodies_time_out() {
     running.shutdown().await.unwrap();
 }
 
+/// The cap refuses clearly once every connection open has authorized (until then, the oldest
+/// that has not makes room: tests/admission.rs).
 #[tokio::test]
 async fn connections_over_the_cap_get_a_clear_refusal() {
     let mut config = config();
     config.resources.max_connections = 2;
     let running = start_with(config, Databases::new(memory())).await;
-    let mut first = health(running.addr).await;
+    let auth = [("authorization", BEARER)];
+    let mut first = request(running.addr, "/", &auth, OFFER).await;
     assert_eq!(response(&mut first).await.0, 200);
-    let _second = TcpStream::connect(running.addr).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut second = request(running.addr, "/", &auth, OFFER).await;
+    assert_eq!(response(&mut second).await.0, 200);
     let mut third = health(running.addr).await;
     assert_eq!(
         response(&mut third).await,

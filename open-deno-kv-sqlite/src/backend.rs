@@ -115,6 +115,12 @@ impl Engine for SqliteBackend {
         run_blocking(move || readers.queued_messages(now_ms)).await
     }
 
+    /// SQLite counts the rows of `queue` and `queue_running`; no message is read out.
+    async fn queue_depth(&self) -> Result<usize, KvError> {
+        let readers = self.readers.clone();
+        run_blocking(move || readers.queue_depth()).await
+    }
+
     /// SQLite's `integrity_check`, then every entry and queued message decoded.
     async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
         let readers = self.readers.clone();

@@ -89,6 +89,18 @@ impl ReaderPool {
         })
     }
 
+    /// How many messages [`ReaderPool::queued_messages`] would list, counted by SQLite (the rows are
+    /// counted, not read out).
+    pub(crate) fn queue_depth(&self) -> Result<usize, KvError> {
+        self.with_connection(|conn| {
+            let depth: i64 = conn
+                .prepare_cached(QUEUE_DEPTH_SQL)
+                .and_then(|mut stmt| stmt.query_row([], |row| row.get(0)))
+                .map_err(storage)?;
+            Ok(usize::try_from(depth).unwrap_or(0))
+        })
+    }
+
     /// The integrity check (see [`crate::integrity`]), on a pooled connection.
     pub(crate) fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
         self.with_connection(crate::integrity::check)
@@ -138,6 +150,8 @@ const QUEUE_SQL: &str =
     "select ts, id, data, backoff_schedule, keys_if_undelivered from queue order by ts";
 const RUNNING_SQL: &str =
     "select ?1, id, data, backoff_schedule, keys_if_undelivered from queue_running";
+const QUEUE_DEPTH_SQL: &str =
+    "select (select count(*) from queue) + (select count(*) from queue_running)";
 const COUNT_SQL: &str = "select count(*), coalesce(sum(length(k)), 0), coalesce(sum(length(v)), 0)
     from kv where k >= ?1 and k < ?2 and (expiration_ms < 0 or expiration_ms > ?3)";
 const POINT_SQL: &str = "select v, v_encoding, version, seq, expiration_ms from kv

@@ -669,6 +669,7 @@ async fn message_held_by_a_crashed_consumer_is_redelivered_after_reopen(mut env:
 /// `queued_messages` (optional: runs only on backends reporting `queue_inspection`) shows every message —
 /// waiting, delayed, and handed out but unfinished — with its payload, dead-letter keys and
 /// remaining schedule, and takes nothing: the messages are still delivered afterwards.
+/// `queue_depth` counts the same messages (waiting and being delivered) at every step.
 async fn queued_messages_lists_waiting_and_delivered_messages_without_taking_them(env: Env) {
     let kv = env.kv.as_ref();
     let now = env.clock().now();
@@ -681,6 +682,11 @@ async fn queued_messages_lists_waiting_and_delivered_messages_without_taking_the
     let held = receive(kv, &payload("held")).await;
 
     let listed = kv.queued_messages().await.expect("queued_messages");
+    assert_eq!(
+        kv.queue_depth().await.expect("queue_depth"),
+        2,
+        "the depth counts the waiting message and the one being delivered"
+    );
     let payloads: Vec<String> = listed.iter().map(|m| shown(&m.payload)).collect();
     assert_eq!(
         payloads,
@@ -713,7 +719,9 @@ async fn queued_messages_lists_waiting_and_delivered_messages_without_taking_the
         1,
         "a finished message is gone; the other is untouched"
     );
+    assert_eq!(kv.queue_depth().await.expect("queue_depth"), 1);
     env.advance(Duration::from_secs(60));
     let later = receive(kv, &payload("later")).await;
     finish(later, true).await;
+    assert_eq!(kv.queue_depth().await.expect("queue_depth"), 0);
 }

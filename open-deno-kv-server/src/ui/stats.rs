@@ -134,6 +134,9 @@ mod tests {
         async fn queued_messages(&self) -> Result<Vec<open_deno_kv_model::QueuedMessage>, KvError> {
             self.0.queued_messages().await
         }
+        async fn queue_depth(&self) -> Result<usize, KvError> {
+            self.0.queue_depth().await
+        }
         fn watch(&self, keys: Vec<Vec<u8>>) -> Result<open_deno_kv_model::WatchStream, KvError> {
             self.0.watch(keys)
         }

@@ -89,6 +89,17 @@ impl Ca {
 
     /// A server certificate for `localhost` and `127.0.0.1`, named `name`, signed by this CA.
     pub fn server(&self, name: &str, format: KeyFormat) -> ServerCert {
+        self.server_with(name, format, |_| {})
+    }
+
+    /// As [`Ca::server`], with `edit` applied to the certificate's parameters before signing
+    /// (validity dates, for instance).
+    pub fn server_with(
+        &self,
+        name: &str,
+        format: KeyFormat,
+        edit: impl FnOnce(&mut CertificateParams),
+    ) -> ServerCert {
         let key = match format {
             KeyFormat::EcPkcs8 | KeyFormat::EcSec1 => KeyPair::generate().unwrap(),
             KeyFormat::RsaPkcs8 | KeyFormat::RsaPkcs1 => KeyPair::from_pem(RSA_KEY_PKCS8).unwrap(),
@@ -96,6 +107,7 @@ impl Ca {
         let mut params =
             CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
         params.distinguished_name.push(DnType::CommonName, name);
+        edit(&mut params);
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         let pkcs8 = key.serialize_der();
         let key_pem = match format {
