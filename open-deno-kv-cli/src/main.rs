@@ -15,6 +15,7 @@ mod backup;
 mod change_log;
 mod cli;
 mod commands;
+mod conformance;
 mod dump;
 mod error;
 mod key_syntax;
@@ -147,5 +148,6 @@ async fn run(db: &str, db_on_command_line: bool, command: Command) -> Result<(),
         Command::Migrate { target } => commands::migrate(db, &target).await,
         Command::Key { action } => commands::key(action),
         Command::Serve(args) => serve::serve(db, args).await,
+        Command::Conformance(args) => conformance::conformance(args).await,
     }
 }

@@ -31,6 +31,7 @@ pub mod deno;
 pub mod faults;
 mod harness;
 pub mod model;
+pub mod shared_store;
 pub mod support;
 #[cfg(unix)]
 pub mod unprivileged;
@@ -39,9 +40,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 pub use harness::{
-    BackendFactory, CASE_TIMEOUT, Case, Env, FnFactory, Offered, TestContext, probe_backend,
-    run_case,
+    BackendFactory, CASE_TIMEOUT, Case, Env, FnFactory, Offered, Outcome, TestContext,
+    probe_backend, run_case, run_case_outcome,
 };
+pub use shared_store::{NotRunnable, Prefixed};
 
 /// Every case of the suite, scenario and model-based.
 pub fn all_cases() -> Vec<Case> {
