@@ -19,6 +19,12 @@
 //! });
 //! ```
 //!
+//! Any KV Connect server, in any language, runs the same cases from the command line:
+//! `kv conformance http://HOST:PORT/ --token T` (open-deno-kv-cli) takes [`all_cases`] and runs
+//! each through the KV Connect client with [`run_case_outcome`], confined to a key prefix of its
+//! own by [`Prefixed`] ([`shared_store`]); a case that needs what a remote server cannot give (a
+//! movable clock, Deno's full key budget) stops as [`NotRunnable`] and is reported as not run.
+//!
 //! Durable engines can also run the crash harness ([`crash`]): child processes committing writes
 //! are killed with `SIGKILL` at random moments, and every acknowledged commit must survive,
 //! whole, with its queue message delivered exactly once ([`crash_main!`]).
