@@ -35,7 +35,7 @@ fn a_database_is_restored_to_the_commit_before_a_mistake() {
     kv_ok(dir, &["--db", db, "log", "enable", "--keep", "7d"]);
     let status = kv_ok(dir, &["--db", db, "log", "status"]);
     assert!(
-        status.starts_with("change log: on, records kept for 7days\nrecords: 0\n"),
+        status.starts_with("change log: on, records kept for 7 days\nrecords: 0\n"),
         "{status}"
     );
 
