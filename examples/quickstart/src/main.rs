@@ -28,8 +28,7 @@ async fn main() -> open_deno_kv::Result<()> {
     }
     let mut users = kv.list(Selector::prefix(key!["users"]), ListOptions::default())?;
     while let Some(user) = users.try_next().await? {
-        let value = user.value_as::<User>()?;
-        println!("{} {} ({})", user.key, value.name, value.age);
+        println!("{} {}", user.key, user.value_as::<User>()?.name);
     }
     kv.close().await
 }
