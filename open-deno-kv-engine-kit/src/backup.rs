@@ -113,9 +113,7 @@ where
 
 /// A thread that ended without an answer (it panicked).
 fn thread_gone(what: &str) -> KvError {
-    KvError::storage(std::io::Error::other(format!(
-        "the {what} thread stopped without an answer"
-    )))
+    KvError::internal(format!("the {what} thread stopped without an answer"))
 }
 
 /// What the async side of [`blocking_import`] passes to the thread.

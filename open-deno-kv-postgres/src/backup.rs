@@ -62,11 +62,9 @@ pub(crate) async fn export(
             }
         }
     });
-    let versionstamp = versionstamp_rx.await.map_err(|_| {
-        KvError::storage(std::io::Error::other(
-            "the export task stopped without an answer",
-        ))
-    })??;
+    let versionstamp = versionstamp_rx
+        .await
+        .map_err(|_| KvError::internal("the export task stopped without an answer"))??;
     let items = futures::stream::unfold(items_rx, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
     })
