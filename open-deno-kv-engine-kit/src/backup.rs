@@ -23,6 +23,9 @@
 use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 
+mod import;
+
+pub use import::{ImportRow, ImportWrites, import_each, import_each_async};
 pub use open_deno_kv_model::backup::*;
 
 use crate::{KvError, Versionstamp};
