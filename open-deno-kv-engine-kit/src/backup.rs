@@ -104,14 +104,23 @@ where
         })
         .map_err(KvError::storage)?;
     let versionstamp = versionstamp_rx.await.map_err(|_| thread_gone("export"))??;
-    let items = futures::stream::unfold(items_rx, |mut rx| async move {
+    Ok(snapshot_from_channel(versionstamp, items_rx))
+}
+
+/// A snapshot whose items arrive on `items` (from an export's thread or task), ending when its
+/// sender is dropped.
+pub fn snapshot_from_channel(
+    versionstamp: Versionstamp,
+    items: mpsc::Receiver<Result<SnapshotItem, KvError>>,
+) -> Snapshot {
+    let items = futures::stream::unfold(items, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
     })
     .boxed();
-    Ok(Snapshot {
+    Snapshot {
         versionstamp,
         items,
-    })
+    }
 }
 
 /// A thread that ended without an answer (it panicked).

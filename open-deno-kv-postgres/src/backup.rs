@@ -21,8 +21,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Pool, Transaction};
-use futures::StreamExt;
-use open_deno_kv_engine_kit::backup::{ImportWrites, import_each_async};
+use open_deno_kv_engine_kit::backup::{ImportWrites, import_each_async, snapshot_from_channel};
 use open_deno_kv_engine_kit::change_log::version_after_import;
 use open_deno_kv_engine_kit::{
     ImportSummary, KvError, QueuedMessage, Snapshot, SnapshotItem, StoredEntry, Versionstamp,
@@ -67,14 +66,7 @@ pub(crate) async fn export(
     let versionstamp = versionstamp_rx
         .await
         .map_err(|_| KvError::internal("the export task stopped without an answer"))??;
-    let items = futures::stream::unfold(items_rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    })
-    .boxed();
-    Ok(Snapshot {
-        versionstamp,
-        items,
-    })
+    Ok(snapshot_from_channel(versionstamp, items_rx))
 }
 
 /// The export's work; returns early (`Ok`) once the consumer is gone.
