@@ -70,7 +70,7 @@ pub use entry::{Entry, MaybeEntry};
 pub use error::{Error, Result};
 pub use handle::Kv;
 pub use list::{DEFAULT_BATCH_SIZE, ListOptions, ListStream, Selector};
-pub use open::BackendUrl;
+pub use open::{BackendUrl, FileKind};
 pub use outcome::CommitOutcome;
 pub use queue::{
     DEFAULT_QUEUE_CONCURRENCY, DeliveryFailure, EnqueueOptions, ListenOptions, QueueHandler,
