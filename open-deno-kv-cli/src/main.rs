@@ -19,6 +19,7 @@ mod dump;
 mod error;
 mod key_syntax;
 mod logging;
+mod near_key;
 mod output_file;
 mod plain_json;
 mod progress;
