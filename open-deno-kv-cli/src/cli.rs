@@ -338,9 +338,10 @@ pub struct ServeArgs {
     /// it with every call; it is read-only unless --ui-write is given.
     #[arg(long)]
     pub ui: bool,
-    /// Let the explorer edit and delete entries (each write is checked against the versionstamp
-    /// the page saw: a conflicting edit is refused, never overwritten).
-    #[arg(long, requires = "ui")]
+    /// Serve the explorer at /ui and let it edit and delete entries (implies --ui; each write is
+    /// checked against the versionstamp the page saw: a conflicting edit is refused, never
+    /// overwritten).
+    #[arg(long)]
     pub ui_write: bool,
     /// The least severe events written on stderr: debug adds one line per request (method,
     /// endpoint, status, duration). Tokens, keys and values are never logged.
