@@ -334,8 +334,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub metrics: bool,
     /// Also serve the web explorer at /ui: list entries by prefix, open them, follow live
-    /// changes, see counts and the queue's depth. The page asks for the access token and sends
-    /// it with every call; it is read-only unless --ui-write is given.
+    /// changes, see counts and the queue's depth. The page asks for the access token (none with
+    /// --open-loopback) and sends it with every call; it is read-only unless --ui-write is given.
     #[arg(long)]
     pub ui: bool,
     /// Serve the explorer at /ui and let it edit and delete entries (implies --ui; each write is

@@ -20,6 +20,22 @@
 //! feature (``redb: URLs need the `redb` feature of the open-deno-kv crate``), so a program that wants one
 //! engine compiles only that one.
 //!
+//! ## What is at the path
+//!
+//! Before an engine touches a file, its first bytes are read ([`FileKind`]): a file of another
+//! kind than the URL says is refused with [`Error::BadUrl`] naming the URL to use, and left byte
+//! for byte as it was (`./x.redb is a redb file: open it as redb:./x.redb`; an SQLite file given
+//! as `redb:` is sent to `sqlite:`; a text file is "not a database (neither SQLite nor redb)").
+//! An SQLite database of another application (without Deno's tables) is refused, untouched, by
+//! the SQLite engine. A missing path or an empty file starts a new database.
+//!
+//! A plain path means `sqlite:`, so a plain path that would become a *new* file named `*.redb`
+//! is refused ("use redb:kv.redb for a redb file, or sqlite:kv.redb for an SQLite one") rather
+//! than quietly creating an SQLite file with a redb name; with a scheme, any name is taken as
+//! given, and an existing SQLite file opens by its plain path whatever its name. A server
+//! address given where a URL is expected (`localhost:4512`, `10.0.0.5:4512`, unless a file of
+//! that name exists) is answered with the URL it means (`http://localhost:4512/`).
+//!
 //! A remote URL is the KV Connect *metadata URL*, exactly as `Deno.openKv` takes it: for
 //! open-deno-kv-server, `http://host:port/` is the default database and `http://host:port/db/NAME` a named
 //! one. The access token comes from `?token=` if given, else from the `KV_ACCESS_TOKEN`
