@@ -3,6 +3,8 @@
 //! `*.redb` is refused instead of quietly becoming an SQLite file, and a server address given
 //! without `http://` is answered with the URL it means.
 
+#![allow(clippy::unwrap_used)]
+
 use std::path::{Path, PathBuf};
 
 use open_deno_kv::{BackendUrl, Error, FileKind, Kv, key};
