@@ -176,5 +176,12 @@ mod tests {
             refusal(&dir.path().join("kv.sqlite3"), "sqlite", true),
             None
         );
+        let directory = refusal(dir.path(), "redb", false).unwrap_or_default();
+        let inside = dir.path().join("kv.redb");
+        assert!(
+            directory.contains("is a directory: name a database file in it, e.g. redb:")
+                && directory.contains(&inside.display().to_string()),
+            "{directory}"
+        );
     }
 }
