@@ -66,8 +66,8 @@
 //! | `localhost:4512` (no file of that name) | `… use http://localhost:4512/ for a KV Connect server …` |
 //!
 //! Another application's SQLite database is refused the same way by the SQLite engine
-//! ([`Error::Corrupt`]: "an SQLite database, but not a Deno KV one"), and a missing path or an
-//! empty file starts a new database.
+//! (`Error::Kv(KvError::Corrupt { .. })`: "an SQLite database, but not a Deno KV one"), and a
+//! missing path or an empty file starts a new database.
 
 mod atomic;
 mod entry;
