@@ -81,7 +81,11 @@ pub enum CliError {
     },
 
     /// A range delete that was not confirmed (answered no, or no answer and no `--yes`).
-    #[error("not deleted: {entries} entries {what} stay (confirm with y, or pass --yes)")]
+    #[error(
+        "not deleted: {} {what} {} (confirm with y, or pass --yes)",
+        crate::duration::plural(*entries, "entry", "entries"),
+        if *entries == 1 { "stays" } else { "stay" }
+    )]
     NotConfirmed {
         /// How many entries were counted in the range.
         entries: u64,
