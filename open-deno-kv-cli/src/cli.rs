@@ -360,13 +360,14 @@ pub struct ServeArgs {
     #[arg(long)]
     pub metrics: bool,
     /// Also serve the web explorer at /ui: list entries by prefix, open them, follow live
-    /// changes, see counts and the queue's depth. The page asks for the access token and sends
-    /// it with every call; it is read-only unless --ui-write is given.
+    /// changes, see counts and the queue's depth. The page asks for the access token (none with
+    /// --open-loopback) and sends it with every call; it is read-only unless --ui-write is given.
     #[arg(long)]
     pub ui: bool,
-    /// Let the explorer edit and delete entries (each write is checked against the versionstamp
-    /// the page saw: a conflicting edit is refused, never overwritten).
-    #[arg(long, requires = "ui")]
+    /// Serve the explorer at /ui and let it edit and delete entries (implies --ui; each write is
+    /// checked against the versionstamp the page saw: a conflicting edit is refused, never
+    /// overwritten).
+    #[arg(long)]
     pub ui_write: bool,
     /// The least severe events written on stderr: debug adds one line per request (method,
     /// endpoint, status, duration). Tokens, keys and values are never logged.

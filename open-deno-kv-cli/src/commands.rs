@@ -158,10 +158,16 @@ pub async fn get(db: &str, key: &str, format: Format) -> Result<(), CliError> {
     let key = parse_key(key)?;
     let kv = open_intact(db, Access::Read).await?;
     let entry = kv.get(key).await?;
-    kv.close().await?;
     if !entry.exists() {
-        return Err(CliError::NotFound(entry.key.to_string()));
+        // One more read, only on a miss: a key that differs by a number's type.
+        let near = crate::near_key::find_near(&kv, &entry.key).await?;
+        kv.close().await?;
+        return Err(CliError::NotFound {
+            key: entry.key.to_string(),
+            near,
+        });
     }
+    kv.close().await?;
     let rendered = render_maybe(&entry, format)?;
     writeln!(std::io::stdout().lock(), "{rendered}").map_err(stdout_error)
 }

@@ -22,6 +22,7 @@ mod error;
 mod key_syntax;
 mod logging;
 mod manual;
+mod near_key;
 mod output_file;
 mod plain_json;
 mod progress;

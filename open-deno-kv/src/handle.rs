@@ -55,6 +55,13 @@ impl Kv {
     /// is a cargo feature of this crate (see the [crate documentation](crate)); a URL whose
     /// engine is not compiled in fails with [`Error::BadUrl`].
     ///
+    /// A file is first recognised by its header ([`crate::FileKind`]): one of another kind than
+    /// the URL says (a redb file as a plain path, an SQLite file as `redb:`, a text file) fails
+    /// with [`Error::BadUrl`] naming the URL to use, and is left unchanged. A plain path means
+    /// SQLite, so `Kv::open("kv.redb")` where no such file exists yet fails ("use redb:kv.redb
+    /// for a redb file, or sqlite:kv.redb for an SQLite one") instead of creating an SQLite
+    /// file with a redb name; an existing SQLite file opens by its plain path whatever its name.
+    ///
     /// Opening a file touches the disk (creating, recovering or migrating it); that work runs
     /// off the async executor (see [`open_deno_kv_engine_kit::run_blocking`]), so other tasks keep running.
     /// A remote database is reached at once, so a wrong token or an unreachable server fails
