@@ -23,6 +23,7 @@ use open_deno_kv_model::{
 };
 
 use crate::dump::{self, DumpEntry, DumpItem, DumpReader};
+use crate::duration::plural;
 use crate::error::CliError;
 use crate::output_file::OutputFile;
 use crate::progress::Progress;
@@ -98,8 +99,9 @@ pub async fn backup(db: &str, output: &Path) -> Result<(), CliError> {
     kv.close().await?;
     let (versionstamp, (entries, messages)) = result?;
     eprintln!(
-        "backed up {entries} entries and {messages} queued messages as of versionstamp \
-         {versionstamp} into {}",
+        "backed up {} and {} as of versionstamp {versionstamp} into {}",
+        plural(entries, "entry", "entries"),
+        plural(messages, "queued message", "queued messages"),
         output.display()
     );
     Ok(())
@@ -110,6 +112,8 @@ pub async fn backup(db: &str, output: &Path) -> Result<(), CliError> {
 /// the import writes nothing.
 struct BackupLines {
     lines: std::io::Lines<Box<dyn BufRead + Send>>,
+    /// Bytes read so far, shown on a terminal's stderr.
+    progress: Progress,
     reader: DumpReader,
     name: String,
     line: usize,
@@ -119,6 +123,7 @@ struct BackupLines {
 impl BackupLines {
     fn fail(&mut self, line: usize, reason: String) -> Option<Result<SnapshotItem, KvError>> {
         self.done = true;
+        self.progress.finish();
         let err = CliError::BadDumpLine {
             file: self.name.clone(),
             line,
@@ -135,6 +140,7 @@ impl Iterator for BackupLines {
         while !self.done {
             let Some(line) = self.lines.next() else {
                 self.done = true;
+                self.progress.finish();
                 return match self.reader.finish() {
                     Ok(()) => None,
                     Err(reason) => self.fail(self.line + 1, reason),
@@ -145,6 +151,7 @@ impl Iterator for BackupLines {
                 Ok(text) => text,
                 Err(err) => return self.fail(self.line, err.to_string()),
             };
+            self.progress.inc(text.len() as u64 + 1);
             if text.trim().is_empty() {
                 continue;
             }
@@ -186,8 +193,10 @@ fn open_backup(input: &Path) -> Result<(SnapshotOrigin, BackupLines), CliError> 
         path: input.to_path_buf(),
         source,
     })?;
+    let size = file.metadata().ok().map(|m| m.len());
     let reader: Box<dyn BufRead + Send> = Box::new(std::io::BufReader::new(file));
     let mut lines = BackupLines {
+        progress: Progress::new("restore", size),
         lines: reader.lines(),
         reader: DumpReader::new(),
         name: name.clone(),
@@ -263,11 +272,15 @@ pub async fn restore_at(
         .map(|at| format!(" ({})", at.to_rfc3339_opts(SecondsFormat::AutoSi, true)))
         .unwrap_or_default();
     eprintln!(
-        "restored {} entries and {} queued messages into {db}: the backup (versionstamp \
-         {versionstamp}) and {} logged commit(s) after it, up to versionstamp {}{when}",
-        restored.imported.entries,
-        restored.imported.messages,
-        restored.commits,
+        "restored {} and {} into {db}: the backup (versionstamp {versionstamp}) and {} after \
+         it, up to versionstamp {}{when}",
+        plural(restored.imported.entries, "entry", "entries"),
+        plural(
+            restored.imported.messages,
+            "queued message",
+            "queued messages"
+        ),
+        plural(restored.commits, "logged commit", "logged commits"),
         restored.versionstamp
     );
     Ok(())
@@ -292,9 +305,9 @@ pub async fn restore(input: &Path, db: &str) -> Result<(), CliError> {
     drop(backend);
     target.commit().await?;
     eprintln!(
-        "restored {} entries and {} queued messages into {db}; its next commit follows \
-         versionstamp {versionstamp}",
-        summary.entries, summary.messages
+        "restored {} and {} into {db}; its next commit follows versionstamp {versionstamp}",
+        plural(summary.entries, "entry", "entries"),
+        plural(summary.messages, "queued message", "queued messages"),
     );
     Ok(())
 }

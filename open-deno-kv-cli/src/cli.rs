@@ -18,8 +18,8 @@ pub const DEFAULT_DB: &str = "sqlite:./kv.sqlite3";
 #[derive(Debug, Parser)]
 #[command(name = "kv", version, about, long_about)]
 pub struct Cli {
-    /// The database: sqlite:PATH (or a plain path), redb:PATH, memory:, https://HOST:PORT/PATH,
-    /// http://HOST:PORT/PATH.
+    /// The database: sqlite:PATH (or a plain path), redb:PATH, memory:,
+    /// postgres://USER@HOST:PORT/DB, https://HOST:PORT/PATH, http://HOST:PORT/PATH.
     ///
     /// Every form:
     ///   sqlite:PATH, or a plain PATH    Deno's own SQLite file (the default, ./kv.sqlite3)
@@ -28,6 +28,8 @@ pub struct Cli {
     ///   redb:PATH                       a redb file (pure Rust; one process at a time)
     ///   redb:PATH?durability=deferred   synced at least every second
     ///   memory:                         a fresh in-memory store, gone on exit
+    ///   postgres://USER@HOST:PORT/DB    a PostgreSQL database (postgresql:// too), with
+    ///                                   libpq's options: ?sslmode=verify-full, ?schema=NAME...
     ///   http://HOST:PORT/               a KV Connect server (kv serve, denokv): its default
     ///                                   database; http://HOST:PORT/db/NAME a named one
     ///   http://HOST:PORT/PATH?token=T   the same with the access token in the URL; otherwise
@@ -63,8 +65,9 @@ pub enum LogAction {
     Status,
     /// Switch the log on, or change its retention (records are kept).
     Enable {
-        /// How long records are kept: 7d, 12h, 90min, 1h 30m...
-        #[arg(long, value_name = "DURATION", value_parser = crate::change_log::parse_retention)]
+        /// How long records are kept: 7d, 12h, 90min, 1h 30m... (a plain number is
+        /// milliseconds, as everywhere in kv).
+        #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse_duration)]
         keep: Duration,
     },
     /// Switch the log off and delete its records.
@@ -90,9 +93,10 @@ pub enum Command {
         /// How to read the value.
         #[arg(long = "type", value_enum, default_value_t = ValueType::Json)]
         value_type: ValueType,
-        /// Expire the entry this many milliseconds from now.
-        #[arg(long, value_name = "MS")]
-        expire_in: Option<u64>,
+        /// Expire the entry this long from now: 60s, 5min, 12h, 7d, 1h 30m, or a plain number
+        /// of milliseconds (60000), as Deno's expireIn counts.
+        #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse_duration)]
+        expire_in: Option<Duration>,
     },
     /// Delete a key, or every key under --prefix or between --start and --end.
     ///
@@ -146,10 +150,11 @@ pub enum Command {
     /// in the order given.
     ///
     /// With --prefix, every key under the prefix (no limit on their number; not part of Deno
-    /// KV): first a `reread` line (list the prefix now), then the keys each commit changed, a
-    /// line per key and a `--` line per event (--format json: one JSON object per event,
-    /// `{"reread":true}` or `{"changed":[...]}`); `reread` again when the watch cannot say which
-    /// keys changed.
+    /// KV): first every entry under the prefix, then the keys each commit changed, a line per
+    /// key (`KEY = (absent)` once deleted) and a `--` line per event (--format json: one
+    /// `{"changed":[...]}` object per event). When the watch cannot name the keys a commit
+    /// changed (another process's commit to an SQLite file, a range delete), the prefix is
+    /// listed again and what is new, changed or deleted since the last event is printed.
     #[command(group = clap::ArgGroup::new("watched").required(true).args(["keys", "prefix"]))]
     Watch {
         /// The keys (at most 10).
@@ -170,9 +175,10 @@ pub enum Command {
         /// How to read the message.
         #[arg(long = "type", value_enum, default_value_t = ValueType::Json)]
         value_type: ValueType,
-        /// Deliver no earlier than this many milliseconds from now.
-        #[arg(long, value_name = "MS", default_value_t = 0)]
-        delay: u64,
+        /// Deliver no earlier than this long from now: 5s, 10min, 1h, or a plain number of
+        /// milliseconds (5000), as Deno's delay counts.
+        #[arg(long, value_name = "DURATION", default_value = "0", value_parser = crate::duration::parse_duration)]
+        delay: Duration,
         /// Where to write the message if every delivery fails (repeatable).
         #[arg(long = "if-undelivered", value_name = "KEY")]
         if_undelivered: Vec<String>,
@@ -277,7 +283,10 @@ pub enum Command {
     /// Check the database for damage: the engine's own check, then every entry and queued
     /// message read and decoded. Prints a summary (exit 0) or every problem found (exit 1).
     /// `dump`, `stats` and `migrate` run the same check first and refuse a damaged database.
-    Check,
+    Check {
+        #[command(flatten)]
+        database: DatabaseArg,
+    },
     /// Copy every entry and queued message from the database (--db) into a new or empty
     /// target (all or nothing).
     Migrate {
@@ -293,6 +302,23 @@ pub enum Command {
     Key {
         #[command(subcommand)]
         action: KeyAction,
+    },
+    /// Print a completion script for a shell, generated from kv's own definition.
+    ///
+    /// bash: `kv completions bash > ~/.local/share/bash-completion/completions/kv`;
+    /// zsh: `kv completions zsh > ~/.zfunc/_kv` (with ~/.zfunc in fpath);
+    /// fish: `kv completions fish > ~/.config/fish/completions/kv.fish`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print kv's manual page (roff), generated from the same definition as --help:
+    /// `kv man > kv.1 && man ./kv.1`, or into a directory of MANPATH as man1/kv.1; with a
+    /// subcommand, its own page, kv-SUBCOMMAND(1) (`kv man get > kv-get.1`).
+    Man {
+        /// The subcommand whose page to print (default: the page of kv itself).
+        #[arg(value_parser = crate::manual::parse_subcommand)]
+        subcommand: Option<String>,
     },
     /// Run the Deno KV conformance suite against any KV Connect server (kv serve, denokv, a
     /// server of your own) and report, case by case, what passed, what failed (expected vs
@@ -371,13 +397,14 @@ pub struct ServeArgs {
     #[arg(long)]
     pub metrics: bool,
     /// Also serve the web explorer at /ui: list entries by prefix, open them, follow live
-    /// changes, see counts and the queue's depth. The page asks for the access token and sends
-    /// it with every call; it is read-only unless --ui-write is given.
+    /// changes, see counts and the queue's depth. The page asks for the access token (none with
+    /// --open-loopback) and sends it with every call; it is read-only unless --ui-write is given.
     #[arg(long)]
     pub ui: bool,
-    /// Let the explorer edit and delete entries (each write is checked against the versionstamp
-    /// the page saw: a conflicting edit is refused, never overwritten).
-    #[arg(long, requires = "ui")]
+    /// Serve the explorer at /ui and let it edit and delete entries (implies --ui; each write is
+    /// checked against the versionstamp the page saw: a conflicting edit is refused, never
+    /// overwritten).
+    #[arg(long)]
     pub ui_write: bool,
     /// The least severe events written on stderr: debug adds one line per request (method,
     /// endpoint, status, duration). Tokens, keys and values are never logged.

@@ -1,6 +1,6 @@
 //! What each subcommand does.
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use serde_json::{Value as Json, json};
 
 use crate::cli::{Format, KeyAction, ValueType};
 use crate::dump::{self, DumpEntry, DumpItem, DumpReader, ValueSource};
+use crate::duration::plural;
 use crate::error::CliError;
 use crate::key_syntax::{parse_key, typed_json};
 use crate::output_file::OutputFile;
@@ -157,10 +158,16 @@ pub async fn get(db: &str, key: &str, format: Format) -> Result<(), CliError> {
     let key = parse_key(key)?;
     let kv = open_intact(db, Access::Read).await?;
     let entry = kv.get(key).await?;
-    kv.close().await?;
     if !entry.exists() {
-        return Err(CliError::NotFound(entry.key.to_string()));
+        // One more read, only on a miss: a key that differs by a number's type.
+        let near = crate::near_key::find_near(&kv, &entry.key).await?;
+        kv.close().await?;
+        return Err(CliError::NotFound {
+            key: entry.key.to_string(),
+            near,
+        });
     }
+    kv.close().await?;
     let rendered = render_maybe(&entry, format)?;
     writeln!(std::io::stdout().lock(), "{rendered}").map_err(stdout_error)
 }
@@ -171,18 +178,33 @@ pub async fn set(
     key: &str,
     value: &str,
     value_type: ValueType,
-    expire_in: Option<u64>,
+    expire_in: Option<Duration>,
 ) -> Result<(), CliError> {
     let key = parse_key(key)?;
     let value = parse_value(value, value_type)?;
     let kv = open(db, Access::Write)?;
     let commit = match expire_in {
-        Some(ms) => kv.set_expiring(key, value, Duration::from_millis(ms)).await,
-        None => kv.set(key, value).await,
+        Some(expire_in) => kv.set_expiring(key.clone(), value, expire_in).await,
+        None => kv.set(key.clone(), value).await,
     };
     kv.close().await?;
-    println!("{}", commit?.versionstamp);
-    Ok(())
+    print_versionstamp(&format!("set {key}"), commit?.versionstamp)
+}
+
+/// Prints the versionstamp of a commit: on a terminal with what it is (`set ["hello"]:
+/// committed at versionstamp 0000000000000001000`), into a pipe or file bare, one line, for
+/// scripts (`v=$(kv set ...)`).
+pub(crate) fn print_versionstamp(
+    what: &str,
+    versionstamp: open_deno_kv::Versionstamp,
+) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    if out.is_terminal() {
+        writeln!(out, "{what}: committed at versionstamp {versionstamp}")
+    } else {
+        writeln!(out, "{versionstamp}")
+    }
+    .map_err(stdout_error)
 }
 
 /// `kv delete`.
@@ -291,7 +313,7 @@ pub async fn enqueue(
     db: &str,
     value: &str,
     value_type: ValueType,
-    delay_ms: u64,
+    delay: Duration,
     if_undelivered: &[String],
 ) -> Result<(), CliError> {
     let message = parse_value(value, value_type)?;
@@ -301,14 +323,13 @@ pub async fn enqueue(
         .collect::<Result<Vec<_>, _>>()?;
     let kv = open(db, Access::Write)?;
     let options = EnqueueOptions {
-        delay: Duration::from_millis(delay_ms),
+        delay,
         keys_if_undelivered,
         backoff_schedule: None,
     };
     let commit = kv.enqueue(message, options).await;
     kv.close().await?;
-    println!("{}", commit?.versionstamp);
-    Ok(())
+    print_versionstamp("enqueued", commit?.versionstamp)
 }
 
 /// Every entry of a database, a page at a time.
@@ -399,7 +420,9 @@ pub async fn dump(db: &str, output: Option<&Path>) -> Result<(), CliError> {
     let (entries, messages) = result?;
     if let Some(path) = output {
         eprintln!(
-            "dumped {entries} entries and {messages} queued messages into {}",
+            "dumped {} and {} into {}",
+            plural(entries, "entry", "entries"),
+            plural(messages, "queued message", "queued messages"),
             path.display()
         );
     }
@@ -582,14 +605,19 @@ pub async fn load(db: &str, input: &Path) -> Result<(), CliError> {
     }
     if rebuilt > 0 {
         eprintln!(
-            "kv: warning: {rebuilt} V8 values had no \"bytes\" and were rebuilt from their tagged \
+            "kv: warning: {} no \"bytes\" and {} rebuilt from {} tagged \
              form, which does not hold an error's stack and cause, the rest of the buffer a typed \
-             array or DataView looks into, or which views share a buffer"
+             array or DataView looks into, or which views share a buffer",
+            plural(rebuilt as u64, "V8 value had", "V8 values had"),
+            if rebuilt == 1 { "was" } else { "were" },
+            if rebuilt == 1 { "its" } else { "their" },
         );
     }
     eprintln!(
-        "loaded {written} entries and {messages} queued messages into {url} ({expired} already \
-         expired, skipped)"
+        "loaded {} and {} into {url} ({} already expired, skipped)",
+        plural(written as u64, "entry", "entries"),
+        plural(messages, "queued message", "queued messages"),
+        expired
     );
     Ok(())
 }
@@ -626,8 +654,9 @@ pub async fn migrate(db: &str, target_url: &str) -> Result<(), CliError> {
         progress.finish();
         target.commit().await?;
         eprintln!(
-            "migrated {written} entries and {} queued messages into {target_url}",
-            messages.len()
+            "migrated {} and {} into {target_url}",
+            plural(written as u64, "entry", "entries"),
+            plural(messages.len() as u64, "queued message", "queued messages"),
         );
         Ok::<(), CliError>(())
     }

@@ -108,7 +108,11 @@ pub enum CliError {
     },
 
     /// A range delete that was not confirmed (answered no, or no answer and no `--yes`).
-    #[error("not deleted: {entries} entries {what} stay (confirm with y, or pass --yes)")]
+    #[error(
+        "not deleted: {} {what} {} (confirm with y, or pass --yes)",
+        crate::duration::plural(*entries, "entry", "entries"),
+        if *entries == 1 { "stays" } else { "stay" }
+    )]
     NotConfirmed {
         /// How many entries were counted in the range.
         entries: u64,
@@ -177,9 +181,23 @@ pub enum CliError {
         problems: Vec<String>,
     },
 
-    /// `kv get` of a key that does not exist.
-    #[error("no entry at {0}")]
-    NotFound(String),
+    /// `kv get` of a key that does not exist; `near` is a key one confusion away (`2` and
+    /// `2n`, `2` and `"2"`) that does hold an entry, if there is one.
+    #[error("no entry at {key}{}", near_hint(near.as_ref()))]
+    NotFound {
+        /// The key asked for, as a literal.
+        key: String,
+        /// The near key that exists.
+        near: Option<crate::near_key::NearKey>,
+    },
+}
+
+/// The second half of [`CliError::NotFound`]'s message.
+fn near_hint(near: Option<&crate::near_key::NearKey>) -> String {
+    match near {
+        Some(near) => format!("; did you mean {}? ({})", near.key, near.why),
+        None => String::new(),
+    }
 }
 
 impl From<open_deno_kv_model::KvError> for CliError {

@@ -6,6 +6,7 @@
 //! kv --db redb:./data.redb migrate sqlite:./copy.sqlite3
 //! kv dump ./kv.sqlite3 -o dump.jsonl                # reading commands take the database too
 //! kv backup backup.jsonl                            # one snapshot of a live database
+//! kv completions bash > ~/.local/share/bash-completion/completions/kv
 //! kv --db redb:./restored.redb restore backup.jsonl # versionstamps kept
 //! ```
 //!
@@ -17,9 +18,12 @@ mod cli;
 mod commands;
 mod conformance;
 mod dump;
+mod duration;
 mod error;
 mod key_syntax;
 mod logging;
+mod manual;
+mod near_key;
 mod output_file;
 mod plain_json;
 mod progress;
@@ -144,9 +148,14 @@ async fn run(db: &str, db_on_command_line: bool, command: Command) -> Result<(),
                 None => commands::stats(&db).await,
             }
         }
-        Command::Check => commands::check(db).await,
+        Command::Check { database } => {
+            let db = chosen_database(db, db_on_command_line, database.database)?;
+            commands::check(&db).await
+        }
         Command::Migrate { target } => commands::migrate(db, &target).await,
         Command::Key { action } => commands::key(action),
+        Command::Completions { shell } => manual::completions(shell),
+        Command::Man { subcommand } => manual::man_page(subcommand.as_deref()),
         Command::Serve(args) => serve::serve(db, args).await,
         Command::Conformance(args) => conformance::conformance(args).await,
     }

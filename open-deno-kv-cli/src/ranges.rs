@@ -1,14 +1,16 @@
 //! The commands beyond Deno KV that work on a whole prefix or range: `kv delete --prefix`,
 //! `kv stats --prefix`, `kv watch --prefix`.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
 
-use futures::StreamExt;
-use open_deno_kv::{RangeEvent, Selector};
+use futures::{StreamExt, TryStreamExt};
+use open_deno_kv::{Key, Kv, ListOptions, MaybeEntry, RangeEvent, Selector, Versionstamp};
 use serde_json::{Value as Json, json};
 
 use crate::cli::Format;
 use crate::commands::{Rendered, render_maybe, stdout_error};
+use crate::duration::plural;
 use crate::error::CliError;
 use crate::key_syntax::parse_key;
 use crate::store::{Access, open};
@@ -55,7 +57,7 @@ pub async fn delete_range(db: &str, range: &RangeArgs, yes: bool) -> Result<(), 
             if !confirm(counted.entries, &what)? {
                 return Err(CliError::NotConfirmed {
                     entries: counted.entries,
-                    what,
+                    what: what.clone(),
                 });
             }
         }
@@ -63,14 +65,16 @@ pub async fn delete_range(db: &str, range: &RangeArgs, yes: bool) -> Result<(), 
     }
     .await;
     kv.close().await?;
-    println!("{}", result?.versionstamp);
-    Ok(())
+    crate::commands::print_versionstamp(&format!("deleted {what}"), result?.versionstamp)
 }
 
 /// Asks on stderr, reads one answer line from stdin: `y` or `yes` confirms; anything else, or
 /// no answer at all (stdin closed), does not.
 fn confirm(entries: u64, what: &str) -> Result<bool, CliError> {
-    eprint!("delete {entries} entries {what}? [y/N] ");
+    eprint!(
+        "delete {} {what}? [y/N] ",
+        plural(entries, "entry", "entries")
+    );
     let _ = std::io::stderr().flush();
     let mut answer = String::new();
     std::io::stdin()
@@ -105,8 +109,17 @@ pub async fn stats_prefix(db: &str, prefix: &str) -> Result<(), CliError> {
     Ok(())
 }
 
-/// `kv watch --prefix P`: prints each event of a range watch until interrupted (or `count`
-/// events).
+/// `kv watch --prefix P`: prints what changes under the prefix until interrupted (or `count`
+/// events printed).
+///
+/// A range watch either names the keys a commit changed, or says "read the range again" (its
+/// first event, and whenever it cannot name them: another process's commit to an SQLite file,
+/// a range delete, a slow reader). On such a reread the prefix is listed again and compared
+/// with what was printed before, so only the entries that are new, changed (another
+/// versionstamp) or deleted (printed as absent) are printed, like any other event; a reread
+/// that finds nothing changed prints nothing. The first event is therefore every entry under
+/// the prefix. Remembering what was printed costs a key and a versionstamp per entry under the
+/// prefix.
 pub async fn watch_prefix(
     db: &str,
     prefix: &str,
@@ -116,7 +129,8 @@ pub async fn watch_prefix(
     let selector = Selector::prefix(parse_key(prefix)?);
     let kv = crate::commands::open_intact(db, Access::Observe).await?;
     let result = async {
-        let mut events = kv.watch_range(selector)?;
+        let mut events = kv.watch_range(selector.clone())?;
+        let mut shown = Shown::default();
         let mut seen = 0;
         loop {
             if count.is_some_and(|count| seen >= count) {
@@ -127,7 +141,17 @@ pub async fn watch_prefix(
                 _ = tokio::signal::ctrl_c() => return Ok(()),
             };
             let Some(event) = next else { return Ok(()) };
-            print_event(&mut std::io::stdout().lock(), &event?, format)?;
+            let changed = match event? {
+                RangeEvent::Reread => shown.reread(&kv, &selector).await?,
+                RangeEvent::Changed(entries) => {
+                    shown.note(&entries);
+                    entries
+                }
+            };
+            if changed.is_empty() {
+                continue;
+            }
+            print_changes(&mut std::io::stdout().lock(), &changed, format)?;
             seen += 1;
         }
     }
@@ -136,32 +160,85 @@ pub async fn watch_prefix(
     result
 }
 
-/// One range watch event: for `js` a `reread` line, or a line per changed key, then `--`; for
-/// the JSON formats one object per line.
-fn print_event(out: &mut impl Write, event: &RangeEvent, format: Format) -> Result<(), CliError> {
-    match (event, format) {
-        (RangeEvent::Reread, Format::Js) => writeln!(out, "reread\n--").map_err(stdout_error)?,
-        (RangeEvent::Reread, _) => {
-            writeln!(out, "{}", json!({"reread": true})).map_err(stdout_error)?
+/// The state of a watched prefix as last printed: each key's versionstamp.
+#[derive(Default)]
+struct Shown(BTreeMap<Key, Versionstamp>);
+
+impl Shown {
+    /// Records the entries of a `Changed` event as printed.
+    fn note(&mut self, entries: &[MaybeEntry]) {
+        for entry in entries {
+            match entry.versionstamp {
+                Some(versionstamp) => self.0.insert(entry.key.clone(), versionstamp),
+                None => self.0.remove(&entry.key),
+            };
         }
-        (RangeEvent::Changed(entries), Format::Js) => {
-            for entry in entries {
-                writeln!(out, "{}", render_maybe(entry, format)?).map_err(stdout_error)?;
+    }
+
+    /// Lists `selector` again and returns, in key order, every entry that differs from what
+    /// was printed (new or with another versionstamp), and every printed key now gone (absent);
+    /// the listing becomes what was printed.
+    async fn reread(&mut self, kv: &Kv, selector: &Selector) -> Result<Vec<MaybeEntry>, CliError> {
+        let options = ListOptions {
+            batch_size: Some(1000),
+            ..Default::default()
+        };
+        let mut listed = kv.list(selector.clone(), options)?;
+        let mut now = BTreeMap::new();
+        let mut changed = BTreeMap::new();
+        while let Some(entry) = listed.try_next().await? {
+            if self.0.get(&entry.key) != Some(&entry.versionstamp) {
+                changed.insert(
+                    entry.key.clone(),
+                    MaybeEntry {
+                        key: entry.key.clone(),
+                        value: Some(entry.value),
+                        versionstamp: Some(entry.versionstamp),
+                        expires_at: entry.expires_at,
+                    },
+                );
             }
-            writeln!(out, "--").map_err(stdout_error)?;
+            now.insert(entry.key, entry.versionstamp);
         }
-        (RangeEvent::Changed(entries), _) => {
-            let changed = entries
-                .iter()
-                .map(|entry| {
-                    Ok(match render_maybe(entry, format)? {
-                        Rendered::Json(json) => json,
-                        Rendered::Line(line) => Json::String(line),
-                    })
+        for key in self.0.keys().filter(|key| !now.contains_key(*key)) {
+            changed.insert(
+                key.clone(),
+                MaybeEntry {
+                    key: key.clone(),
+                    value: None,
+                    versionstamp: None,
+                    expires_at: None,
+                },
+            );
+        }
+        self.0 = now;
+        Ok(changed.into_values().collect())
+    }
+}
+
+/// One event's changed keys: for `js` a line per key (`KEY = (absent)` once deleted), then
+/// `--`; for the JSON formats one object per line, `{"changed":[...]}`.
+fn print_changes(
+    out: &mut impl Write,
+    entries: &[MaybeEntry],
+    format: Format,
+) -> Result<(), CliError> {
+    if format == Format::Js {
+        for entry in entries {
+            writeln!(out, "{}", render_maybe(entry, format)?).map_err(stdout_error)?;
+        }
+        writeln!(out, "--").map_err(stdout_error)?;
+    } else {
+        let changed = entries
+            .iter()
+            .map(|entry| {
+                Ok(match render_maybe(entry, format)? {
+                    Rendered::Json(json) => json,
+                    Rendered::Line(line) => Json::String(line),
                 })
-                .collect::<Result<Vec<Json>, CliError>>()?;
-            writeln!(out, "{}", json!({ "changed": changed })).map_err(stdout_error)?;
-        }
+            })
+            .collect::<Result<Vec<Json>, CliError>>()?;
+        writeln!(out, "{}", json!({ "changed": changed })).map_err(stdout_error)?;
     }
     out.flush().map_err(stdout_error)
 }

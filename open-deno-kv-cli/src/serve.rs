@@ -79,10 +79,11 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
     config.resources = resource_limits(&args.limits, raise_open_file_limit())?;
     config.tls = tls.clone();
     config.metrics = args.metrics;
+    // --ui-write alone is the explorer, read-write: asking to edit asks for the page.
     config.ui = match (args.ui, args.ui_write) {
-        (false, _) => Explorer::Off,
+        (false, false) => Explorer::Off,
         (true, false) => Explorer::ReadOnly,
-        (true, true) => Explorer::ReadWrite,
+        (_, true) => Explorer::ReadWrite,
     };
     let open = config.access == Access::Open;
     let limits = config.resources.clone();
@@ -134,9 +135,9 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
             ""
         },
         match (args.ui, args.ui_write) {
-            (false, _) => "",
+            (false, false) => "",
             (true, false) => ", explorer at /ui (read-only)",
-            (true, true) => ", explorer at /ui (read-write)",
+            (_, true) => ", explorer at /ui (read-write)",
         },
     );
     let outcome = server.serve(listener, shutdown_signal()).await;
@@ -239,8 +240,10 @@ fn opener(
             };
             url.with_path(dir.join(file))
                 .open(clock.clone())
-                .map_err(|e| open_deno_kv_model::KvError::Storage {
-                    source: Arc::new(std::io::Error::other(e.to_string())),
+                .map_err(|e| match e {
+                    // The store's own answer (a file it cannot open, a newer schema) as itself.
+                    open_deno_kv::Error::Kv(err) => err,
+                    other => open_deno_kv_model::KvError::storage(other),
                 })
         },
     )

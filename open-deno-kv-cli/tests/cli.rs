@@ -720,7 +720,8 @@ fn load_refuses_disagreeing_cut_or_newer_dumps_and_warns_about_tagged_values() {
         .collect();
     let (ok, stderr, db) = load("rebuilt.jsonl", &without_bytes);
     assert!(
-        ok && stderr.contains("warning: 1 V8 values had no \"bytes\""),
+        ok && stderr
+            .contains("warning: 1 V8 value had no \"bytes\" and was rebuilt from its tagged form"),
         "{stderr}"
     );
     let howdy = kv_ok(path, &["--db", &db, "get", r#"["greeting"]"#]);

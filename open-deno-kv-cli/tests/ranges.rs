@@ -163,23 +163,20 @@ fn stats_of_a_prefix_counts_its_entries_and_bytes() {
     assert_eq!(stats["key_bytes"].as_u64(), Some(key_bytes));
 }
 
+/// Issue 32: another process's commits to an SQLite file reach a range watch as "read the
+/// range again", and `kv watch --prefix` printed only `reread`, never an entry. It now lists
+/// the prefix on each reread and prints what is new, changed or deleted.
 #[test]
-fn watch_of_a_prefix_starts_with_reread_and_follows_another_process() {
+fn watch_of_a_prefix_prints_what_another_process_changed() {
     let dir = tempfile::tempdir().expect("temp dir");
     let dir = dir.path();
-    seed(dir, "t.sqlite3");
+    let db = "t.sqlite3";
+    seed(dir, db);
+    ok(&kv(dir, &["--db", db, "set", r#"["w",1]"#, r#""a""#]));
+    ok(&kv(dir, &["--db", db, "set", r#"["w",2]"#, r#""b""#]));
     let mut watcher = Command::new(env!("CARGO_BIN_EXE_kv"))
-        .args([
-            "--db",
-            "t.sqlite3",
-            "watch",
-            "--prefix",
-            r#"["w"]"#,
-            "--count",
-            "2",
-            "--format",
-            "json",
-        ])
+        .args(["--db", db, "watch", "--prefix", r#"["w"]"#])
+        .args(["--format", "plain-json"])
         .current_dir(dir)
         .env_remove("KV_DB")
         .stdin(Stdio::null())
@@ -187,28 +184,66 @@ fn watch_of_a_prefix_starts_with_reread_and_follows_another_process() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("kv watch");
-    // Commit from this process until the watcher reports it (it may start after a first one).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let mut n = 0;
-    let output = loop {
-        n += 1;
-        ok(&kv(
-            dir,
-            &["--db", "t.sqlite3", "set", r#"["w",1]"#, &n.to_string()],
-        ));
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        let done = watcher.try_wait().expect("kv watch status").is_some();
-        if done || std::time::Instant::now() > deadline {
-            break watcher.wait_with_output().expect("kv watch output");
+    let stdout = watcher.stdout.take().expect("piped stdout");
+    let (lines, events) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
         }
+    });
+    let next_event = |what: &str| -> Vec<(String, serde_json::Value)> {
+        let line = events
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("no event for {what}: {e}"));
+        let event: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        event["changed"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{what}: not a change event: {line}"))
+            .iter()
+            .map(|entry| (entry["key"].to_string(), entry["value"].clone()))
+            .collect()
     };
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let events: Vec<&str> = stdout.lines().collect();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    // The first event lists the prefix as it is.
+    assert_eq!(
+        next_event("the start"),
+        vec![
+            (r#"["w",1]"#.to_owned(), serde_json::json!("a")),
+            (r#"["w",2]"#.to_owned(), serde_json::json!("b")),
+        ]
     );
-    // Another process's commits cannot be named key by key: each is a reread.
-    assert_eq!(events, vec![r#"{"reread":true}"#, r#"{"reread":true}"#]);
+    // Another process changes one entry: only it is printed.
+    ok(&kv(dir, &["--db", db, "set", r#"["w",2]"#, r#""c""#]));
+    assert_eq!(
+        next_event("a change"),
+        vec![(r#"["w",2]"#.to_owned(), serde_json::json!("c"))]
+    );
+    // Another process deletes one and adds one (keys outside the prefix are not printed).
+    ok(&kv(dir, &["--db", db, "delete", r#"["w",1]"#]));
+    ok(&kv(dir, &["--db", db, "set", r#"["x"]"#, "1"]));
+    ok(&kv(dir, &["--db", db, "set", r#"["w",3]"#, r#""d""#]));
+    let mut changed = Vec::new();
+    while changed.len() < 2 {
+        changed.extend(next_event("a delete and an insert"));
+    }
+    assert_eq!(
+        changed,
+        vec![
+            (r#"["w",1]"#.to_owned(), serde_json::Value::Null),
+            (r#"["w",3]"#.to_owned(), serde_json::json!("d")),
+        ]
+    );
+    // Nothing else was printed, and the watch ran without error until stopped.
+    assert!(events.try_recv().is_err(), "an extra event");
+    assert!(
+        watcher.try_wait().expect("kv watch status").is_none(),
+        "kv watch stopped early"
+    );
+    watcher.kill().expect("stop kv watch");
+    let output = watcher.wait_with_output().expect("kv watch output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.is_empty(), "kv watch wrote on stderr: {stderr}");
 }

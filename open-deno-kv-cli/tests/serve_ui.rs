@@ -1,14 +1,13 @@
 //! `kv serve --ui` (issue 19) as a user starts it: the explorer's page is served, its JSON calls
 //! need the token, and with `--log-format json --log-level debug` each call is logged once (as
 //! endpoint `ui_api`) while the token, a wrong token, the keys and the values the calls carried
-//! appear nowhere in the log. `--ui-write` without `--ui` is refused, and without `--ui` the
-//! page is a 404 naming the flag.
+//! appear nowhere in the log. `--ui-write` alone serves the explorer read-write, and without
+//! either flag the page is a 404 naming `--ui`.
 
 mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
 
 use common::{TOKEN, start_logging_memory_server, stop_child};
 
@@ -150,13 +149,24 @@ fn the_explorer_is_off_unless_asked_for() {
     stop_child(child);
     assert_eq!(status, 404);
     assert!(body.contains("--ui"), "{body}");
+}
 
-    let refused = Command::new(env!("CARGO_BIN_EXE_kv"))
-        .args(["--db", "memory:", "serve", "--ui-write"])
-        .env("KV_ACCESS_TOKEN", TOKEN)
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(!refused.status.success());
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(stderr.contains("--ui"), "{stderr}");
+/// Asking to edit asks for the page: `--ui-write` alone serves the explorer, read-write (it was
+/// refused as needing `--ui`).
+#[test]
+fn ui_write_alone_turns_the_explorer_on_read_write() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let log = dir.path().join("serve.log");
+    let (child, port) = start_logging_memory_server(&["--ui-write"], &log);
+    let (status, page) = request(port, "GET", "/ui", None, "");
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("KV explorer"), "{page}");
+    let set = serde_json::json!({
+        "key": "[\"written\"]", "versionstamp": null, "type": "string", "text": "by the page",
+    });
+    let (status, answer) = request(port, "POST", "/ui/api/set", Some(TOKEN), &set.to_string());
+    stop_child(child);
+    assert_eq!(status, 200, "the explorer is read-only: {answer}");
+    let text = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{e}"));
+    assert!(text.contains("explorer at /ui (read-write)"), "{text}");
 }

@@ -23,6 +23,9 @@
 use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 
+mod import;
+
+pub use import::{ImportRow, ImportWrites, import_each, import_each_async};
 pub use open_deno_kv_model::backup::*;
 
 use crate::{DatabaseId, KvError, Versionstamp};
@@ -111,22 +114,35 @@ where
         })
         .map_err(KvError::storage)?;
     let (database, versionstamp) = versionstamp_rx.await.map_err(|_| thread_gone("export"))??;
-    let items = futures::stream::unfold(items_rx, |mut rx| async move {
+    Ok(snapshot_from_channel(
+        SnapshotOrigin {
+            database,
+            versionstamp,
+        },
+        items_rx,
+    ))
+}
+
+/// A snapshot of the database and commit `origin` names, whose items arrive on `items` (from an
+/// export's thread or task), ending when its sender is dropped.
+pub fn snapshot_from_channel(
+    origin: SnapshotOrigin,
+    items: mpsc::Receiver<Result<SnapshotItem, KvError>>,
+) -> Snapshot {
+    let items = futures::stream::unfold(items, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
     })
     .boxed();
-    Ok(Snapshot {
-        database,
-        versionstamp,
+    Snapshot {
+        database: origin.database,
+        versionstamp: origin.versionstamp,
         items,
-    })
+    }
 }
 
 /// A thread that ended without an answer (it panicked).
 fn thread_gone(what: &str) -> KvError {
-    KvError::storage(std::io::Error::other(format!(
-        "the {what} thread stopped without an answer"
-    )))
+    KvError::internal(format!("the {what} thread stopped without an answer"))
 }
 
 /// What the async side of [`blocking_import`] passes to the thread.

@@ -55,9 +55,22 @@ impl<'a> Parser<'a> {
         Parser { text, pos: 0 }
     }
 
+    /// An error about what begins at the current position (or the end of the text).
     fn error(&self, reason: impl Into<String>) -> KeyError {
+        self.error_at(self.pos, reason)
+    }
+
+    /// An error about what begins at byte `at`. The one position rule of every message: the
+    /// character where the offending token starts, counted from 1 in characters (not bytes), as
+    /// a person counts along the line; an unexpected end is one past the last character.
+    fn error_at(&self, at: usize, reason: impl Into<String>) -> KeyError {
+        let character = self
+            .text
+            .get(..at)
+            .map_or(0, |before| before.chars().count())
+            + 1;
         KeyError::Literal {
-            reason: format!("{} (at character {})", reason.into(), self.pos + 1),
+            reason: format!("{} (at character {character})", reason.into()),
         }
     }
 
@@ -83,9 +96,10 @@ impl<'a> Parser<'a> {
 
     fn expect(&mut self, wanted: char) -> Result<(), KeyError> {
         self.skip_space();
+        let at = self.pos;
         match self.bump() {
             Some(c) if c == wanted => Ok(()),
-            Some(c) => Err(self.error(format!("expected '{wanted}', found '{c}'"))),
+            Some(c) => Err(self.error_at(at, format!("expected '{wanted}', found '{c}'"))),
             None => Err(self.error(format!("expected '{wanted}', found the end"))),
         }
     }
@@ -110,10 +124,13 @@ impl<'a> Parser<'a> {
             }
             parts.push(self.part()?);
             self.skip_space();
+            let at = self.pos;
             match self.bump() {
                 Some(',') => continue,
                 Some(']') => break,
-                Some(c) => return Err(self.error(format!("expected ',' or ']', found '{c}'"))),
+                Some(c) => {
+                    return Err(self.error_at(at, format!("expected ',' or ']', found '{c}'")));
+                }
                 None => return Err(self.error("the key is not closed with ']'")),
             }
         }
@@ -129,10 +146,11 @@ impl<'a> Parser<'a> {
         match self.peek() {
             Some('"') | Some('\'') => Ok(KeyPart::String(self.string()?)),
             Some('b') if self.rest().starts_with("b\"") => {
+                let start = self.pos;
                 self.bump();
                 let text = self.string()?;
                 let bytes = hex::decode(&text)
-                    .map_err(|_| self.error(format!("b\"{text}\" is not hex bytes")))?;
+                    .map_err(|_| self.error_at(start, format!("b\"{text}\" is not hex bytes")))?;
                 Ok(KeyPart::Bytes(bytes))
             }
             Some('n') | Some('U')
@@ -169,15 +187,16 @@ impl<'a> Parser<'a> {
                 self.bump();
             }
             let digits = &self.text[start..self.pos];
-            let byte: u8 = digits
-                .parse()
-                .map_err(|_| self.error(format!("{digits:?} is not a byte (0 to 255)")))?;
+            let byte: u8 = digits.parse().map_err(|_| {
+                self.error_at(start, format!("{digits:?} is not a byte (0 to 255)"))
+            })?;
             bytes.push(byte);
             self.skip_space();
+            let at = self.pos;
             match self.bump() {
                 Some(',') => continue,
                 Some(']') => break,
-                _ => return Err(self.error("expected ',' or ']' in the byte list")),
+                _ => return Err(self.error_at(at, "expected ',' or ']' in the byte list")),
             }
         }
         self.expect(')')?;
@@ -193,7 +212,7 @@ impl<'a> Parser<'a> {
             let text = &self.text[start..self.pos];
             return parse_number(text)
                 .map(KeyPart::Float)
-                .ok_or_else(|| self.error(format!("{text:?} is not a number")));
+                .ok_or_else(|| self.error_at(start, format!("{text:?} is not a number")));
         }
         while self
             .peek()
@@ -216,33 +235,44 @@ impl<'a> Parser<'a> {
             return digits
                 .parse::<BigInt>()
                 .map(KeyPart::Int)
-                .map_err(|_| self.error(format!("{text:?} is not a bigint")));
+                .map_err(|_| self.error_at(start, format!("{text:?} is not a bigint")));
         }
         parse_number(&text)
             .filter(|_| !text.contains(['x', 'X', 'o', 'O']))
             .map(KeyPart::Float)
-            .ok_or_else(|| self.error(format!("{text:?} is not a number")))
+            .ok_or_else(|| {
+                let word = text.starts_with(|c: char| c.is_alphabetic() || c == '_');
+                let hint = if word {
+                    format!(": a string needs quotes, \"{text}\"")
+                } else {
+                    String::new()
+                };
+                self.error_at(start, format!("{text:?} is not a number{hint}"))
+            })
     }
 
     fn string(&mut self) -> Result<String, KeyError> {
+        let start = self.pos;
         let Some(quote) = self.bump() else {
             return Err(self.error("expected a string"));
         };
         let mut out = String::new();
         loop {
+            let at = self.pos;
             match self.bump() {
-                None => return Err(self.error("the string is not closed")),
+                None => return Err(self.error_at(start, "the string is not closed")),
                 Some(c) if c == quote => return Ok(out),
-                Some('\\') => out.push(self.escape()?),
+                Some('\\') => out.push(self.escape(at)?),
                 Some(c) => out.push(c),
             }
         }
     }
 
-    fn escape(&mut self) -> Result<char, KeyError> {
+    /// The escape after the backslash at byte `start`; its errors point at the backslash.
+    fn escape(&mut self, start: usize) -> Result<char, KeyError> {
         let c = self
             .bump()
-            .ok_or_else(|| self.error("the string ends in the middle of an escape"))?;
+            .ok_or_else(|| self.error_at(start, "the string ends in the middle of an escape"))?;
         Ok(match c {
             'n' => '\n',
             't' => '\t',
@@ -251,7 +281,7 @@ impl<'a> Parser<'a> {
             'f' => '\u{c}',
             'v' => '\u{b}',
             '0' => '\0',
-            'x' => self.hex_char(2)?,
+            'x' => self.hex_char(start, 2)?,
             'u' if self.peek() == Some('{') => {
                 self.bump();
                 let start = self.pos;
@@ -263,16 +293,19 @@ impl<'a> Parser<'a> {
                 u32::from_str_radix(digits, 16)
                     .ok()
                     .and_then(char::from_u32)
-                    .ok_or_else(|| self.error(format!("\\u{{{digits}}} is not a character")))?
+                    .ok_or_else(|| {
+                        self.error_at(start, format!("\\u{{{digits}}} is not a character"))
+                    })?
             }
             'u' => {
-                let unit = self.hex_unit()?;
+                let unit = self.hex_unit(start)?;
+                let low_start = self.pos;
                 if (0xD800..0xDC00).contains(&unit) && self.eat("\\u") {
-                    let low = self.hex_unit()?;
+                    let low = self.hex_unit(low_start)?;
                     char::decode_utf16([unit, low])
                         .next()
                         .and_then(Result::ok)
-                        .ok_or_else(|| self.error("an invalid surrogate pair"))?
+                        .ok_or_else(|| self.error_at(start, "an invalid surrogate pair"))?
                 } else {
                     // A lone surrogate cannot be in a Rust string; Deno stores U+FFFD for it.
                     char::from_u32(u32::from(unit)).unwrap_or('\u{FFFD}')
@@ -282,7 +315,8 @@ impl<'a> Parser<'a> {
         })
     }
 
-    fn hex_char(&mut self, digits: usize) -> Result<char, KeyError> {
+    /// `\xHH` after the backslash at byte `escape`.
+    fn hex_char(&mut self, escape: usize, digits: usize) -> Result<char, KeyError> {
         let start = self.pos;
         for _ in 0..digits {
             self.bump();
@@ -291,17 +325,18 @@ impl<'a> Parser<'a> {
         u32::from_str_radix(text, 16)
             .ok()
             .and_then(char::from_u32)
-            .ok_or_else(|| self.error(format!("\\x{text} is not a character")))
+            .ok_or_else(|| self.error_at(escape, format!("\\x{text} is not a character")))
     }
 
-    fn hex_unit(&mut self) -> Result<u16, KeyError> {
+    /// `\uHHHH` after the backslash at byte `escape`.
+    fn hex_unit(&mut self, escape: usize) -> Result<u16, KeyError> {
         let start = self.pos;
         for _ in 0..4 {
             self.bump();
         }
         let text = self.text.get(start..self.pos).unwrap_or_default();
         u16::from_str_radix(text, 16)
-            .map_err(|_| self.error(format!("\\u{text} is not 4 hex digits")))
+            .map_err(|_| self.error_at(escape, format!("\\u{text} is not 4 hex digits")))
     }
 }
 
@@ -312,18 +347,64 @@ mod tests {
     use super::*;
     use crate::key;
 
+    /// The message of a literal that must not parse.
+    fn literal_error(text: &str) -> String {
+        match parse_key_literal(text) {
+            Err(KeyError::Literal { reason }) => reason,
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+
     #[test]
     fn errors_say_where() {
-        match parse_key_literal("[1, foo]") {
-            Err(KeyError::Literal { reason }) => {
-                assert!(
-                    reason.contains("\"foo\" is not a number (at character 8)"),
-                    "{reason}"
-                )
-            }
-            other => panic!("{other:?}"),
-        }
+        let reason = literal_error("[1, foo]");
+        assert!(
+            reason.contains(
+                "\"foo\" is not a number: a string needs quotes, \"foo\" (at character 5)"
+            ),
+            "{reason}"
+        );
         assert_eq!(parse_key_literal("[b\"00ff\"]"), Ok(key![vec![0u8, 255]]));
+    }
+
+    /// Every error points at the first character of what is wrong, counted from 1 in
+    /// characters (an unexpected end is one past the last character).
+    #[test]
+    fn error_positions_point_at_the_offending_character() {
+        for (text, expected) in [
+            (
+                "[users]",
+                "\"users\" is not a number: a string needs quotes, \"users\" (at character 2)",
+            ),
+            ("[\"a\", 1x]", "\"1x\" is not a number (at character 7)"),
+            ("[1.5n]", "\"1.5n\" is not a bigint (at character 2)"),
+            ("[1 2]", "expected ',' or ']', found '2' (at character 4)"),
+            ("(1)", "expected '[', found '(' (at character 1)"),
+            ("[1] x", "unexpected 'x' after the key (at character 5)"),
+            ("[1", "the key is not closed with ']' (at character 3)"),
+            ("[\"abc", "the string is not closed (at character 2)"),
+            ("[\"a\\xZZ\"]", "\\xZZ is not a character (at character 4)"),
+            ("[b\"0g\"]", "b\"0g\" is not hex bytes (at character 2)"),
+            (
+                "[new Uint8Array([1, 256])]",
+                "\"256\" is not a byte (0 to 255) (at character 21)",
+            ),
+            (
+                "[new Uint8Array([1; 2])]",
+                "expected ',' or ']' in the byte list (at character 19)",
+            ),
+            (
+                "[, 1]",
+                "unexpected ',': expected a string, number, bigint (42n), boolean or bytes (at character 2)",
+            ),
+            // Characters, not bytes: "é" is two bytes in UTF-8 but one character.
+            (
+                "[\"é\", x]",
+                "\"x\" is not a number: a string needs quotes, \"x\" (at character 7)",
+            ),
+        ] {
+            assert_eq!(literal_error(text), expected, "{text}");
+        }
     }
 
     fn any_part() -> impl Strategy<Value = KeyPart> {

@@ -6,7 +6,9 @@
 //! its answer; the task takes the first waiting item, adds every item already waiting (up to a
 //! cap) and runs them together. A lone write is run at once — there is no timer — and writes
 //! that arrive while a group is committing form the next group, so groups grow with the load by
-//! themselves. This is the shape of open-deno-kv-engine-kit's `next_group`, for an async engine.
+//! themselves. This is the idea of open-deno-kv-engine-kit's group committer (`committer.rs`:
+//! a leader takes everything waiting as its next group), for an async engine; it shares none of
+//! that committer's code.
 //!
 //! **Cancel safety.** Once submitted, an item is run whether or not its caller still waits: a
 //! caller that drops its future loses only the answer, never half a write.

@@ -372,3 +372,77 @@ fn gauge_value(n: usize) -> i64 {
 
 /// Every database open in the server's table, by the name the `database` label gives it.
 pub(crate) type OpenDatabases = Vec<(String, Arc<dyn Backend>)>;
+
+#[cfg(test)]
+mod tests {
+    use super::Endpoint;
+
+    /// Every endpoint, in the order of the enum.
+    const ALL: [Endpoint; 19] = [
+        Endpoint::Health,
+        Endpoint::Metrics,
+        Endpoint::Metadata,
+        Endpoint::SnapshotRead,
+        Endpoint::AtomicWrite,
+        Endpoint::Watch,
+        Endpoint::QueueDequeue,
+        Endpoint::QueueFinish,
+        Endpoint::QueueKeepAlive,
+        Endpoint::RangeCount,
+        Endpoint::RangeWatch,
+        Endpoint::SnapshotExport,
+        Endpoint::SnapshotImport,
+        Endpoint::ChangeLogStatus,
+        Endpoint::ChangeLogRead,
+        Endpoint::ChangeLogConfigure,
+        Endpoint::Ui,
+        Endpoint::UiApi,
+        Endpoint::Other,
+    ];
+
+    /// The position of `endpoint` in [`ALL`]: a match with no wildcard, so a new endpoint does
+    /// not compile until it is listed there (and so checked against the README below).
+    fn position(endpoint: Endpoint) -> usize {
+        match endpoint {
+            Endpoint::Health => 0,
+            Endpoint::Metrics => 1,
+            Endpoint::Metadata => 2,
+            Endpoint::SnapshotRead => 3,
+            Endpoint::AtomicWrite => 4,
+            Endpoint::Watch => 5,
+            Endpoint::QueueDequeue => 6,
+            Endpoint::QueueFinish => 7,
+            Endpoint::QueueKeepAlive => 8,
+            Endpoint::RangeCount => 9,
+            Endpoint::RangeWatch => 10,
+            Endpoint::SnapshotExport => 11,
+            Endpoint::SnapshotImport => 12,
+            Endpoint::ChangeLogStatus => 13,
+            Endpoint::ChangeLogRead => 14,
+            Endpoint::ChangeLogConfigure => 15,
+            Endpoint::Ui => 16,
+            Endpoint::UiApi => 17,
+            Endpoint::Other => 18,
+        }
+    }
+
+    /// Issue 32: `/metrics` reported `endpoint="snapshot_export"`, which the repository
+    /// README's list of endpoints lacked. Every label the server emits is now in it.
+    #[test]
+    fn the_readme_lists_every_endpoint_label() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+        let readme = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let row = readme
+            .lines()
+            .find(|line| line.starts_with("| `kv_requests_total{endpoint, status}`"))
+            .unwrap_or_else(|| panic!("no kv_requests_total row in {path}"));
+        for (index, endpoint) in ALL.into_iter().enumerate() {
+            assert_eq!(position(endpoint), index, "ALL is out of order");
+            let label = endpoint.label();
+            assert!(
+                row.contains(&format!("`{label}`")),
+                "the README's list of endpoints lacks {label}: {row}"
+            );
+        }
+    }
+}

@@ -335,7 +335,17 @@ fn browser_or_skip() -> Option<(PathBuf, PathBuf)> {
     );
 }
 
+/// Whether the element `id` takes no room on the page (hidden, or not displayed).
+fn invisible(id: &str) -> String {
+    format!(
+        "const e = document.getElementById('{id}'); \
+         return e.hidden || getComputedStyle(e).display === 'none' || e.getClientRects().length === 0"
+    )
+}
+
 /// Opens the page and enters the token; returns once the first listing shows `rows` rows.
+/// On the way: before the token there is no empty badge in the header, and an empty token is
+/// answered with what to enter, not silently ignored.
 async fn log_in(driver: &Driver, running: &Running, rows: usize) {
     let page = format!("http://{}/ui", running.addr);
     driver.command("POST", "/url", json!({ "url": page })).await;
@@ -345,6 +355,24 @@ async fn log_in(driver: &Driver, running: &Running, rows: usize) {
             "return !document.getElementById('login').hidden",
         )
         .await;
+    assert_eq!(
+        driver.script(&invisible("mode")).await,
+        true,
+        "the header shows a badge before the token is entered"
+    );
+    driver.click("#token-save").await;
+    driver
+        .wait_for(
+            "the empty token's message",
+            "return document.getElementById('login-error').textContent.includes('Enter the token')",
+        )
+        .await;
+    assert_eq!(
+        driver
+            .script("return document.getElementById('login').hidden")
+            .await,
+        false
+    );
     driver.type_into("#token", TOKEN).await;
     driver.click("#token-save").await;
     driver
@@ -609,6 +637,51 @@ async fn the_read_only_explorer_shows_no_edit_controls() {
             "return !document.getElementById('editor').open",
         )
         .await;
+    drop(driver);
+    running.shutdown().await.unwrap();
+}
+
+/// With `--open-loopback` the server needs no token: the page opens the database at once,
+/// without the token form (which let any text in) and without a "Forget token" button.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_explorer_opens_directly_when_the_server_needs_no_token() {
+    let Some((chromium, chromedriver)) = browser_or_skip() else {
+        return;
+    };
+    let mut config = config();
+    config.access = open_deno_kv_server::Access::Open;
+    config.ui = Explorer::ReadWrite;
+    let running = start_with(config, Databases::new(memory())).await;
+    put(
+        running.backend.as_ref(),
+        &key!["open", 1],
+        js(json!({"x": 1})),
+        None,
+    )
+    .await;
+    let driver = Driver::start(chromium, chromedriver).await;
+    let page = format!("http://{}/ui", running.addr);
+    driver.command("POST", "/url", json!({ "url": page })).await;
+    driver
+        .wait_for(
+            "the first listing, without a token",
+            "return document.querySelectorAll('button.row').length === 1",
+        )
+        .await;
+    for id in ["login", "forget"] {
+        assert_eq!(
+            driver.script(&invisible(id)).await,
+            true,
+            "#{id} is shown though the server needs no token"
+        );
+    }
+    assert_eq!(
+        driver
+            .script("return document.getElementById('mode').textContent")
+            .await,
+        "read-write"
+    );
+    assert_eq!(driver.script(&invisible("mode")).await, false);
     drop(driver);
     running.shutdown().await.unwrap();
 }

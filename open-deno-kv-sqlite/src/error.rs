@@ -24,8 +24,12 @@ pub enum SqliteError {
         /// The version required.
         supported: i64,
     },
-    /// The file is a SQLite database, but not a Deno KV one.
-    #[error("not a Deno KV database: {reason}")]
+    /// The file is a SQLite database, but not a Deno KV one (another application's); it is
+    /// left as it was.
+    #[error(
+        "an SQLite database, but not a Deno KV one: {reason}; it was left untouched. Name a \
+         Deno KV file, or a path that does not exist yet to start a new database"
+    )]
     NotDenoKv {
         /// What gave it away.
         reason: String,

@@ -7,7 +7,7 @@ use open_deno_kv_engine_kit::SystemClock;
 use open_deno_kv_model::change_log::ChangeLogStatus;
 use open_deno_kv_model::queue::QueuedMessage;
 use open_deno_kv_model::{
-    AtomicWrite, Backend, Clock, CommitResult, Consistency, Key, RangeCount, ReadRange,
+    AtomicWrite, Backend, Clock, CommitResult, Consistency, Key, KvError, RangeCount, ReadRange,
     SnapshotRead, encode_key,
 };
 
@@ -54,6 +54,13 @@ impl Kv {
     /// `redb:PATH`, `memory:`, `https://HOST:PORT/PATH` or `http://…`; Deno's `Deno.openKv(url)`. Each engine
     /// is a cargo feature of this crate (see the [crate documentation](crate)); a URL whose
     /// engine is not compiled in fails with [`Error::BadUrl`].
+    ///
+    /// A file is first recognised by its header ([`crate::FileKind`]): one of another kind than
+    /// the URL says (a redb file as a plain path, an SQLite file as `redb:`, a text file) fails
+    /// with [`Error::BadUrl`] naming the URL to use, and is left unchanged. A plain path means
+    /// SQLite, so `Kv::open("kv.redb")` where no such file exists yet fails ("use redb:kv.redb
+    /// for a redb file, or sqlite:kv.redb for an SQLite one") instead of creating an SQLite
+    /// file with a redb name; an existing SQLite file opens by its plain path whatever its name.
     ///
     /// Opening a file touches the disk (creating, recovering or migrating it); that work runs
     /// off the async executor (see [`open_deno_kv_engine_kit::run_blocking`]), so other tasks keep running.
@@ -166,7 +173,7 @@ impl Kv {
     /// Deletes every entry the selector covers in one commit with one versionstamp, however
     /// many there are (the engines delete the range natively: one SQL `DELETE`, one range drain).
     /// Not part of Deno KV: a backend without it (an older `kv serve`, Deno Deploy) refuses with
-    /// [`Error::Unsupported`] and deletes nothing. To combine it with checks or other mutations,
+    /// [`KvError::Unsupported`] and deletes nothing. To combine it with checks or other mutations,
     /// use [`AtomicOperation::delete_range`].
     ///
     /// ```
@@ -189,13 +196,13 @@ impl Kv {
 
     /// How many entries the selector covers, and how many bytes their keys and values take,
     /// from one snapshot and without reading the values out. Expired entries are not counted.
-    /// Not part of Deno KV ([`Error::Unsupported`] where the backend cannot count).
+    /// Not part of Deno KV ([`KvError::Unsupported`] where the backend cannot count).
     pub async fn count(&self, selector: Selector) -> Result<RangeCount> {
         Ok(self.backend.count_range(selector.key_range()?).await?)
     }
 
     /// Watches every key the selector covers: see [`RangeWatch`]. Not part of Deno KV
-    /// ([`Error::Unsupported`] where the backend cannot).
+    /// ([`KvError::Unsupported`] where the backend cannot).
     pub fn watch_range(&self, selector: Selector) -> Result<RangeWatch> {
         Ok(RangeWatch::new(
             self.backend.watch_range(selector.key_range()?)?,
@@ -205,7 +212,7 @@ impl Kv {
     /// Switches the store's change log on, keeping every commit's effects for `retention`, so
     /// that a backup can later be rolled forward to any commit within it (`kv restore --at`,
     /// [`open_deno_kv_model::change_log::restore`]). Calling it again changes the retention.
-    /// The setting is stored in the database. Not part of Deno KV ([`Error::Unsupported`] where
+    /// The setting is stored in the database. Not part of Deno KV ([`KvError::Unsupported`] where
     /// the backend keeps no log: SQLite, redb and PostgreSQL do).
     ///
     /// ```
@@ -284,7 +291,7 @@ impl Kv {
 
     /// Every queued message, waiting or being delivered, without taking any (for tools that
     /// inspect or copy a store). Backends that cannot list their queue refuse with
-    /// [`Error::Unsupported`].
+    /// [`KvError::Unsupported`].
     pub async fn queued_messages(&self) -> Result<Vec<QueuedMessage>> {
         Ok(self.backend.queued_messages().await?)
     }
@@ -297,7 +304,7 @@ impl Kv {
     }
 
     /// Closes the store: listeners and watches end, later calls fail with
-    /// [`Error::Closed`]. Durable backends have everything acknowledged on disk.
+    /// [`KvError::Closed`]. Durable backends have everything acknowledged on disk.
     pub async fn close(&self) -> Result<()> {
         Ok(self.backend.close().await?)
     }
@@ -306,7 +313,7 @@ impl Kv {
     async fn commit_unchecked(&self, operation: AtomicOperation) -> Result<CommitResult> {
         match operation.commit().await? {
             CommitOutcome::Committed { versionstamp } => Ok(CommitResult { versionstamp }),
-            CommitOutcome::CheckFailed => Err(Error::storage(std::io::Error::other(
+            CommitOutcome::CheckFailed => Err(Error::Kv(KvError::internal(
                 "the backend reported a failed check for a write without checks",
             ))),
         }
@@ -320,7 +327,7 @@ impl Kv {
 }
 
 fn missing_output(asked: usize, got: usize) -> Error {
-    Error::storage(std::io::Error::other(format!(
+    Error::Kv(KvError::internal(format!(
         "the backend answered {got} of {asked} ranges"
     )))
 }

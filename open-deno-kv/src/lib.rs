@@ -51,6 +51,23 @@
 //! [dependencies]
 //! open-deno-kv = { path = "../open-deno-kv", default-features = false, features = ["redb"] }
 //! ```
+//!
+//! ## A path that holds something else
+//!
+//! Before an engine opens a file, [`Kv::open`] reads the file's first bytes ([`FileKind`]) and
+//! refuses, leaving the file exactly as it was, one of another kind than the URL says:
+//!
+//! | given | answer ([`Error::BadUrl`]) |
+//! |---|---|
+//! | a redb file as a plain path or `sqlite:` | `./x.redb is a redb file: open it as redb:./x.redb` |
+//! | an SQLite file as `redb:` | `./x.sqlite3 is an SQLite file: open it as sqlite:./x.sqlite3` |
+//! | a text file or anything else | `… is not a database (neither SQLite nor redb), so it was left untouched: …` |
+//! | a new plain path ending in `.redb` | `… use redb:kv.redb for a redb file, or sqlite:kv.redb for an SQLite one` |
+//! | `localhost:4512` (no file of that name) | `… use http://localhost:4512/ for a KV Connect server …` |
+//!
+//! Another application's SQLite database is refused the same way by the SQLite engine
+//! (`Error::Kv(KvError::Corrupt { .. })`: "an SQLite database, but not a Deno KV one"), and a
+//! missing path or an empty file starts a new database.
 
 mod atomic;
 mod entry;
@@ -70,7 +87,7 @@ pub use entry::{Entry, MaybeEntry};
 pub use error::{Error, Result};
 pub use handle::Kv;
 pub use list::{DEFAULT_BATCH_SIZE, ListOptions, ListStream, Selector};
-pub use open::BackendUrl;
+pub use open::{BackendUrl, FileKind};
 pub use outcome::CommitOutcome;
 pub use queue::{
     DEFAULT_QUEUE_CONCURRENCY, DeliveryFailure, EnqueueOptions, ListenOptions, QueueHandler,

@@ -20,6 +20,22 @@
 //! feature (``redb: URLs need the `redb` feature of the open-deno-kv crate``), so a program that wants one
 //! engine compiles only that one.
 //!
+//! ## What is at the path
+//!
+//! Before an engine touches a file, its first bytes are read ([`FileKind`]): a file of another
+//! kind than the URL says is refused with [`Error::BadUrl`] naming the URL to use, and left byte
+//! for byte as it was (`./x.redb is a redb file: open it as redb:./x.redb`; an SQLite file given
+//! as `redb:` is sent to `sqlite:`; a text file is "not a database (neither SQLite nor redb)").
+//! An SQLite database of another application (without Deno's tables) is refused, untouched, by
+//! the SQLite engine. A missing path or an empty file starts a new database.
+//!
+//! A plain path means `sqlite:`, so a plain path that would become a *new* file named `*.redb`
+//! is refused ("use redb:kv.redb for a redb file, or sqlite:kv.redb for an SQLite one") rather
+//! than quietly creating an SQLite file with a redb name; with a scheme, any name is taken as
+//! given, and an existing SQLite file opens by its plain path whatever its name. A server
+//! address given where a URL is expected (`localhost:4512`, `10.0.0.5:4512`, unless a file of
+//! that name exists) is answered with the URL it means (`http://localhost:4512/`).
+//!
 //! A remote URL is the KV Connect *metadata URL*, exactly as `Deno.openKv` takes it: for
 //! open-deno-kv-server, `http://host:port/` is the default database and `http://host:port/db/NAME` a named
 //! one. The access token comes from `?token=` if given, else from the `KV_ACCESS_TOKEN`
@@ -74,8 +90,10 @@ use open_deno_kv_model::{Backend, Clock, KvError};
 
 use crate::error::{Error, Result};
 
+mod file_kind;
 #[cfg(feature = "postgres")]
 mod postgres;
+pub use file_kind::FileKind;
 #[cfg(feature = "postgres")]
 use postgres::{open_postgres, open_postgres_blocking, redact_password};
 
@@ -316,7 +334,25 @@ impl BackendUrl {
     /// is reached only at its first operation. In async code use [`BackendUrl::connect`],
     /// which keeps file work off the executor.
     pub fn open(&self, clock: Arc<dyn Clock>) -> Result<Arc<dyn Backend>> {
+        self.check_file_kind()?;
         Ok(self.open_backend(clock)?)
+    }
+
+    /// Refuses a file of another kind than this URL's engine (a redb file as `sqlite:`, an
+    /// SQLite file as `redb:`, a text file as either), naming the URL to use, before the engine
+    /// touches it: the file is left exactly as it was.
+    fn check_file_kind(&self) -> Result<()> {
+        let Some(path) = self.path() else {
+            return Ok(());
+        };
+        let scheme = self.scheme();
+        match file_kind::refusal(path, scheme, false) {
+            Some(reason) => Err(Error::BadUrl {
+                url: format!("{scheme}:{}", path.display()),
+                reason,
+            }),
+            None => Ok(()),
+        }
     }
 
     fn open_backend(&self, clock: Arc<dyn Clock>) -> Result<Arc<dyn Backend>, KvError> {
@@ -383,6 +419,9 @@ impl BackendUrl {
         if let BackendUrl::Postgres { url } = self {
             return Ok(open_postgres(url, clock).await?);
         }
+        // The header read is a few bytes; the engine's open (create, recover, migrate) is the
+        // blocking work.
+        self.check_file_kind()?;
         let url = self.clone();
         Ok(open_deno_kv_engine_kit::run_blocking(move || url.open_backend(clock)).await?)
     }
@@ -445,6 +484,28 @@ fn parse_remote(url: &str, scheme: &str, rest: &str) -> std::result::Result<Back
     })
 }
 
+/// The advice for a server address given where a URL is expected (`localhost:4512`,
+/// `10.0.0.5:4512`): the `http://` URL it most likely means. `None` for anything else, and for
+/// an existing file of that name.
+fn server_address_hint(url: &str) -> Option<String> {
+    let (host, port) = url.rsplit_once(':')?;
+    let is_port = !port.is_empty() && port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit());
+    let bracketed = host.starts_with('[') && host.ends_with(']');
+    let is_host = host.len() > 1
+        && (bracketed
+            || host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-'));
+    let is_scheme = ENGINES.iter().any(|(name, _, _)| *name == host);
+    if !is_port || !is_host || is_scheme || Path::new(url).exists() {
+        return None;
+    }
+    Some(format!(
+        "{url} looks like a server address, not a URL: use http://{url}/ for a KV Connect \
+         server (https://{url}/ with TLS)"
+    ))
+}
+
 /// The options of a file URL (`sqlite:` or `redb:`): `read_only` (alone or `=true`/`=false`)
 /// and `durability=NAME`, where `durabilities` names the engine's modes (the first is the
 /// default). Returns the path, the read-only flag and the durability. `example` is a file name
@@ -492,6 +553,9 @@ impl FromStr for BackendUrl {
             url: url.to_owned(),
             reason,
         };
+        if let Some(reason) = server_address_hint(url) {
+            return Err(bad(reason));
+        }
         let (scheme, rest, plain_path) = match url.split_once(':') {
             // `C:\data` or `./a:b` are paths, not schemes.
             Some((scheme, rest))
@@ -519,6 +583,11 @@ impl FromStr for BackendUrl {
                 let modes = [("full", Full), ("process", Process)];
                 let (path, read_only, durability) =
                     parse_file(scheme, "kv.sqlite3", location, query, &modes).map_err(bad)?;
+                // A plain path is checked now: its name alone (`kv.redb`) may show that it
+                // was not meant as SQLite.
+                if plain_path && let Some(reason) = file_kind::refusal(&path, scheme, true) {
+                    return Err(bad(reason));
+                }
                 Ok(BackendUrl::Sqlite {
                     path,
                     read_only,

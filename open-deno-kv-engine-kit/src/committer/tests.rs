@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::*;
-use crate::queue::{Delivery, DeliveryOutcome};
+use crate::queue::{Delivery, DeliveryEngine, DeliveryOutcome, Taken};
 
 /// What the test runner saw.
 #[derive(Default)]

@@ -50,7 +50,10 @@ async function call(operation, body, signal) {
   if ((response.headers.get("content-type") || "").startsWith("application/json")) {
     try { parsed = JSON.parse(text); } catch (_) { parsed = null; }
   }
-  if (response.status === 401) showLogin("The server refused the token: " + text);
+  if (response.status === 401) {
+    // Without a token yet this is the server asking for one, not a refusal.
+    showLogin(token() ? "The server refused the token: " + text : "");
+  }
   throw new HttpError(response.status, parsed && parsed.error ? parsed.error : text, parsed);
 }
 
@@ -60,11 +63,14 @@ function showLogin(message) {
   stopLive();
   $("browser").hidden = true;
   $("forget").hidden = true;
+  $("mode").hidden = true;
   $("login").hidden = false;
   $("login-error").textContent = message || "";
   $("token").focus();
 }
 
+// Opens the database: with the token in this tab, or with none when the server needs none
+// (`kv serve --open-loopback`); a server that wants one answers 401, and the form is shown.
 async function start() {
   try {
     state.info = await call("info");
@@ -74,8 +80,10 @@ async function start() {
   }
   $("login").hidden = true;
   $("browser").hidden = false;
-  $("forget").hidden = false;
+  // Nothing to forget when the server asked for no token.
+  $("forget").hidden = !token();
   $("mode").textContent = state.info.writable ? "read-write" : "read-only";
+  $("mode").hidden = false;
   $("new-entry").hidden = !state.info.writable;
   $("prefix").focus();
   await listFirst();
@@ -83,6 +91,12 @@ async function start() {
 
 $("login-form").addEventListener("submit", (event) => {
   event.preventDefault();
+  if ($("token").value.trim() === "") {
+    $("login-error").textContent =
+      "Enter the token: the value of KV_ACCESS_TOKEN (or --token) where kv serve was started.";
+    $("token").focus();
+    return;
+  }
   sessionStorage.setItem(TOKEN_SLOT, $("token").value);
   $("token").value = "";
   start();
@@ -481,4 +495,4 @@ $("editor").addEventListener("close", () => {
   if (row) row.focus();
 });
 
-if (token()) start(); else showLogin("");
+start();
