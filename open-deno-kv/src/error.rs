@@ -82,6 +82,19 @@ pub enum Error {
         source: Arc<dyn StdError + Send + Sync>,
     },
 
+    /// A write that may or may not have been committed: the store became unreachable before it
+    /// could say whether the write landed, and stayed unreachable past the engine's deadline for
+    /// finding out. Read what the write did (or guard a retry with a check) before retrying: a
+    /// blind retry of a `sum` could count twice. See [`KvError::OutcomeUnknown`].
+    #[error(
+        "the write may or may not have been committed: the store could not be reached to \
+         find out ({source})"
+    )]
+    OutcomeUnknown {
+        /// Why the outcome could not be learnt.
+        source: Arc<dyn StdError + Send + Sync>,
+    },
+
     /// Stored data that does not decode (a foreign or damaged file, or a stored key that is not
     /// a Deno KV key).
     #[error("corrupt data in storage: {message}")]
@@ -148,6 +161,7 @@ impl From<KvError> for Error {
             KvError::Unsupported { feature } => Error::Unsupported { feature },
             KvError::Storage { source } => Error::Storage { source },
             KvError::Corrupt { message } => Error::Corrupt { message },
+            KvError::OutcomeUnknown { source } => Error::OutcomeUnknown { source },
             // A kind of failure added to open-deno-kv-proto after this crate was written: the store failed
             // in a way this enum has no closer variant for; the original error is the source.
             other => Error::Storage {
