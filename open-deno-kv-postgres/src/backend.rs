@@ -22,6 +22,7 @@ use crate::committer::Committer;
 use crate::connect::connect;
 use crate::events::Events;
 use crate::group::{WriteGroup, WriteRequest};
+use crate::outcome::MAX_OUTCOME_WAIT;
 use crate::queue::{Queue, QueueContext};
 use crate::sql::Sql;
 use crate::{PostgresError, PostgresOptions, housekeeping, integrity, listener, reader, schema};
@@ -71,6 +72,16 @@ impl PostgresBackend {
     /// engine comes behind [`Checked`], which validates requests with `options.limits` at
     /// `options.clock`'s time and answers for a closed handle.
     pub async fn open_with(url: &str, options: PostgresOptions) -> Result<Checked<Self>, KvError> {
+        if options.commit_outcome_wait > MAX_OUTCOME_WAIT {
+            return Err(PostgresError::InvalidOption {
+                option: "commit_outcome_wait",
+                reason: format!(
+                    "{:?} is longer than the {MAX_OUTCOME_WAIT:?} the commit records are kept for",
+                    options.commit_outcome_wait
+                ),
+            }
+            .into());
+        }
         let config = Arc::new(parse_url(url)?);
         let sql = Arc::new(Sql::new(&options.schema)?);
         let mut client = connect(&config).await?;
@@ -101,6 +112,7 @@ impl PostgresBackend {
             events.clone(),
             origin.clone(),
             seen_version.clone(),
+            options.commit_outcome_wait,
         );
         // The committer's task ends by itself once every handle to it is gone.
         let (committer, _) = Committer::start(group, options.max_group);

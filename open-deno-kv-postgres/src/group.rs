@@ -11,6 +11,8 @@
 //! -- in Rust, write i of n against an overlay: open-deno-kv-proto's write path with version base+i
 //! INSERT … ON CONFLICT / DELETE / INSERT queue the survivors' final state, pipelined
 //! INSERT kv_change_log … unnest(…)             the records, only while the log is on (below)
+//! INSERT kv_commit_ids (version, id)           the group's record: a random id picked before
+//!                                              the transaction (see the `outcome` module)
 //! pg_notify                                    other processes wake their watches and consumers
 //! COMMIT
 //! ```
@@ -35,9 +37,13 @@
 //! also deletes the oldest records older than the retention (at most [`PRUNE_BATCH`]).
 //!
 //! **Failures.** A connection or server failure before `COMMIT` was sent rolls everything back on
-//! the server, so the group is run again on a new connection (for up to [`RETRY_FOR`]). A failure
-//! after `COMMIT` was sent and before its answer leaves the outcome unknown: every write of the
-//! group gets [`PostgresError::OutcomeUnknown`], and the next group reconnects.
+//! the server, so the group is run again on a new connection (for up to [`RETRY_FOR`]). When the
+//! connection is lost after `COMMIT` was sent and before its answer, the committer looks the
+//! group's record up on a new connection ([`outcome::look_up`]): committed, the writes get
+//! their answers as if the commit had answered; not committed, the group runs again like any
+//! group that surely did not commit. Only when the server cannot be asked within
+//! [`crate::PostgresOptions::commit_outcome_wait`] does every write of the group get
+//! [`PostgresError::OutcomeUnknown`].
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
@@ -62,6 +68,7 @@ use crate::codec::{self, EntryColumns};
 use crate::committer::GroupTransaction;
 use crate::connect::{connect, is_connection_failure};
 use crate::events::{Events, payload};
+use crate::outcome::{self, CommitMark, Outcome};
 use crate::sql::Sql;
 
 /// How long a group is retried on new connections while the server is unreachable.
@@ -90,6 +97,8 @@ pub(crate) struct WriteGroup {
     origin: String,
     /// Raised to the last version of every group committed (read-your-writes on replicas).
     committed: Arc<AtomicU64>,
+    /// How long a lost commit's outcome is looked for.
+    outcome_wait: Duration,
     connection: Option<Prepared>,
     /// When the change log is next pruned.
     prune: PruneSchedule,
@@ -102,6 +111,7 @@ struct Prepared {
     set_version: Statement,
     log_insert: Statement,
     log_prune: Statement,
+    commit_record: Statement,
     claim_leased: Statement,
     read_keys: Statement,
     upsert: Statement,
@@ -111,12 +121,26 @@ struct Prepared {
     notify: Statement,
 }
 
+/// A group whose `COMMIT` was sent: what its callers are told, and what this handle does, once
+/// it is known to have committed.
+struct Sent {
+    answers: Vec<WriteAnswer>,
+    /// The version the store is left at.
+    final_version: i64,
+    /// What this handle's watches and consumers are told.
+    effects: Effects,
+}
+
 /// Why a group did not commit.
 enum GroupFailure {
     /// Nothing was committed; `retry` if running the group again may work.
     NotCommitted { error: PostgresError, retry: bool },
-    /// The commit was sent and its answer lost.
-    Unknown(tokio_postgres::Error),
+    /// The commit was sent and its answer lost: `mark` tells whether it landed.
+    Unknown {
+        source: tokio_postgres::Error,
+        mark: CommitMark,
+        sent: Sent,
+    },
     /// Stored data did not decode; nothing was committed.
     Corrupt(KvError),
 }
@@ -143,13 +167,15 @@ impl From<PostgresError> for GroupFailure {
 
 impl WriteGroup {
     /// The engine for a committer on `config`'s database; it connects on its first group, and
-    /// raises `committed` to the last version of each group it commits.
+    /// raises `committed` to the last version of each group it commits. A group whose commit's
+    /// answer is lost is looked up for `outcome_wait`.
     pub(crate) fn new(
         config: Arc<Config>,
         sql: Arc<Sql>,
         events: Arc<Events>,
         origin: String,
         committed: Arc<AtomicU64>,
+        outcome_wait: Duration,
     ) -> Self {
         WriteGroup {
             config,
@@ -157,6 +183,7 @@ impl WriteGroup {
             events,
             origin,
             committed,
+            outcome_wait,
             connection: None,
             prune: PruneSchedule::default(),
         }
@@ -173,19 +200,49 @@ impl WriteGroup {
         }
         if slot.is_none() {
             let client = connect(config).await?;
+            // Prepared together: one round trip, not one each (a reconnection after a failover
+            // or a lost commit waits for them).
+            let (
+                bump_version,
+                set_version,
+                log_insert,
+                log_prune,
+                commit_record,
+                claim_leased,
+                read_keys,
+                upsert,
+                delete,
+                delete_range,
+                enqueue,
+                notify,
+            ) = tokio::try_join!(
+                client.prepare(&sql.bump_version),
+                client.prepare(&sql.set_version),
+                client.prepare(&sql.log_insert),
+                client.prepare(&sql.log_prune),
+                client.prepare(&sql.commit_record),
+                client.prepare(&sql.claim_leased),
+                client.prepare(&sql.read_keys),
+                client.prepare(&sql.upsert),
+                client.prepare(&sql.delete),
+                client.prepare(&sql.delete_range),
+                client.prepare(&sql.enqueue),
+                client.prepare(&sql.notify),
+            )?;
             let prepared = Prepared {
-                bump_version: client.prepare(&sql.bump_version).await?,
-                set_version: client.prepare(&sql.set_version).await?,
-                log_insert: client.prepare(&sql.log_insert).await?,
-                log_prune: client.prepare(&sql.log_prune).await?,
-                claim_leased: client.prepare(&sql.claim_leased).await?,
-                read_keys: client.prepare(&sql.read_keys).await?,
-                upsert: client.prepare(&sql.upsert).await?,
-                delete: client.prepare(&sql.delete).await?,
-                delete_range: client.prepare(&sql.delete_range).await?,
-                enqueue: client.prepare(&sql.enqueue).await?,
-                notify: client.prepare(&sql.notify).await?,
                 client,
+                bump_version,
+                set_version,
+                log_insert,
+                log_prune,
+                commit_record,
+                claim_leased,
+                read_keys,
+                upsert,
+                delete,
+                delete_range,
+                enqueue,
+                notify,
             };
             *slot = Some(prepared);
         }
@@ -202,6 +259,8 @@ impl WriteGroup {
     ) -> Result<Vec<WriteAnswer>, GroupFailure> {
         let channel = self.sql.channel.clone();
         let origin = self.origin.clone();
+        // Picked before the transaction: only this attempt's transaction can write it.
+        let id = Uuid::new_v4();
         let conn = Self::connection(&mut self.connection, &self.config, &self.sql).await?;
         let tx = conn.client.transaction().await?;
         let count = i64::try_from(items.len()).unwrap_or(i64::MAX);
@@ -340,22 +399,38 @@ impl WriteGroup {
         );
         let notify_params: [&(dyn ToSql + Sync); 2] = [&channel, &note];
         let notify = tx.execute(&conn.notify, &notify_params);
-        tokio::try_join!(upsert, delete, enqueue, log_insert, notify)?;
-        if let Err(err) = tx.commit().await {
-            return Err(if err.as_db_error().is_some() {
+        let mark = CommitMark { version: last, id };
+        let record_params: [&(dyn ToSql + Sync); 2] = [&mark.version, &mark.id];
+        let record = tx.execute(&conn.commit_record, &record_params);
+        tokio::try_join!(upsert, delete, enqueue, log_insert, record, notify)?;
+        let sent = Sent {
+            answers,
+            final_version,
+            effects: Effects {
+                queue: !outcome.enqueued.is_empty(),
+                changed: outcome.changed,
+            },
+        };
+        if let Err(source) = tx.commit().await {
+            return Err(if source.as_db_error().is_some() {
                 // The server answered: it rolled the transaction back.
-                err.into()
+                source.into()
             } else {
-                GroupFailure::Unknown(err)
+                GroupFailure::Unknown { source, mark, sent }
             });
         }
-        self.committed
-            .fetch_max(u64::try_from(final_version).unwrap_or(0), Ordering::AcqRel);
-        self.events.notifier.notify(&Effects {
-            queue: !outcome.enqueued.is_empty(),
-            changed: outcome.changed,
-        });
-        Ok(answers)
+        Ok(self.committed(sent))
+    }
+
+    /// A group known to have committed: the version it reached, this handle's wake-ups, and
+    /// its callers' answers.
+    fn committed(&self, sent: Sent) -> Vec<WriteAnswer> {
+        self.committed.fetch_max(
+            u64::try_from(sent.final_version).unwrap_or(0),
+            Ordering::AcqRel,
+        );
+        self.events.notifier.notify(&sent.effects);
+        sent.answers
     }
 }
 
@@ -383,9 +458,22 @@ impl GroupTransaction for WriteGroup {
                     }
                     break error.into();
                 }
-                Err(GroupFailure::Unknown(source)) => {
+                Err(GroupFailure::Unknown { source, mark, sent }) => {
                     self.connection = None;
-                    break PostgresError::OutcomeUnknown { source }.into();
+                    let wait = self.outcome_wait;
+                    match outcome::look_up(&self.config, &self.sql, mark, wait).await {
+                        Outcome::Committed => return self.committed(sent),
+                        // Like any group that surely did not commit: run it again.
+                        Outcome::NotCommitted => {}
+                        Outcome::Unknown { last } => {
+                            break PostgresError::OutcomeUnknown {
+                                source,
+                                waited: wait,
+                                lookup: last,
+                            }
+                            .into();
+                        }
+                    }
                 }
                 Err(GroupFailure::Corrupt(error)) => break error,
             }

@@ -39,6 +39,12 @@ pub struct PostgresOptions {
     pub pool_size: usize,
     /// The most atomic writes one transaction of the committer takes together.
     pub max_group: usize,
+    /// How long the committer tries to find out whether a group committed when the connection
+    /// was lost during its `COMMIT` (30 s by default, at most 5 minutes). It looks the group's
+    /// record up on new connections; only when the server cannot be asked within this time do
+    /// the group's writes fail with [`crate::PostgresError::OutcomeUnknown`]. Cover a failover
+    /// of your setup (Patroni's is about 10 s with default settings).
+    pub commit_outcome_wait: Duration,
 }
 
 impl Default for PostgresOptions {
@@ -52,6 +58,7 @@ impl Default for PostgresOptions {
             replica_wait: Duration::from_millis(50),
             pool_size: 8,
             max_group: 512,
+            commit_outcome_wait: Duration::from_secs(30),
         }
     }
 }

@@ -82,6 +82,17 @@ pub(crate) struct Sql {
     /// Whether the store holds any entry or message.
     pub(crate) any_data: String,
 
+    /// Records that the group taking version `$1` with the random id `$2` committed (written in
+    /// the group's transaction; see the `outcome` module).
+    pub(crate) commit_record: String,
+    /// Locks the `kv_meta` row in share mode: waits until the transaction holding it (a group
+    /// whose connection was lost) has ended, committed or rolled back.
+    pub(crate) wait_for_writer: String,
+    /// Whether the group record (`$1`, `$2`) exists.
+    pub(crate) commit_lookup: String,
+    /// Deletes the group records of versions up to `$1`.
+    pub(crate) commit_prune: String,
+
     /// Stores change records given as parallel arrays: versionstamps, times (ms), record bytes.
     pub(crate) log_insert: String,
     /// Deletes the oldest records older than `$1` (ms): of the `$2` oldest, those before the first
@@ -130,6 +141,7 @@ impl Sql {
         let meta = format!("\"{schema}\".kv_meta");
         let queue = format!("\"{schema}\".kv_queue");
         let log = format!("\"{schema}\".kv_change_log");
+        let ids = format!("\"{schema}\".kv_commit_ids");
         let visible = "(expires_at IS NULL OR expires_at >";
         Ok(Sql {
             schema: schema.to_owned(),
@@ -220,6 +232,12 @@ impl Sql {
             any_data: format!(
                 "SELECT EXISTS (SELECT 1 FROM {kv}) OR EXISTS (SELECT 1 FROM {queue})"
             ),
+            commit_record: format!("INSERT INTO {ids} (version, id) VALUES ($1, $2)"),
+            wait_for_writer: format!("SELECT data_version FROM {meta} FOR SHARE"),
+            commit_lookup: format!(
+                "SELECT EXISTS (SELECT 1 FROM {ids} WHERE version = $1 AND id = $2)"
+            ),
+            commit_prune: format!("DELETE FROM {ids} WHERE version <= $1"),
             log_insert: format!(
                 "INSERT INTO {log} (vs, at, record) \
                  SELECT * FROM unnest($1::bytea[], $2::int8[], $3::bytea[])"

@@ -339,8 +339,8 @@ async fn a_record_that_does_not_decode_is_corrupt() {
     kv.close().await.unwrap();
 }
 
-/// A store of schema version 1 (before the change log) opens: it is migrated to version 2, with
-/// its data, and the log is off.
+/// A store of schema version 1 (before the change log) opens: it is migrated to the current
+/// version (3), with its data, and the log is off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_1_store_is_migrated_on_open() {
     let Some(cluster) = cluster() else { return };
@@ -351,7 +351,8 @@ async fn a_version_1_store_is_migrated_on_open() {
     cluster
         .psql(
             "postgres",
-            "DROP TABLE old.kv_change_log; ALTER TABLE old.kv_meta DROP COLUMN change_log_ms; \
+            "DROP TABLE old.kv_change_log; DROP TABLE old.kv_commit_ids; \
+             ALTER TABLE old.kv_meta DROP COLUMN change_log_ms; \
              UPDATE old.kv_meta SET schema_version = 1",
         )
         .unwrap();
@@ -361,7 +362,7 @@ async fn a_version_1_store_is_migrated_on_open() {
         cluster
             .psql("postgres", "SELECT schema_version FROM old.kv_meta")
             .unwrap(),
-        "2"
+        "3"
     );
     let status = kv.change_log_status().await.unwrap();
     assert_eq!((status.retention, status.records), (None, 0));

@@ -22,7 +22,7 @@ async fn a_store_with_a_newer_schema_version_is_refused_untouched() {
     set(&kv, "a", 1).await;
     kv.close().await.unwrap();
     cluster
-        .psql("postgres", "UPDATE newer.kv_meta SET schema_version = 3")
+        .psql("postgres", "UPDATE newer.kv_meta SET schema_version = 4")
         .unwrap();
     let before = cluster
         .psql(
@@ -36,8 +36,8 @@ async fn a_store_with_a_newer_schema_version_is_refused_untouched() {
         matches!(
             postgres_error(&err),
             Some(PostgresError::SchemaTooNew(SchemaTooNew {
-                found: 3,
-                supported: 2
+                found: 4,
+                supported: 3
             }))
         ),
         "{err}"

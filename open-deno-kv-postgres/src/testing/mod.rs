@@ -31,7 +31,7 @@ mod proxy;
 
 pub use binaries::{SKIP_VARIABLE, ServerBinaries};
 pub use cluster::{ClusterOptions, Shutdown, TestCluster};
-pub use proxy::SilentCutProxy;
+pub use proxy::{CommitCut, SilentCutProxy};
 
 /// A PostgreSQL schema name of `path`'s own (`store_` and a 64-bit FNV-1a hash of the path),
 /// for harnesses that give every store a directory (the crash harness, open-deno-kv-bench): each
