@@ -77,6 +77,23 @@ pub enum PostgresError {
         reason: String,
     },
 
+    /// Notifications do not reach the store's `LISTEN` connection, checked at open: behind a
+    /// connection pooler that lends server connections per transaction or statement (PgBouncer's
+    /// `pool_mode = transaction` or `statement`), a session's `LISTEN` receives nothing, and
+    /// watches and queue consumers would wait forever for other processes' commits. Nothing was
+    /// opened.
+    #[error(
+        "the store's LISTEN connection receives no notifications ({reason}). A connection pooler \
+         in transaction or statement pool mode (PgBouncer's pool_mode = transaction or \
+         statement) does this: LISTEN, and the prepared statements the store keeps on its \
+         connections, need a session of their own. Connect the store to PostgreSQL directly, or \
+         through a pooler in session mode (PgBouncer: pool_mode = session)"
+    )]
+    NotificationsLost {
+        /// What the check saw.
+        reason: String,
+    },
+
     /// A broken promise inside this crate (a bug): the operation was not applied.
     #[error("internal error in open-deno-kv-postgres: {message}")]
     Internal {
