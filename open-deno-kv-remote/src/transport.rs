@@ -730,7 +730,11 @@ mod tests {
     #[test]
     fn a_server_that_could_not_learn_the_outcome_is_read_back_as_unknown() {
         let url = "http://h/v2/atomic_write".to_owned();
-        let err = status_error(url.clone(), StatusCode::CONFLICT, TEXT_OUTCOME_UNKNOWN.into());
+        let err = status_error(
+            url.clone(),
+            StatusCode::CONFLICT,
+            TEXT_OUTCOME_UNKNOWN.into(),
+        );
         assert!(matches!(err, KvError::OutcomeUnknown { .. }), "{err:?}");
         // Another 409 is another server's business.
         let other = status_error(url, StatusCode::CONFLICT, "conflict".into());

@@ -55,11 +55,8 @@ impl Engine for LostCommits {
 async fn an_unknown_outcome_is_answered_409_and_not_as_a_server_error() {
     let engine = LostCommits::default();
     let writes = engine.writes.clone();
-    let backend: Arc<dyn open_deno_kv_proto::Backend> = Arc::new(Checked::new(
-        engine,
-        Limits::deno(),
-        Arc::new(SystemClock),
-    ));
+    let backend: Arc<dyn open_deno_kv_proto::Backend> =
+        Arc::new(Checked::new(engine, Limits::deno(), Arc::new(SystemClock)));
     let mut config = config();
     config.metrics = true;
     let running = start_with(config, Databases::new(backend)).await;
@@ -87,7 +84,11 @@ async fn an_unknown_outcome_is_answered_409_and_not_as_a_server_error() {
         !reply.text().contains("uthorization"),
         "Deno's client retries a 4xx whose text mentions authorization"
     );
-    assert_eq!(writes.load(Ordering::Acquire), 1, "the server itself did not retry");
+    assert_eq!(
+        writes.load(Ordering::Acquire),
+        1,
+        "the server itself did not retry"
+    );
 
     let metrics = send(
         &http1_client(),
