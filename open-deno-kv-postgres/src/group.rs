@@ -5,14 +5,15 @@
 //! BEGIN                                        (READ COMMITTED)
 //! UPDATE kv_meta SET data_version += n         the row lock FIRST: writers queue here, so
 //!                                              versions follow commit order; it returns
-//!                                              the change log's retention too
+//!                                              the change log's retention too, and in the
+//!                                              same statement writes the group's record into
+//!                                              kv_commit_ids: the version and a random id
+//!                                              picked before the transaction (`outcome`)
 //! DELETE the claimed queue messages            (dead letters: only while their lease holds)
 //! SELECT the rows the checks and sums read     a fresh snapshot, taken under the lock
 //! -- in Rust, write i of n against an overlay: open-deno-kv-proto's write path with version base+i
 //! INSERT … ON CONFLICT / DELETE / INSERT queue the survivors' final state, pipelined
 //! INSERT kv_change_log … unnest(…)             the records, only while the log is on (below)
-//! INSERT kv_commit_ids (version, id)           the group's record: a random id picked before
-//!                                              the transaction (see the `outcome` module)
 //! pg_notify                                    other processes wake their watches and consumers
 //! COMMIT
 //! ```
@@ -111,7 +112,6 @@ struct Prepared {
     set_version: Statement,
     log_insert: Statement,
     log_prune: Statement,
-    commit_record: Statement,
     claim_leased: Statement,
     read_keys: Statement,
     upsert: Statement,
@@ -207,7 +207,6 @@ impl WriteGroup {
                 set_version,
                 log_insert,
                 log_prune,
-                commit_record,
                 claim_leased,
                 read_keys,
                 upsert,
@@ -220,7 +219,6 @@ impl WriteGroup {
                 client.prepare(&sql.set_version),
                 client.prepare(&sql.log_insert),
                 client.prepare(&sql.log_prune),
-                client.prepare(&sql.commit_record),
                 client.prepare(&sql.claim_leased),
                 client.prepare(&sql.read_keys),
                 client.prepare(&sql.upsert),
@@ -235,7 +233,6 @@ impl WriteGroup {
                 set_version,
                 log_insert,
                 log_prune,
-                commit_record,
                 claim_leased,
                 read_keys,
                 upsert,
@@ -264,7 +261,7 @@ impl WriteGroup {
         let conn = Self::connection(&mut self.connection, &self.config, &self.sql).await?;
         let tx = conn.client.transaction().await?;
         let count = i64::try_from(items.len()).unwrap_or(i64::MAX);
-        let bumped = tx.query_one(&conn.bump_version, &[&count]).await?;
+        let bumped = tx.query_one(&conn.bump_version, &[&count, &id]).await?;
         let last: i64 = bumped.try_get(0)?;
         let retention_ms: Option<i64> = bumped.try_get(1)?;
         // Versions are positive and only grow; the row holds the last one handed out.
@@ -399,10 +396,8 @@ impl WriteGroup {
         );
         let notify_params: [&(dyn ToSql + Sync); 2] = [&channel, &note];
         let notify = tx.execute(&conn.notify, &notify_params);
+        tokio::try_join!(upsert, delete, enqueue, log_insert, notify)?;
         let mark = CommitMark { version: last, id };
-        let record_params: [&(dyn ToSql + Sync); 2] = [&mark.version, &mark.id];
-        let record = tx.execute(&conn.commit_record, &record_params);
-        tokio::try_join!(upsert, delete, enqueue, log_insert, record, notify)?;
         let sent = Sent {
             answers,
             final_version,

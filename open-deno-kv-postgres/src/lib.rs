@@ -53,6 +53,13 @@
 //! [`open_deno_kv_proto::KvError::OutcomeUnknown`] (its source a [`PostgresError::OutcomeUnknown`]):
 //! read back what it wrote before retrying it; a blind retry of a `sum` could count twice. Reads,
 //! queue operations and the listener reconnect by themselves too.
+//!
+//! ## Behind a connection pooler
+//!
+//! PgBouncer in session mode works. A pooler that lends server connections per transaction or
+//! statement cannot carry the store's `LISTEN` nor its prepared statements: the store checks at
+//! open that a notification reaches its listener, and refuses such a pooler with
+//! [`PostgresError::NotificationsLost`], which names the pool mode and the fix.
 
 mod backend;
 mod backup;

@@ -2,8 +2,8 @@
 //! its callers get the true outcome instead of "unknown".
 //!
 //! **The record.** Before a group's transaction, the committer picks a random id. The group's
-//! transaction writes one row `(version, id)` into `kv_commit_ids`, pipelined with its other
-//! statements (no extra round trip), where `version` is what the version bump returned. If the
+//! transaction writes one row `(version, id)` into `kv_commit_ids` in its first statement, the
+//! version bump itself (no statement of its own), where `version` is what the bump took. If the
 //! connection is lost after `COMMIT` was sent and before its answer, a fresh connection:
 //!
 //! 1. takes the `kv_meta` row lock in share mode (`SELECT … FOR SHARE`). The lost transaction
