@@ -31,9 +31,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use open_deno_kv_bench_harness::child::runtime;
+use open_deno_kv_model::KvError;
 use open_deno_kv_postgres::testing::{ClusterOptions, TestCluster, schema_for_path};
 use open_deno_kv_postgres::{PostgresBackend, PostgresOptions};
-use open_deno_kv_proto::KvError;
 use open_deno_kv_redb::{RedbBackend, RedbOptions};
 use open_deno_kv_sqlite::{FileEngine, SqliteBackend, SqliteOptions};
 use tokio::runtime::Runtime;

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::time::Instant;
 
-use open_deno_kv_proto::{KvEntry, StoredEntry, Versionstamp};
+use open_deno_kv_model::{KvEntry, StoredEntry, Versionstamp};
 
 use crate::data::{KeyTable, Result, bench_value, random_indices};
 
@@ -100,7 +100,7 @@ pub fn memory(keys: usize, gets: usize) -> Result<()> {
         .filter_map(|(i, k)| Some((InlineKey::new(k)?, entry(i))))
         .collect();
     let hash: HashMap<Vec<u8>, StoredEntry> = map.clone().into_iter().collect();
-    let now = open_deno_kv_proto::chrono::Utc::now();
+    let now = open_deno_kv_model::chrono::Utc::now();
     let copy = |k: &[u8], e: &StoredEntry| {
         (!e.is_expired(now)).then(|| KvEntry::from_stored(k.to_vec(), e.clone()))
     };

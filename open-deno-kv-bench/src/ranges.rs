@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use open_deno_kv_bench_harness::child::runtime;
 use open_deno_kv_memory::MemoryBackend;
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Backend, KeyRange, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
 };
 use open_deno_kv_redb::{RedbBackend, RedbOptions};

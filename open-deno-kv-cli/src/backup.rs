@@ -1,14 +1,14 @@
 //! `kv backup` and `kv restore`: a consistent snapshot of a live database in the dump format
 //! (version 3, see [`crate::dump`]), and its restore, versionstamps included.
 //!
-//! `kv backup` asks the engine for one read snapshot ([`open_deno_kv_proto::Backend::export_snapshot`])
+//! `kv backup` asks the engine for one read snapshot ([`open_deno_kv_model::Backend::export_snapshot`])
 //! and writes it line by line as the engine streams it: writers keep committing meanwhile, and
 //! the file holds every entry and queued message as of one commit, whose versionstamp the header
 //! records. A backend without an export (a KV Connect server: the protocol has no export
 //! endpoint) is refused; `kv dump` still copies it page by page.
 //!
 //! `kv restore` streams the file into a new or empty database through
-//! [`open_deno_kv_proto::Backend::import_snapshot`] (one transaction), beside the target file and
+//! [`open_deno_kv_model::Backend::import_snapshot`] (one transaction), beside the target file and
 //! moved into place only once complete ([`crate::store::Target`]): a truncated or damaged file, or
 //! any failure, leaves no target behind.
 
@@ -17,8 +17,8 @@ use std::path::Path;
 
 use chrono::SecondsFormat;
 use futures::StreamExt;
-use open_deno_kv_proto::change_log::{self, RestorePoint};
-use open_deno_kv_proto::{
+use open_deno_kv_model::change_log::{self, RestorePoint};
+use open_deno_kv_model::{
     KvEntry, KvError, Snapshot, SnapshotItem, Versionstamp, decode_key, encode_key,
 };
 

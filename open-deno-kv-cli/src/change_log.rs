@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use open_deno_kv::Versionstamp;
-use open_deno_kv_proto::change_log::{ChangeLogStatus, RestorePoint};
+use open_deno_kv_model::change_log::{ChangeLogStatus, RestorePoint};
 
 use crate::error::CliError;
 use crate::store::{Access, open};
@@ -88,7 +88,7 @@ fn describe(status: &ChangeLogStatus) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use open_deno_kv_proto::change_log::LogMark;
+    use open_deno_kv_model::change_log::LogMark;
 
     #[test]
     fn a_point_is_a_versionstamp_or_a_time() {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use open_deno_kv_proto::change_log::RestorePoint;
+use open_deno_kv_model::change_log::RestorePoint;
 
 /// The embedded default database, when no `--db` is given.
 pub const DEFAULT_DB: &str = "sqlite:./kv.sqlite3";

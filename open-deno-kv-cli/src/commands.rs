@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::Utc;
 use futures::{StreamExt, TryStreamExt};
 use open_deno_kv::{EnqueueOptions, Entry, Kv, KvValue, ListOptions, MaybeEntry, Selector, key};
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Enqueue, IntegrityReport, Mutation, MutationKind, encode_key,
 };
 use serde_json::{Value as Json, json};
@@ -672,7 +672,7 @@ pub fn key(action: KeyAction) -> Result<(), CliError> {
                 input: text.clone(),
                 reason: "not hex".into(),
             })?;
-            let key = open_deno_kv_proto::decode_key(&bytes).map_err(|e| CliError::BadKey {
+            let key = open_deno_kv_model::decode_key(&bytes).map_err(|e| CliError::BadKey {
                 input: text.clone(),
                 reason: e.to_string(),
             })?;

@@ -50,7 +50,7 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use open_deno_kv::{Entry, Key, KvValue, Versionstamp};
-use open_deno_kv_proto::{Enqueue, QueuedMessage, ValueEncoding, decode_key, encode_key};
+use open_deno_kv_model::{Enqueue, QueuedMessage, ValueEncoding, decode_key, encode_key};
 use serde_json::{Map, Value as Json, json};
 use uuid::Uuid;
 
@@ -352,7 +352,7 @@ fn parse_time(json: &Json, field: &str) -> Result<DateTime<Utc>, String> {
     let ms = json
         .as_i64()
         .ok_or_else(|| format!("{field:?} must be Unix milliseconds or an RFC 3339 time"))?;
-    open_deno_kv_proto::ms_to_datetime(ms).ok_or_else(|| format!("{field} {ms} is out of range"))
+    open_deno_kv_model::ms_to_datetime(ms).ok_or_else(|| format!("{field} {ms} is out of range"))
 }
 
 /// What a dump line holds.
@@ -523,7 +523,7 @@ mod tests {
 
     #[test]
     fn times_keep_every_nanosecond_and_whole_milliseconds_stay_numbers() {
-        let whole = open_deno_kv_proto::ms_to_datetime(1_795_416_615_502).unwrap();
+        let whole = open_deno_kv_model::ms_to_datetime(1_795_416_615_502).unwrap();
         assert_eq!(time_json(whole), json!(1_795_416_615_502_i64));
         let fine = whole + TimeDelta::nanoseconds(123_456);
         assert_eq!(time_json(fine), json!("2026-11-23T06:50:15.502123456Z"));
@@ -539,7 +539,7 @@ mod tests {
         let KvValue::V8(payload) = payload else {
             panic!("JSON is stored as V8")
         };
-        let ready_at = open_deno_kv_proto::ms_to_datetime(1_795_416_615_502).unwrap();
+        let ready_at = open_deno_kv_model::ms_to_datetime(1_795_416_615_502).unwrap();
         let message = QueuedMessage::new(payload.clone(), ready_at, vec![key.clone()], vec![]);
         let line = message_json(&message).unwrap();
         let mut reader = DumpReader::new();

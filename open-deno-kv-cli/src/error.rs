@@ -155,14 +155,14 @@ pub enum CliError {
     NotFound(String),
 }
 
-impl From<open_deno_kv_proto::KvError> for CliError {
-    fn from(err: open_deno_kv_proto::KvError) -> Self {
+impl From<open_deno_kv_model::KvError> for CliError {
+    fn from(err: open_deno_kv_model::KvError) -> Self {
         CliError::Kv(err.into())
     }
 }
 
-impl From<open_deno_kv_proto::KeyError> for CliError {
-    fn from(err: open_deno_kv_proto::KeyError) -> Self {
+impl From<open_deno_kv_model::KeyError> for CliError {
+    fn from(err: open_deno_kv_model::KeyError) -> Self {
         CliError::Kv(err.into())
     }
 }

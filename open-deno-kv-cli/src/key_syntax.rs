@@ -10,8 +10,8 @@
 //!   `{"bool": b}`, `{"bytes": "<hex>"}`. A float's `bits` (IEEE-754, big-endian hex) are
 //!   authoritative when present, so NaN payloads and `-0` survive.
 
-use open_deno_kv_proto::num_bigint::BigInt;
-use open_deno_kv_proto::{Key, KeyError, KeyPart};
+use open_deno_kv_model::num_bigint::BigInt;
+use open_deno_kv_model::{Key, KeyError, KeyPart};
 use serde_json::{Value as Json, json};
 
 use crate::error::CliError;
@@ -27,7 +27,7 @@ pub fn parse_key(text: &str) -> Result<Key, CliError> {
         })?;
         return key_from_typed_json(&json);
     }
-    open_deno_kv_proto::parse_key_literal(text).map_err(|err| CliError::BadKey {
+    open_deno_kv_model::parse_key_literal(text).map_err(|err| CliError::BadKey {
         input: text.to_owned(),
         reason: match err {
             KeyError::Literal { reason } => reason,
@@ -137,7 +137,7 @@ fn parse_float_repr(text: &str) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
-    use open_deno_kv_proto::key;
+    use open_deno_kv_model::key;
     use proptest::prelude::*;
 
     use super::*;

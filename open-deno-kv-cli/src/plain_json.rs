@@ -14,7 +14,7 @@
 
 use chrono::SecondsFormat;
 use open_deno_kv::{Entry, Key, KvValue};
-use open_deno_kv_proto::KeyPart;
+use open_deno_kv_model::KeyPart;
 use serde_json::{Map, Value as Json, json};
 
 use crate::error::CliError;

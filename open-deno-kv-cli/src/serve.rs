@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use open_deno_kv::BackendUrl;
-use open_deno_kv_proto::{Backend, Clock, SystemClock};
+use open_deno_kv_engine_kit::SystemClock;
+use open_deno_kv_model::{Backend, Clock};
 use open_deno_kv_server::{Access, Databases, Explorer, ResourceLimits, Server, ServerConfig, Tls};
 
 use crate::cli::{ServeArgs, ServeLimits};
@@ -188,14 +189,14 @@ fn opener(
     let url = url.clone();
     let dir: PathBuf = dir.to_path_buf();
     Arc::new(
-        move |name: &str| -> Result<Arc<dyn Backend>, open_deno_kv_proto::KvError> {
+        move |name: &str| -> Result<Arc<dyn Backend>, open_deno_kv_model::KvError> {
             let file = match url.scheme() {
                 "redb" => format!("{name}.redb"),
                 _ => format!("{name}.sqlite3"),
             };
             url.with_path(dir.join(file))
                 .open(clock.clone())
-                .map_err(|e| open_deno_kv_proto::KvError::Storage {
+                .map_err(|e| open_deno_kv_model::KvError::Storage {
                     source: Arc::new(std::io::Error::other(e.to_string())),
                 })
         },

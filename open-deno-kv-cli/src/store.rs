@@ -72,8 +72,8 @@ pub fn open(url: &str, access: Access) -> Result<Kv, CliError> {
     if access == Access::Read {
         parsed = parsed.read_only();
     }
-    let clock: std::sync::Arc<dyn open_deno_kv_proto::Clock> =
-        std::sync::Arc::new(open_deno_kv_proto::SystemClock);
+    let clock: std::sync::Arc<dyn open_deno_kv_model::Clock> =
+        std::sync::Arc::new(open_deno_kv_engine_kit::SystemClock);
     Ok(Kv::with_clock(parsed.open(clock.clone())?, clock))
 }
 
@@ -132,8 +132,8 @@ impl Target {
         name.push(format!(".partial-{}", std::process::id()));
         let temp = path.with_file_name(name);
         remove_database_files(&temp);
-        let clock: std::sync::Arc<dyn open_deno_kv_proto::Clock> =
-            std::sync::Arc::new(open_deno_kv_proto::SystemClock);
+        let clock: std::sync::Arc<dyn open_deno_kv_model::Clock> =
+            std::sync::Arc::new(open_deno_kv_engine_kit::SystemClock);
         let kv = Kv::with_clock(parsed.with_path(temp.clone()).open(clock.clone())?, clock);
         Ok(Target {
             kv: Some(kv),
@@ -147,7 +147,7 @@ impl Target {
     pub fn kv(&self) -> Result<&Kv, CliError> {
         self.kv
             .as_ref()
-            .ok_or_else(|| open_deno_kv_proto::KvError::Closed.into())
+            .ok_or_else(|| open_deno_kv_model::KvError::Closed.into())
     }
 
     /// Closes the target and moves it into place.

@@ -21,7 +21,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use open_deno_kv_connect::frames::FrameDecoder;
 use open_deno_kv_connect::prost::Message;
-use open_deno_kv_proto::{encode_key, key};
+use open_deno_kv_model::{encode_key, key};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;

@@ -12,7 +12,7 @@ use std::net::TcpStream;
 use common::{TOKEN, start_logging_memory_server, stop_child};
 use open_deno_kv_connect::convert;
 use open_deno_kv_connect::prost::Message;
-use open_deno_kv_proto::{AtomicWrite, KvValue, Mutation, encode_key, key};
+use open_deno_kv_model::{AtomicWrite, KvValue, Mutation, encode_key, key};
 
 /// A key and a value no log line has any reason to contain.
 const SECRET_KEY_PART: &str = "key-that-must-not-be-logged-4821";

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Backend, Capabilities, CommitResult, IntegrityReport, KvError, MutationKind,
     QueueMessageHandle, ReadRangeOutput, SnapshotRead, Versionstamp, WatchStream,
 };
@@ -129,7 +129,7 @@ impl BackendFactory for FaultyFactory {
             && let Some(key) = last_set.take()
         {
             let lose = AtomicWrite {
-                mutations: vec![open_deno_kv_proto::Mutation::delete(key)],
+                mutations: vec![open_deno_kv_model::Mutation::delete(key)],
                 ..Default::default()
             };
             inner.atomic_write(lose).await?;
@@ -176,28 +176,28 @@ impl Backend for FaultyBackend {
         self.inner.check_integrity().await
     }
 
-    async fn queued_messages(&self) -> Result<Vec<open_deno_kv_proto::QueuedMessage>, KvError> {
+    async fn queued_messages(&self) -> Result<Vec<open_deno_kv_model::QueuedMessage>, KvError> {
         self.inner.queued_messages().await
     }
 
     async fn count_range(
         &self,
-        mut range: open_deno_kv_proto::KeyRange,
-    ) -> Result<open_deno_kv_proto::RangeCount, KvError> {
+        mut range: open_deno_kv_model::KeyRange,
+    ) -> Result<open_deno_kv_model::RangeCount, KvError> {
         if self.fault == Fault::CountIncludesTheEnd {
             range.end.push(0);
         }
         self.inner.count_range(range).await
     }
 
-    async fn export_snapshot(&self) -> Result<open_deno_kv_proto::Snapshot, KvError> {
+    async fn export_snapshot(&self) -> Result<open_deno_kv_model::Snapshot, KvError> {
         self.inner.export_snapshot().await
     }
 
     async fn import_snapshot(
         &self,
-        snapshot: open_deno_kv_proto::Snapshot,
-    ) -> Result<open_deno_kv_proto::ImportSummary, KvError> {
+        snapshot: open_deno_kv_model::Snapshot,
+    ) -> Result<open_deno_kv_model::ImportSummary, KvError> {
         self.inner.import_snapshot(snapshot).await
     }
 
@@ -210,15 +210,15 @@ impl Backend for FaultyBackend {
 
     async fn change_log_status(
         &self,
-    ) -> Result<open_deno_kv_proto::change_log::ChangeLogStatus, KvError> {
+    ) -> Result<open_deno_kv_model::change_log::ChangeLogStatus, KvError> {
         self.inner.change_log_status().await
     }
 
     async fn read_change_log(
         &self,
-        after: open_deno_kv_proto::Versionstamp,
+        after: open_deno_kv_model::Versionstamp,
         limit: usize,
-    ) -> Result<Vec<open_deno_kv_proto::change_log::ChangeRecord>, KvError> {
+    ) -> Result<Vec<open_deno_kv_model::change_log::ChangeRecord>, KvError> {
         let mut records = self.inner.read_change_log(after, limit).await?;
         match self.fault {
             Fault::ChangeLogDropsRangeDeletes => records
@@ -234,8 +234,8 @@ impl Backend for FaultyBackend {
 
     fn watch_range(
         &self,
-        range: open_deno_kv_proto::KeyRange,
-    ) -> Result<open_deno_kv_proto::RangeWatchStream, KvError> {
+        range: open_deno_kv_model::KeyRange,
+    ) -> Result<open_deno_kv_model::RangeWatchStream, KvError> {
         let stream = self.inner.watch_range(range)?;
         if self.fault != Fault::RangeWatchDropsDeletions {
             return Ok(stream);
@@ -243,8 +243,8 @@ impl Backend for FaultyBackend {
         Ok(stream
             .map(|event| {
                 event.map(|event| match event {
-                    open_deno_kv_proto::RangeWatchEvent::Changed(changes) => {
-                        open_deno_kv_proto::RangeWatchEvent::Changed(
+                    open_deno_kv_model::RangeWatchEvent::Changed(changes) => {
+                        open_deno_kv_model::RangeWatchEvent::Changed(
                             changes.into_iter().filter(|c| c.entry.is_some()).collect(),
                         )
                     }
@@ -301,7 +301,7 @@ impl Backend for FaultyBackend {
                         mutations.push(mutation);
                         continue;
                     };
-                    let page = open_deno_kv_proto::ReadRange {
+                    let page = open_deno_kv_model::ReadRange {
                         start: range.start,
                         end: range.end,
                         limit: 1000,
@@ -316,7 +316,7 @@ impl Backend for FaultyBackend {
                         found
                             .into_iter()
                             .flat_map(|r| r.entries)
-                            .map(|e| open_deno_kv_proto::Mutation::delete(e.key)),
+                            .map(|e| open_deno_kv_model::Mutation::delete(e.key)),
                     );
                 }
                 write.mutations = mutations;

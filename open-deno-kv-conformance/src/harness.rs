@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use open_deno_kv_proto::{Backend, Capabilities, KvError, ManualClock};
+use open_deno_kv_model::{Backend, Capabilities, KvError, ManualClock};
 
 /// Everything one test owns: a manual clock (starting at 2024-01-01T00:00:00Z) and a fresh
 /// temporary directory for a durable backend's files. Opening a backend twice on the same context
@@ -116,27 +116,27 @@ where
 /// Combine needs with [`Needs::and`]: `Needs::WATCH.and(Needs::QUEUES)`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Needs {
-    /// Queues ([`open_deno_kv_proto::Capabilities::queues`]).
+    /// Queues ([`open_deno_kv_model::Capabilities::queues`]).
     pub queues: bool,
-    /// Listing the queue ([`open_deno_kv_proto::Capabilities::queue_inspection`]).
+    /// Listing the queue ([`open_deno_kv_model::Capabilities::queue_inspection`]).
     pub queue_inspection: bool,
-    /// Watch ([`open_deno_kv_proto::Capabilities::watch`]).
+    /// Watch ([`open_deno_kv_model::Capabilities::watch`]).
     pub watch: bool,
-    /// The integrity check ([`open_deno_kv_proto::Capabilities::integrity_check`]).
+    /// The integrity check ([`open_deno_kv_model::Capabilities::integrity_check`]).
     pub integrity_check: bool,
     /// Reopening the same data ([`BackendFactory::can_reopen`]).
     pub reopen: bool,
-    /// Range deletes ([`open_deno_kv_proto::Capabilities::range_delete`]).
+    /// Range deletes ([`open_deno_kv_model::Capabilities::range_delete`]).
     pub range_delete: bool,
-    /// Counting a range ([`open_deno_kv_proto::Capabilities::count`]).
+    /// Counting a range ([`open_deno_kv_model::Capabilities::count`]).
     pub count: bool,
-    /// Watching a range ([`open_deno_kv_proto::Capabilities::watch_range`]).
+    /// Watching a range ([`open_deno_kv_model::Capabilities::watch_range`]).
     pub watch_range: bool,
-    /// Exporting a snapshot ([`open_deno_kv_proto::Capabilities::export`]).
+    /// Exporting a snapshot ([`open_deno_kv_model::Capabilities::export`]).
     pub export: bool,
-    /// Importing a snapshot ([`open_deno_kv_proto::Capabilities::import`]).
+    /// Importing a snapshot ([`open_deno_kv_model::Capabilities::import`]).
     pub import: bool,
-    /// A change log ([`open_deno_kv_proto::Capabilities::change_log`]).
+    /// A change log ([`open_deno_kv_model::Capabilities::change_log`]).
     pub change_log: bool,
 }
 

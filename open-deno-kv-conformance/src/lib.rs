@@ -11,7 +11,7 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use open_deno_kv_proto::Backend;
+//! use open_deno_kv_model::Backend;
 //!
 //! open_deno_kv_conformance::conformance_main!(|ctx: &open_deno_kv_conformance::TestContext| {
 //!     let clock = Arc::new(ctx.clock().clone());

@@ -8,8 +8,8 @@
 //! remove each changed key), and once the sequence ends the mirror must equal the model's range.
 //!
 //! The model is written independently and naively — a plain list of entries scanned in full, its
-//! own arithmetic for sum/min/max and its own expiry test. It shares open-deno-kv-proto's *types*
-//! (keys, values, versionstamps) but none of its rule code, so a bug in open-deno-kv-proto's rules shows up
+//! own arithmetic for sum/min/max and its own expiry test. It shares open-deno-kv-model's *types*
+//! (keys, values, versionstamps) but none of its rule code, so a bug in open-deno-kv-model's rules shows up
 //! as a disagreement instead of being copied into the reference.
 //!
 //! Environment:
@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::{FutureExt, StreamExt};
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Check, Clock, Key, KeyRange, KvEntry, KvValue, Mutation, MutationKind, RangeCount,
     RangeWatchEvent, RangeWatchStream, ReadRange, SnapshotRead, Versionstamp, encode_key, key,
 };

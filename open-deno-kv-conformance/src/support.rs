@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use chrono::TimeDelta;
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Backend, Check, CommitResult, Key, KvEntry, KvError, KvValue, Mutation,
     MutationKind, ReadRange, SnapshotRead, Versionstamp, encode_key,
 };
@@ -178,7 +178,7 @@ pub fn keys_of(entries: &[KvEntry]) -> Vec<Key> {
     entries
         .iter()
         .map(|e| {
-            open_deno_kv_proto::decode_key(&e.key)
+            open_deno_kv_model::decode_key(&e.key)
                 .unwrap_or_else(|err| panic!("backend returned an undecodable key: {err}"))
         })
         .collect()

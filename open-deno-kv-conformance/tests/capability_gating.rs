@@ -1,17 +1,17 @@
 //! The suite gates its cases on the backend's capabilities: a case needing something the backend
 //! does not report shows as **ignored**, never as passed. Checked by running the suite on a memory
-//! engine that hides some of its capabilities; open-deno-kv-proto's `Checked` layer refuses the hidden
+//! engine that hides some of its capabilities; open-deno-kv-engine-kit's `Checked` layer refuses the hidden
 //! optional methods without calling the engine.
 
 use std::sync::Arc;
 
 use libtest_mimic::{Arguments, Conclusion};
 use open_deno_kv_conformance::{TestContext, run_suite};
-use open_deno_kv_memory::MemoryBackend;
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::{
     Backend, Capabilities, Checked, CommitResult, Engine, KvError, Limits, QueueMessageHandle,
     ReadRangeOutput, ValidatedRead, ValidatedWrite,
 };
+use open_deno_kv_memory::MemoryBackend;
 
 /// A memory engine that reports only `shown`; the layer above it refuses the rest.
 struct Masked {

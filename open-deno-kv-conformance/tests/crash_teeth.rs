@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use open_deno_kv_conformance::crash::{self, CrashConfig, ViolationKind};
-use open_deno_kv_proto::chrono::Utc;
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::chrono::Utc;
+use open_deno_kv_engine_kit::{
     Backend, Capabilities, Checked, CommitResult, Engine, KvEntry, KvError, KvValue, Limits,
     QueueMessageHandle, ReadRangeOutput, StoredEntry, SystemClock, ValidatedRead, ValidatedWrite,
     Versionstamp, stage_atomic_write,

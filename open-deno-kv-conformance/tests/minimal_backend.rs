@@ -2,7 +2,7 @@
 //!
 //! `TinyEngine` is an ordered map behind a mutex. It supports reads and atomic writes only, so
 //! the suite shows its queue and watch cases as ignored. Everything Deno-specific comes from
-//! open-deno-kv-proto: the `Checked` layer it runs behind answers for limits, the closed state and the
+//! open-deno-kv-engine-kit: the `Checked` layer it runs behind answers for limits, the closed state and the
 //! optional methods it lacks; `stage_atomic_write` applies checks, sum/min/max, versionstamped
 //! keys and expiry. The engine only stores, orders and commits. open-deno-kv-conformance/README.md walks
 //! through it.
@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use open_deno_kv_conformance::TestContext;
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::{
     Backend, Capabilities, Checked, Clock, CommitResult, Engine, KvEntry, KvError, Limits,
     ReadRangeOutput, StoredEntry, ValidatedRead, ValidatedWrite, Versionstamp, stage_atomic_write,
 };
@@ -43,7 +43,7 @@ impl Engine for TinyEngine {
     async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
         let data = self.data();
         let now = self.clock.now();
-        let answer = |range: &open_deno_kv_proto::ReadRange| {
+        let answer = |range: &open_deno_kv_engine_kit::ReadRange| {
             if range.start >= range.end {
                 return ReadRangeOutput::default();
             }

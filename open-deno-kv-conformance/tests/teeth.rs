@@ -10,7 +10,7 @@ use open_deno_kv_conformance::{
     BackendFactory, Case, FnFactory, TestContext, all_cases, probe_features, run_case,
 };
 use open_deno_kv_memory::{MemoryBackend, MemoryStore};
-use open_deno_kv_proto::Backend;
+use open_deno_kv_model::Backend;
 
 fn memory_factory() -> Arc<dyn BackendFactory> {
     Arc::new(

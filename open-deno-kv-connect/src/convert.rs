@@ -1,9 +1,9 @@
-//! Conversions between the wire messages ([`crate::pb`]) and open-deno-kv-proto's types, for both sides.
+//! Conversions between the wire messages ([`crate::pb`]) and open-deno-kv-model's types, for both sides.
 //!
 //! Decoders take untrusted bytes and never panic: anything malformed is a [`ProtocolError`] whose
 //! text is denokv's where denokv has one (a server answers it with status 400).
 
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Check, CommitResult, Enqueue, KvEntry, KvValue, Mutation, MutationKind, ReadRange,
     ReadRangeOutput, SnapshotRead, Versionstamp, WatchKeyOutput, ms_to_datetime,
 };
@@ -38,7 +38,7 @@ fn decode_message<M: Message + Default>(body: &[u8]) -> Result<M, ProtocolError>
 
 // ---- values and entries -------------------------------------------------------------------------
 
-/// A wire value as a open-deno-kv-proto value. The encoding must be V8, LE64 or BYTES, and an LE64 value
+/// A wire value as an open-deno-kv-model value. The encoding must be V8, LE64 or BYTES, and an LE64 value
 /// exactly 8 bytes.
 pub fn value_from_pb(value: pb::KvValue) -> Result<KvValue, ProtocolError> {
     decode_value(value.data, value.encoding)
@@ -61,7 +61,7 @@ fn decode_value(data: Vec<u8>, encoding: i32) -> Result<KvValue, ProtocolError> 
     }
 }
 
-/// A open-deno-kv-proto value on the wire.
+/// An open-deno-kv-model value on the wire.
 pub fn value_to_pb(value: &KvValue) -> pb::KvValue {
     let (data, encoding) = encode_value(value);
     pb::KvValue { data, encoding }
@@ -70,9 +70,9 @@ pub fn value_to_pb(value: &KvValue) -> pb::KvValue {
 fn encode_value(value: &KvValue) -> (Vec<u8>, i32) {
     let (data, encoding) = value.encode();
     let encoding = match encoding {
-        open_deno_kv_proto::ValueEncoding::V8 => pb::ValueEncoding::VeV8,
-        open_deno_kv_proto::ValueEncoding::U64 => pb::ValueEncoding::VeLe64,
-        open_deno_kv_proto::ValueEncoding::Bytes => pb::ValueEncoding::VeBytes,
+        open_deno_kv_model::ValueEncoding::V8 => pb::ValueEncoding::VeV8,
+        open_deno_kv_model::ValueEncoding::U64 => pb::ValueEncoding::VeLe64,
+        open_deno_kv_model::ValueEncoding::Bytes => pb::ValueEncoding::VeBytes,
     };
     (data, encoding as i32)
 }
@@ -88,7 +88,7 @@ pub fn entry_to_pb(entry: &KvEntry) -> pb::KvEntry {
     }
 }
 
-/// A wire entry as a open-deno-kv-proto entry: the versionstamp must be 10 bytes and the value valid.
+/// A wire entry as an open-deno-kv-model entry: the versionstamp must be 10 bytes and the value valid.
 pub fn entry_from_pb(entry: pb::KvEntry) -> Result<KvEntry, ProtocolError> {
     let versionstamp = versionstamp_from(&entry.versionstamp)?;
     Ok(KvEntry {
@@ -199,7 +199,7 @@ pub fn decode_snapshot_read_output(body: &[u8]) -> Result<Vec<ReadRangeOutput>, 
 
 // ---- atomic_write -------------------------------------------------------------------------------
 
-/// Server: decodes an `atomic_write` body into open-deno-kv-proto's write. Checks versionstamp lengths,
+/// Server: decodes an `atomic_write` body into open-deno-kv-model's write. Checks versionstamp lengths,
 /// mutation kinds and their values (LE64 must be 8 bytes), expiry times and enqueue deadlines.
 pub fn decode_atomic_write(body: &[u8]) -> Result<AtomicWrite, ProtocolError> {
     let message: pb::AtomicWrite = decode_message(body)?;
@@ -450,7 +450,7 @@ pub fn watch_output(entries: &[Option<KvEntry>]) -> pb::WatchOutput {
     }
 }
 
-/// Client: one decoded watch frame as open-deno-kv-proto's emission (`changed = false` is "unchanged", as
+/// Client: one decoded watch frame as open-deno-kv-model's emission (`changed = false` is "unchanged", as
 /// the protocol means it).
 pub fn watch_output_from_pb(output: pb::WatchOutput) -> Result<Vec<WatchKeyOutput>, ProtocolError> {
     match pb::SnapshotReadStatus::try_from(output.status) {
@@ -489,7 +489,7 @@ pub fn watch_frame(entries: &[Option<KvEntry>], expiry: bool) -> WatchFrame {
     }
 }
 
-/// Client: one decoded frame as open-deno-kv-proto's emission ([`watch_output_from_pb`]), the entries
+/// Client: one decoded frame as open-deno-kv-model's emission ([`watch_output_from_pb`]), the entries
 /// carrying the expiry times of the `expiry/1` extension when the frame has it.
 pub fn watch_frame_from_pb(frame: WatchFrame) -> Result<Vec<WatchKeyOutput>, ProtocolError> {
     let mut outputs = watch_output_from_pb(frame.output)?;

@@ -32,7 +32,7 @@
 //!   field [`RANGE_DELETE_FIELD`] (1002, next to the enqueue list of [`AtomicWriteExt`]): one
 //!   [`RangeDeleteExt`] `{mutation: u32, end: bytes}` per range delete, naming the placeholder
 //!   by its index in `mutations` and giving the range's exclusive end. The server turns each
-//!   placeholder back into [`open_deno_kv_proto::MutationKind::DeleteRange`] before the write
+//!   placeholder back into [`open_deno_kv_model::MutationKind::DeleteRange`] before the write
 //!   reaches the backend ([`AtomicWriteExt::apply_to`]); an index out of range or named twice,
 //!   one that is not a placeholder, or a placeholder left without an end is refused (400) and
 //!   nothing is applied. A server that does not know the extension refuses the placeholder's
@@ -49,8 +49,8 @@
 //!   entry in KV Connect's `KvEntry` encoding. A change list too large for one frame is split:
 //!   every frame of it but the last has `continues = true`, and a client applies the event only
 //!   once it has the whole list, so a consumer never sees half a snapshot. See
-//!   [`open_deno_kv_proto::RangeWatchEvent`] for what the events mean.
-//! - **`snapshot/1`**: whole-store backups and restores ([`open_deno_kv_proto::backup`]).
+//!   [`open_deno_kv_model::RangeWatchEvent`] for what the events mean.
+//! - **`snapshot/1`**: whole-store backups and restores ([`open_deno_kv_model::backup`]).
 //!   `POST <endpoint>/snapshot/export` (empty body) answers the backend's `export_snapshot` as a
 //!   stream framed as the watch streams are ([`crate::frames`]), each frame a
 //!   [`SnapshotFrame`]: first a header holding the snapshot's versionstamp, then batches of
@@ -58,7 +58,7 @@
 //!   and messages sent. A stream that stops before its end frame (or whose counts do not match)
 //!   is an error for the reader, never a short snapshot; an export that fails on the server
 //!   after the answer began ends with a frame holding `error`. A batch is the change log's
-//!   record layout (`open-deno-kv-proto`'s `change_log/codec.rs`, [`ChangeRecord::encode`]):
+//!   record layout (`open-deno-kv-model`'s `change_log/codec.rs`, [`ChangeRecord::encode`]):
 //!   its entries as the record's `writes` (key order, never a deletion) and its messages as
 //!   `enqueued`; see [`SnapshotWriter`] and [`SnapshotReader`]. An [`ExportRequest`] with
 //!   `messages_only` is how a client lists the queue: the same stream, holding only the
@@ -67,7 +67,7 @@
 //!   [`ImportResponse`] `{entries, messages}` once the backend's `import_snapshot` committed.
 //!   All or nothing: a body that breaks off, breaks the frame rules or lacks its end frame
 //!   fails the import, and the engine rolls it back. Both sides hold one batch at a time.
-//! - **`change-log/1`**: the change log ([`open_deno_kv_proto::change_log`]).
+//! - **`change-log/1`**: the change log ([`open_deno_kv_model::change_log`]).
 //!   `POST <endpoint>/change_log/status` (empty body) → [`ChangeLogStatusResponse`];
 //!   `/change_log/read` [`ReadChangeLogRequest`] `{after, limit}` → [`ReadChangeLogResponse`]
 //!   `{records}`, each record as [`ChangeRecord::encode`] gives it, at most `limit` and cut at
@@ -76,7 +76,7 @@
 //!   empty 200. Configure is a write: refused as writes are by a read-only server.
 //!
 //! A server offers `snapshot/1` only when its backend can both export and import, and
-//! `change-log/1` only when it keeps a change log ([`open_deno_kv_proto::Capabilities`]);
+//! `change-log/1` only when it keeps a change log ([`open_deno_kv_model::Capabilities`]);
 //! a server whose backend lacks them answers 400 "This database does not support ..." as it
 //! does for the other capabilities.
 //!
@@ -98,8 +98,8 @@ mod range;
 
 use chrono::{DateTime, Utc};
 #[cfg(doc)]
-use open_deno_kv_proto::change_log::ChangeRecord;
-use open_deno_kv_proto::{
+use open_deno_kv_model::change_log::ChangeRecord;
+use open_deno_kv_model::{
     AtomicWrite, KvEntry, MutationKind, ReadRangeOutput, WatchKeyOutput, ms_to_datetime,
 };
 
@@ -335,7 +335,7 @@ impl AtomicWriteExt {
     /// ```
     /// use open_deno_kv_connect::convert::{decode_atomic_write, encode_atomic_write};
     /// use open_deno_kv_connect::ext::{AtomicWriteExt, RangeDeleteExt};
-    /// use open_deno_kv_proto::{AtomicWrite, KeyRange, Mutation};
+    /// use open_deno_kv_model::{AtomicWrite, KeyRange, Mutation};
     /// use prost::Message;
     /// let range = KeyRange::new(vec![2, b'a', 0], vec![2, b'z', 0]);
     /// let sent = AtomicWrite { mutations: vec![Mutation::delete_range(range)], ..Default::default() };
@@ -404,7 +404,7 @@ impl AtomicWriteExt {
 }
 
 /// Whether `mutation` is a range delete placeholder as decoded, still without its end.
-fn is_placeholder(mutation: &open_deno_kv_proto::Mutation) -> bool {
+fn is_placeholder(mutation: &open_deno_kv_model::Mutation) -> bool {
     matches!(&mutation.kind, MutationKind::DeleteRange { end } if end.is_empty())
 }
 
@@ -592,10 +592,10 @@ mod tests {
     #[test]
     fn snapshot_read_expiry_round_trips_and_must_match_the_entries() {
         let at = DateTime::from_timestamp_millis(1_700_000_000_000).unwrap();
-        let entry = |expires_at| open_deno_kv_proto::KvEntry {
+        let entry = |expires_at| open_deno_kv_model::KvEntry {
             key: vec![2, b'k', 0],
-            value: open_deno_kv_proto::KvValue::U64(1),
-            versionstamp: open_deno_kv_proto::Versionstamp::from_version(1, 0),
+            value: open_deno_kv_model::KvValue::U64(1),
+            versionstamp: open_deno_kv_model::Versionstamp::from_version(1, 0),
             expires_at,
         };
         let ranges = vec![

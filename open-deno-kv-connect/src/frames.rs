@@ -192,7 +192,7 @@ mod tests {
     use super::*;
     use crate::convert::{watch_frame, watch_frame_from_pb};
     use chrono::{DateTime, Utc};
-    use open_deno_kv_proto::{KvEntry, KvValue, Versionstamp, WatchKeyOutput};
+    use open_deno_kv_model::{KvEntry, KvValue, Versionstamp, WatchKeyOutput};
 
     fn entry(name: &str, expires_at: Option<DateTime<Utc>>) -> KvEntry {
         KvEntry {

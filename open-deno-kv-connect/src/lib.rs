@@ -4,7 +4,7 @@
 //! metadata exchange at the database URL ([`metadata`]), then protobuf requests to
 //! `<endpoint>/snapshot_read`, `<endpoint>/atomic_write` and `<endpoint>/watch` ([`pb`]), the last
 //! answered by a stream of length-prefixed frames ([`frames`]). [`convert`] turns the wire
-//! messages into open-deno-kv-proto's requests and results and back, for a server and for a client.
+//! messages into open-deno-kv-model's requests and results and back, for a server and for a client.
 //!
 //! Field numbers, texts and behaviours follow denokv's published protocol description
 //! (`proto/open-deno-kv-connect.md` in the denokv repository) as observed between Deno 2.9.6 and

@@ -4,7 +4,7 @@
 //! truncation, appended garbage, wrong wire types, LE64 values of the wrong length.
 
 use open_deno_kv_connect::{ProtocolError, convert, pb};
-use open_deno_kv_proto::KvValue;
+use open_deno_kv_model::KvValue;
 use proptest::prelude::*;
 use prost::Message;
 
@@ -245,7 +245,7 @@ fn decodes_the_captured_deno_set() {
     let m = &write.mutations[0];
     assert_eq!(m.key, hex_bytes("0275736572730002616c69636500"));
     assert!(
-        matches!(&m.kind, open_deno_kv_proto::MutationKind::Set(KvValue::V8(v)) if v.len() == 25)
+        matches!(&m.kind, open_deno_kv_model::MutationKind::Set(KvValue::V8(v)) if v.len() == 25)
     );
     assert_eq!(m.expire_at, None);
     // And our encoder gives back the same bytes.

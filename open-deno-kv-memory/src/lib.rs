@@ -1,6 +1,6 @@
 //! # open-deno-kv-memory — an in-memory Deno KV backend
 //!
-//! A complete [`Engine`] (handed out as a [`Backend`](open_deno_kv_proto::Backend) behind open-deno-kv-proto's
+//! A complete [`Engine`] (handed out as a [`Backend`](open_deno_kv_engine_kit::Backend) behind open-deno-kv-engine-kit's
 //! [`Checked`] layer, which checks limits and the closed state): an ordered map of entries,
 //! consistent snapshots, atomic writes with increasing versionstamps, expiry that is never
 //! visible after its time, queues with delay, back-off, dead-letter keys and redelivery, and
@@ -14,9 +14,9 @@
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), open_deno_kv_proto::KvError> {
+//! # async fn main() -> Result<(), open_deno_kv_engine_kit::KvError> {
 //! use open_deno_kv_memory::MemoryBackend;
-//! use open_deno_kv_proto::{encode_key, key, AtomicWrite, Backend, KvValue, Mutation, ReadRange, SnapshotRead};
+//! use open_deno_kv_engine_kit::{encode_key, key, AtomicWrite, Backend, KvValue, Mutation, ReadRange, SnapshotRead};
 //!
 //! let kv = MemoryBackend::new();
 //! let k = encode_key(&key!["greeting"])?;
@@ -36,8 +36,8 @@ mod store;
 use std::sync::Arc;
 use std::time::Duration;
 
-use open_deno_kv_proto::change_log::{ChangeLogStatus, ChangeRecord};
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::change_log::{ChangeLogStatus, ChangeRecord};
+use open_deno_kv_engine_kit::{
     Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, ImportSummary,
     IntegrityReport, KvError, Limits, QueueMessageHandle, QueuedMessage, RangeCount,
     RangeWatchStream, ReadRangeOutput, Snapshot, SystemClock, ValidatedRange, ValidatedRead,
@@ -48,7 +48,7 @@ use open_deno_kv_proto::{
 pub use store::MemoryStore;
 
 /// A handle on a [`MemoryStore`]: the engine, handed out behind the [`Checked`] layer. Cheap to
-/// create; share it as `Arc<dyn open_deno_kv_proto::Backend>`.
+/// create; share it as `Arc<dyn open_deno_kv_engine_kit::Backend>`.
 #[derive(Debug)]
 pub struct MemoryBackend {
     store: MemoryStore,

@@ -4,8 +4,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use open_deno_kv_proto::queue::{Delivery, DeliveryEngine, DeliveryOutcome, Taken, next_delivery};
-use open_deno_kv_proto::{ChangeSignal, Clock, KvError, QueueMessageHandle};
+use open_deno_kv_engine_kit::queue::{
+    Delivery, DeliveryEngine, DeliveryOutcome, Taken, next_delivery,
+};
+use open_deno_kv_engine_kit::{ChangeSignal, Clock, KvError, QueueMessageHandle};
 use uuid::Uuid;
 
 use crate::MemoryStore;

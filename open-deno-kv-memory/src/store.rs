@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_proto::change_log::ChangeRecord;
-use open_deno_kv_proto::queue::{DeliveryOutcome, IdMap, Leases, QueuedMessage, Settlement};
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::change_log::ChangeRecord;
+use open_deno_kv_engine_kit::queue::{DeliveryOutcome, IdMap, Leases, QueuedMessage, Settlement};
+use open_deno_kv_engine_kit::{
     ChangeSignal, CommitResult, Effects, IntegrityReport, KeyRange, KvEntry, KvError, Notifier,
     RangeCount, ReadRange, ReadRangeOutput, StoredEntry, ValidatedWrite, Versionstamp,
     WatchedEntry, is_expired, stage_atomic_write,
@@ -259,7 +259,7 @@ impl State {
         }
     }
 
-    /// Applies a write through open-deno-kv-proto's write path on a staging overlay; only a successful
+    /// Applies a write through open-deno-kv-model's write path on a staging overlay; only a successful
     /// write touches the state. Returns the result and the waiters to wake.
     fn commit(
         &mut self,

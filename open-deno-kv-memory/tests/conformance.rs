@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use open_deno_kv_conformance::{FnFactory, TestContext};
+use open_deno_kv_engine_kit::Backend;
 use open_deno_kv_memory::{MemoryBackend, MemoryStore};
-use open_deno_kv_proto::Backend;
 
 open_deno_kv_conformance::conformance_main!(
     factory = FnFactory::new(|ctx: &TestContext| {

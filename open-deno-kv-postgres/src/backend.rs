@@ -1,14 +1,14 @@
 //! [`PostgresBackend`]: the kit's [`Engine`] over the pieces of this crate; its constructors hand
-//! it out behind [`Checked`], the layer that makes it a [`open_deno_kv_proto::Backend`].
+//! it out behind [`Checked`], the layer that makes it a [`open_deno_kv_engine_kit::Backend`].
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use open_deno_kv_proto::change_log::{ChangeLogStatus, ChangeRecord};
-use open_deno_kv_proto::queue::{QueueMessageHandle, QueuedMessage};
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::change_log::{ChangeLogStatus, ChangeRecord};
+use open_deno_kv_engine_kit::queue::{QueueMessageHandle, QueuedMessage};
+use open_deno_kv_engine_kit::{
     Capabilities, Checked, CommitResult, Consistency, Engine, ImportSummary, IntegrityReport,
     KvError, RangeCount, RangeWatchStream, ReadRangeOutput, Snapshot, ValidatedRange,
     ValidatedRead, ValidatedWatch, ValidatedWrite, Versionstamp, WatchReader, WatchStream,

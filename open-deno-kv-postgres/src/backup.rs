@@ -1,4 +1,4 @@
-//! Snapshot export and import (see `open_deno_kv_proto::backup`).
+//! Snapshot export and import (see `open_deno_kv_engine_kit::backup`).
 //!
 //! **Export**: one `REPEATABLE READ READ ONLY` transaction on a pooled connection, run by a task
 //! of its own: `kv_meta.data_version` (writers bump it first in their transaction, so the
@@ -22,8 +22,8 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Pool, Transaction};
 use futures::StreamExt;
-use open_deno_kv_proto::change_log::version_after_import;
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::change_log::version_after_import;
+use open_deno_kv_engine_kit::{
     ImportSummary, KvError, Snapshot, SnapshotItem, Versionstamp, backup::not_empty,
 };
 use tokio::sync::{mpsc, oneshot};

@@ -1,4 +1,4 @@
-//! The change log (see `open_deno_kv_proto::change_log`): its setting, its reading.
+//! The change log (see `open_deno_kv_engine_kit::change_log`): its setting, its reading.
 //!
 //! **Where it lives.** The retention is `kv_meta.change_log_ms` (milliseconds; NULL when the log
 //! is off), in the row every writer locks first: [`configure`] updates that row, so it waits for
@@ -6,7 +6,7 @@
 //! value, in every process (the group reads it in the statement that takes the lock, see
 //! `group.rs`). Records are rows of `kv_change_log`: `vs` (the commit's 10-byte versionstamp, primary
 //! key, byte order = commit order), `at` (the commit's time in ms, rounded down, for pruning
-//! without decoding) and `record` (the bytes of [`ChangeRecord::encode`], open-deno-kv-proto's
+//! without decoding) and `record` (the bytes of [`ChangeRecord::encode`], open-deno-kv-model's
 //! one layout for every engine). The group commit writes them (`group.rs`); this module reads
 //! them.
 //!
@@ -17,8 +17,8 @@
 use std::time::Duration;
 
 use deadpool_postgres::{GenericClient, Pool};
-use open_deno_kv_proto::change_log::{ChangeLogStatus, ChangeRecord, LogMark, retention_ms};
-use open_deno_kv_proto::{KvError, Versionstamp};
+use open_deno_kv_engine_kit::change_log::{ChangeLogStatus, ChangeRecord, LogMark, retention_ms};
+use open_deno_kv_engine_kit::{KvError, Versionstamp};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 

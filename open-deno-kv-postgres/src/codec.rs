@@ -1,8 +1,8 @@
-//! Rows to open-deno-kv-proto's types and back: entries, queue messages, times.
+//! Rows to open-deno-kv-model's types and back: entries, queue messages, times.
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_proto::queue::QueuedMessage;
-use open_deno_kv_proto::{KvEntry, KvError, KvValue, StoredEntry, Versionstamp};
+use open_deno_kv_engine_kit::queue::QueuedMessage;
+use open_deno_kv_engine_kit::{KvEntry, KvError, KvValue, StoredEntry, Versionstamp};
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
 use uuid::Uuid;
@@ -14,7 +14,7 @@ pub(crate) fn ms(time: DateTime<Utc>) -> i64 {
 
 /// A stored time back as a time; out of range is corruption.
 pub(crate) fn time(ms: i64) -> Result<DateTime<Utc>, KvError> {
-    open_deno_kv_proto::ms_to_datetime(ms)
+    open_deno_kv_engine_kit::ms_to_datetime(ms)
         .ok_or_else(|| corrupt(format!("time {ms} ms is out of range")))
 }
 
@@ -78,7 +78,7 @@ impl EntryColumns {
         let (bytes, encoding) = entry.value.encode();
         self.keys.push(key.to_vec());
         self.values.push(bytes);
-        // Ids are 1, 2, 3 (open_deno_kv_proto::ValueEncoding).
+        // Ids are 1, 2, 3 (open_deno_kv_engine_kit::ValueEncoding).
         self.encodings.push(encoding.id() as i16);
         self.stamps.push(entry.versionstamp.as_bytes().to_vec());
         self.expiries.push(entry.expires_at.map(ms));

@@ -6,13 +6,13 @@
 //! its answer; the task takes the first waiting item, adds every item already waiting (up to a
 //! cap) and runs them together. A lone write is run at once — there is no timer — and writes
 //! that arrive while a group is committing form the next group, so groups grow with the load by
-//! themselves. This is the shape of open-deno-kv-proto's `next_group`, for an async engine.
+//! themselves. This is the shape of open-deno-kv-engine-kit's `next_group`, for an async engine.
 //!
 //! **Cancel safety.** Once submitted, an item is run whether or not its caller still waits: a
 //! caller that drops its future loses only the answer, never half a write.
 
 use async_trait::async_trait;
-use open_deno_kv_proto::KvError;
+use open_deno_kv_engine_kit::KvError;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 

@@ -2,7 +2,7 @@
 
 use std::error::Error as _;
 
-use open_deno_kv_proto::KvError;
+use open_deno_kv_engine_kit::KvError;
 use tokio_postgres::{Client, Config, NoTls};
 
 use crate::PostgresError;

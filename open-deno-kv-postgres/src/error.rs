@@ -1,13 +1,13 @@
 //! The crate's one error type, and how it becomes a [`KvError`].
 //!
-//! Every failure of this crate is a [`PostgresError`]. Through the [`Backend`](open_deno_kv_proto::Backend)
+//! Every failure of this crate is a [`PostgresError`]. Through the [`Backend`](open_deno_kv_engine_kit::Backend)
 //! trait it travels as a [`KvError`]: a database that holds something other than a Deno KV store is
 //! [`KvError::Corrupt`] (as the file engines report a foreign file), everything else is
 //! [`KvError::Storage`] with the `PostgresError` as its source, so a caller can downcast it and
 //! act on the variant. [`PostgresError::OutcomeUnknown`] is the exception: it travels as
 //! [`KvError::OutcomeUnknown`] (with the `PostgresError` as its source), the same for every engine.
 
-use open_deno_kv_proto::KvError;
+use open_deno_kv_engine_kit::KvError;
 use thiserror::Error;
 
 /// Why a PostgreSQL store could not be opened or used.
@@ -103,7 +103,7 @@ pub enum PostgresError {
 
     /// The store was created by a newer version of this crate. It is left untouched.
     #[error(transparent)]
-    SchemaTooNew(#[from] open_deno_kv_proto::SchemaTooNew),
+    SchemaTooNew(#[from] open_deno_kv_engine_kit::SchemaTooNew),
 
     /// The database holds tables with this crate's names that this crate did not create. They are
     /// left untouched.

@@ -1,12 +1,12 @@
-//! What a handle tells its own waiters after a change: watches (through open-deno-kv-proto's
+//! What a handle tells its own waiters after a change: watches (through open-deno-kv-engine-kit's
 //! [`ChangeSignal`]) and waiting queue consumers, both woken through the kit's [`Notifier`].
 
 use std::sync::Arc;
 
-use open_deno_kv_proto::{ChangeSignal, Notifier};
+use open_deno_kv_engine_kit::{ChangeSignal, Notifier};
 
 /// The wake-ups of one handle. Commits of this handle name the keys they wrote
-/// ([`open_deno_kv_proto::Effects`]); commits of other processes arrive through the listener, which cannot
+/// ([`open_deno_kv_engine_kit::Effects`]); commits of other processes arrive through the listener, which cannot
 /// name them and wakes every watch.
 #[derive(Debug)]
 pub(crate) struct Events {

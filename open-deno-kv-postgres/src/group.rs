@@ -11,14 +11,14 @@
 //!                                              picked before the transaction (`outcome`)
 //! DELETE the claimed queue messages            (dead letters: only while their lease holds)
 //! SELECT the rows the checks and sums read     a fresh snapshot, taken under the lock
-//! -- in Rust, write i of n against an overlay: open-deno-kv-proto's write path with version base+i
+//! -- in Rust, write i of n against an overlay: open-deno-kv-model's write path with version base+i
 //! INSERT … ON CONFLICT / DELETE / INSERT queue the survivors' final state, pipelined
 //! INSERT kv_change_log … unnest(…)             the records, only while the log is on (below)
 //! pg_notify                                    other processes wake their watches and consumers
 //! COMMIT
 //! ```
 //!
-//! Checks, sums and versionstamped keys are decided by open-deno-kv-proto ([`stage_atomic_write`]), never
+//! Checks, sums and versionstamped keys are decided by open-deno-kv-model ([`stage_atomic_write`]), never
 //! in SQL. A write whose check fails, or whose mutation is refused, gets its own answer and
 //! leaves no trace; the others commit. Why the lock comes first: under READ COMMITTED each
 //! statement takes a new snapshot, so the SELECT after the lock sees every earlier writer's
@@ -34,7 +34,7 @@
 //! all with one `INSERT … SELECT unnest(…)`. Versions of writes that fail are otherwise skipped;
 //! while logging, when the last writes of a group fail, the group sets `data_version` back to its
 //! last survivor, so the next commit (and any export) follows the last record and the chain holds.
-//! Every [`PRUNE_EVERY`](open_deno_kv_proto::change_log::PRUNE_EVERY) logged commits, the group
+//! Every [`PRUNE_EVERY`](open_deno_kv_engine_kit::change_log::PRUNE_EVERY) logged commits, the group
 //! also deletes the oldest records older than the retention (at most [`PRUNE_BATCH`]).
 //!
 //! **Failures.** A connection or server failure before `COMMIT` was sent rolls everything back on
@@ -54,9 +54,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::future::try_join_all;
-use open_deno_kv_proto::change_log::{ChangeRecord, PRUNE_BATCH, PruneSchedule, prune_before};
-use open_deno_kv_proto::queue::QueuedMessage;
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::change_log::{ChangeRecord, PRUNE_BATCH, PruneSchedule, prune_before};
+use open_deno_kv_engine_kit::queue::QueuedMessage;
+use open_deno_kv_engine_kit::{
     ChangedKeys, CommitResult, Effects, KeyRange, KvError, MutationKind, StoredEntry,
     ValidatedWrite, Versionstamp, stage_atomic_write,
 };
@@ -541,7 +541,7 @@ impl Staged {
         self.writes.is_empty() && self.enqueued.is_empty() && self.deleted_ranges.is_empty()
     }
 
-    /// Runs one write through open-deno-kv-proto's path over `state` (the rows read under the lock, with
+    /// Runs one write through open-deno-kv-model's path over `state` (the rows read under the lock, with
     /// the earlier survivors' effects) at `version`, and keeps its effects (and, while logging,
     /// its record) if it commits.
     fn stage(

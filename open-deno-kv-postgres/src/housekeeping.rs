@@ -11,8 +11,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use open_deno_kv_proto::queue::MESSAGE_KEEPALIVE_INTERVAL;
-use open_deno_kv_proto::{Clock, KvError};
+use open_deno_kv_engine_kit::queue::MESSAGE_KEEPALIVE_INTERVAL;
+use open_deno_kv_engine_kit::{Clock, KvError};
 use tokio::task::JoinHandle;
 
 use crate::codec;

@@ -10,7 +10,7 @@
 
 use deadpool_postgres::Object;
 use futures::{StreamExt, pin_mut};
-use open_deno_kv_proto::{IntegrityReport, KvError, RowProblem, TableHolds, decode_key};
+use open_deno_kv_engine_kit::{IntegrityReport, KvError, RowProblem, TableHolds, decode_key};
 use tokio_postgres::{Row, Transaction};
 
 use crate::codec;

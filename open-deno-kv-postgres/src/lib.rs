@@ -1,12 +1,12 @@
 //! # open-deno-kv-postgres — Deno KV on PostgreSQL
 //!
-//! An [`Engine`](open_deno_kv_proto::Engine) that keeps a Deno KV store in a PostgreSQL database, so that
+//! An [`Engine`](open_deno_kv_engine_kit::Engine) that keeps a Deno KV store in a PostgreSQL database, so that
 //! several processes on several machines share one store: the scale-out story of this workspace.
-//! Its constructors hand it out behind [`Checked`](open_deno_kv_proto::Checked), the kit's layer that makes
-//! it a [`Backend`](open_deno_kv_proto::Backend) (closed state, Deno's limits, capability refusals).
+//! Its constructors hand it out behind [`Checked`](open_deno_kv_engine_kit::Checked), the kit's layer that makes
+//! it a [`Backend`](open_deno_kv_engine_kit::Backend) (closed state, Deno's limits, capability refusals).
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), open_deno_kv_proto::KvError> {
+//! # async fn demo() -> Result<(), open_deno_kv_engine_kit::KvError> {
 //! use open_deno_kv_postgres::PostgresBackend;
 //! let kv = PostgresBackend::open("postgres://app@db.internal:5432/app").await?;
 //! # Ok(()) }
@@ -21,7 +21,7 @@
 //!   another shape, are refused untouched.
 //! - **Writes** (`group.rs`, `committer.rs`): one committer task per handle runs the writes
 //!   waiting for it in one transaction that locks the `kv_meta` row FIRST, reads what the checks
-//!   and sums need under that lock, runs each write through open-deno-kv-proto's write path on an overlay
+//!   and sums need under that lock, runs each write through open-deno-kv-model's write path on an overlay
 //!   (a failed check fails only its own write), writes the survivors, notifies, and commits once.
 //!   The row lock queues writers from every process, so versionstamps follow commit order.
 //! - **Reads** (`reader.rs`): pooled connections; several ranges come from one `REPEATABLE
@@ -33,7 +33,7 @@
 //! - **Queues** (`queue.rs`): `FOR UPDATE SKIP LOCKED` takes with leases that a live consumer
 //!   renews; a dead consumer's message comes back when its lease runs out.
 //! - **Watch** (`listener.rs`): commits `NOTIFY`; a LISTEN connection per handle wakes the
-//!   watches, which re-read their keys (open-deno-kv-proto's [`watch_stream`](open_deno_kv_proto::watch_stream)).
+//!   watches, which re-read their keys (open-deno-kv-engine-kit's [`watch_stream`](open_deno_kv_engine_kit::watch_stream)).
 //! - **Expiry** (`housekeeping.rs`): a sweep deletes expired rows every second.
 //! - **Change log** (`change_log.rs`): opt-in, for point-in-time restores; the retention lives
 //!   in the `kv_meta` row every writer locks, and each commit's record is written by its group's
@@ -50,7 +50,7 @@
 //! transaction has ended. Committed, the writes get their answers; not committed, the group runs
 //! again. Only when the server cannot be asked within
 //! [`PostgresOptions::commit_outcome_wait`] does a write fail with
-//! [`open_deno_kv_proto::KvError::OutcomeUnknown`] (its source a [`PostgresError::OutcomeUnknown`]):
+//! [`open_deno_kv_engine_kit::KvError::OutcomeUnknown`] (its source a [`PostgresError::OutcomeUnknown`]):
 //! read back what it wrote before retrying it; a blind retry of a `sum` could count twice. Reads,
 //! queue operations and the listener reconnect by themselves too.
 //!

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use open_deno_kv_proto::ChangedKeys;
+use open_deno_kv_engine_kit::ChangedKeys;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Notification};

@@ -3,13 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use open_deno_kv_proto::{Clock, Limits, SystemClock};
+use open_deno_kv_engine_kit::{Clock, Limits, SystemClock};
 
 /// Options of [`crate::PostgresBackend::open_with`].
 #[derive(Debug, Clone)]
 pub struct PostgresOptions {
     /// The clock expiry and queue times are read from (the system clock by default; tests use a
-    /// [`open_deno_kv_proto::ManualClock`]). Every process sharing a store should have a synchronised
+    /// [`open_deno_kv_engine_kit::ManualClock`]). Every process sharing a store should have a synchronised
     /// clock, as expiry times are absolute.
     pub clock: Arc<dyn Clock>,
     /// Limits to enforce (Deno's by default).
@@ -19,7 +19,7 @@ pub struct PostgresOptions {
     /// 40 characters.
     pub schema: String,
     /// URLs of read replicas (hot standbys of the primary). Reads asking for
-    /// [`open_deno_kv_proto::Consistency::Eventual`] go to them, in turn, and fall back to the primary when
+    /// [`open_deno_kv_engine_kit::Consistency::Eventual`] go to them, in turn, and fall back to the primary when
     /// a replica fails; strong reads, writes, queues and watch always use the primary.
     pub replica_urls: Vec<String>,
     /// Read-your-writes for eventual reads (on by default). The handle remembers the newest

@@ -36,7 +36,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use open_deno_kv_proto::KvError;
+use open_deno_kv_engine_kit::KvError;
 use tokio::time::Instant;
 use tokio_postgres::Config;
 use tokio_postgres::types::{ToSql, Type};

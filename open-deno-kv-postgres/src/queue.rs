@@ -3,7 +3,7 @@
 //! A consumer **takes** a message with one statement (`FOR UPDATE SKIP LOCKED`, so consumers
 //! never wait for each other) that gives it a *lease*: a random token and a deadline
 //! ([`delivery_deadline`]). While the consumer holds the message, this handle renews the deadline
-//! every [`open_deno_kv_proto::queue::MESSAGE_KEEPALIVE_INTERVAL`] (the handle's housekeeping task does
+//! every [`open_deno_kv_engine_kit::queue::MESSAGE_KEEPALIVE_INTERVAL`] (the handle's housekeeping task does
 //! it). Every later change to the message names its lease, so a stale holder changes nothing:
 //!
 //! - success deletes it; failure stores the kit's [`Settlement`]: back in the queue after the
@@ -16,7 +16,7 @@
 //!
 //! The take runs on a task of its own, and its [`Delivery`] guard is made there as soon as the
 //! server answers: a dequeue dropped at any point drops the guard, which puts the message back
-//! untouched (cancel safety, see [`open_deno_kv_proto::queue`]).
+//! untouched (cancel safety, see [`open_deno_kv_engine_kit::queue`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -24,11 +24,11 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Pool};
-use open_deno_kv_proto::queue::{
+use open_deno_kv_engine_kit::queue::{
     Delivery, DeliveryEngine, DeliveryOutcome, QueueMessageHandle, QueuedMessage, Settlement,
     Taken, delivery_deadline, next_delivery,
 };
-use open_deno_kv_proto::{Clock, KvError, ValidatedWrite};
+use open_deno_kv_engine_kit::{Clock, KvError, ValidatedWrite};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
@@ -89,7 +89,7 @@ impl Queue {
         (queue, task)
     }
 
-    /// Waits for the next due message (see [`open_deno_kv_proto::Backend::dequeue_next_message`]).
+    /// Waits for the next due message (see [`open_deno_kv_engine_kit::Backend::dequeue_next_message`]).
     pub(crate) async fn next(
         self: &Arc<Self>,
     ) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
@@ -286,7 +286,7 @@ impl Queue {
         Ok(())
     }
 
-    /// Moves the deadlines of the messages this handle holds [`open_deno_kv_proto::queue::MESSAGE_DEADLINE`] ahead, so
+    /// Moves the deadlines of the messages this handle holds [`open_deno_kv_engine_kit::queue::MESSAGE_DEADLINE`] ahead, so
     /// other processes do not take them for a dead consumer's.
     pub(crate) async fn renew_leases(&self) -> Result<(), KvError> {
         let (ids, leases): (Vec<Uuid>, Vec<Uuid>) =

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Object, Pool, Transaction};
 use futures::future::try_join_all;
-use open_deno_kv_proto::queue::QueuedMessage;
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::queue::QueuedMessage;
+use open_deno_kv_engine_kit::{
     KeyRange, KvEntry, KvError, RangeCount, ReadRange, ReadRangeOutput, WatchedEntry,
 };
 use tokio_postgres::IsolationLevel;

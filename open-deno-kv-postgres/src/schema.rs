@@ -8,7 +8,7 @@
 //! | `kv` | entries: `k` (Deno's key encoding, `bytea`: ordered by `memcmp` then length, Deno's order), `v`, `v_encoding` (1 V8, 2 u64 little-endian, 3 bytes: Deno's numbering), `vs` (the 10-byte versionstamp), `expires_at` (ms, or NULL) |
 //! | `kv_queue` | messages: `id`, `ready_at` (ms), `payload`, `keys_if_undelivered`, `backoff_ms` (the intervals left), and while a consumer holds it `lease` (a token) and `deadline` (ms) |
 //! | `kv_commit_ids` | one row per committed group of writes: `version`, the version the group took, and `id`, a random id the committer chose before the transaction (primary key: both, in that order). Written in the group's own transaction, so that when the connection drops during `COMMIT` a fresh connection can tell whether the group landed (see `outcome.rs`); pruned once no lookup can need it |
-//! | `kv_change_log` | the change log (see `open_deno_kv_proto::change_log`): `vs`, the commit's 10-byte versionstamp (primary key: its byte order is commit order), `at`, the commit's time in ms (rounded down; what pruning compares), and `record`, the bytes of `ChangeRecord::encode` (its own layout, in open-deno-kv-proto's `change_log/codec.rs`) |
+//! | `kv_change_log` | the change log (see `open_deno_kv_engine_kit::change_log`): `vs`, the commit's 10-byte versionstamp (primary key: its byte order is commit order), `at`, the commit's time in ms (rounded down; what pruning compares), and `record`, the bytes of `ChangeRecord::encode` (its own layout, in open-deno-kv-model's `change_log/codec.rs`) |
 //!
 //! ## Versions
 //!
@@ -30,7 +30,7 @@
 
 use std::collections::BTreeMap;
 
-use open_deno_kv_proto::SchemaTooNew;
+use open_deno_kv_engine_kit::SchemaTooNew;
 use tokio_postgres::{Client, Transaction};
 
 use crate::PostgresError;

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
 use futures::StreamExt;
-use open_deno_kv_postgres::testing::TestCluster;
-use open_deno_kv_proto::change_log::{ChangeRecord, PRUNE_EVERY, Replay, prune_before};
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::change_log::{ChangeRecord, PRUNE_EVERY, Replay, prune_before};
+use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Check, Clock, Enqueue, KvError, KvValue, ManualClock, Mutation,
     SnapshotItem, Versionstamp,
 };
+use open_deno_kv_postgres::testing::TestCluster;
 
 mod common;
 use common::{cluster, get, k, open, open_at, set};
@@ -215,7 +215,7 @@ async fn a_group_of_concurrent_writes_logs_each_write_in_a_chain() {
         replay.apply(record).unwrap();
     }
     let restored = replay
-        .over(open_deno_kv_proto::Snapshot::from_items(
+        .over(open_deno_kv_engine_kit::Snapshot::from_items(
             backup_version,
             backup_items,
         ))
@@ -388,8 +388,8 @@ async fn a_replay_across_an_import_finds_a_gap() {
     set(&kv, "a", 1).await;
     let (with_a, items) = export_items(&kv).await;
     let emptied =
-        open_deno_kv_conformance::support::delete(&kv, &open_deno_kv_proto::key!["a"]).await;
-    kv.import_snapshot(open_deno_kv_proto::Snapshot::from_items(with_a, items))
+        open_deno_kv_conformance::support::delete(&kv, &open_deno_kv_engine_kit::key!["a"]).await;
+    kv.import_snapshot(open_deno_kv_engine_kit::Snapshot::from_items(with_a, items))
         .await
         .unwrap();
     let after_import = exported_version(&kv).await;

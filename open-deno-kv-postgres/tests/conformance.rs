@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use open_deno_kv_conformance::{FnFactory, TestContext};
+use open_deno_kv_engine_kit::Backend;
 use open_deno_kv_postgres::testing::{ClusterOptions, TestCluster};
 use open_deno_kv_postgres::{PostgresBackend, PostgresOptions};
-use open_deno_kv_proto::Backend;
 
 /// The schema of one test context.
 struct CaseSchema(String);

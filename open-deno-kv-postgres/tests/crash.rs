@@ -26,9 +26,9 @@ use std::time::Duration;
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use open_deno_kv_conformance::crash::{CrashConfig, child_main_if_requested, run_crash_trials};
+use open_deno_kv_engine_kit::{Backend, Clock, KvError, ManualClock, SystemClock};
 use open_deno_kv_postgres::testing::{ClusterOptions, TestCluster, schema_for_path};
 use open_deno_kv_postgres::{PostgresBackend, PostgresOptions};
-use open_deno_kv_proto::{Backend, Clock, KvError, ManualClock, SystemClock};
 
 mod common;
 use common::message_write;

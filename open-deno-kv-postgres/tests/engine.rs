@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use open_deno_kv_postgres::PostgresError;
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Check, Enqueue, KvError, KvValue, ManualClock, Mutation, SchemaTooNew,
     WatchKeyOutput,
 };
+use open_deno_kv_postgres::PostgresError;
 
 mod common;
 use common::{cluster, k, message_write, open, open_at, postgres_error, set};
@@ -262,7 +262,7 @@ async fn the_integrity_check_names_rows_that_do_not_decode() {
     for (name, n) in [("a", 1), ("b", 2), ("c", 3)] {
         set(&kv, name, n).await;
     }
-    kv.atomic_write(message_write(b"job", &open_deno_kv_proto::SystemClock))
+    kv.atomic_write(message_write(b"job", &open_deno_kv_engine_kit::SystemClock))
         .await
         .unwrap()
         .expect("committed");

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use open_deno_kv_conformance::support;
-use open_deno_kv_postgres::testing::{Shutdown, SilentCutProxy};
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Enqueue, KvError, KvValue, Mutation, ReadRange, Versionstamp, key,
 };
+use open_deno_kv_postgres::testing::{Shutdown, SilentCutProxy};
 
 mod common;
 use common::{cluster, get, open, open_url, set};

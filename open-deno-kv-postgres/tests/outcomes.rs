@@ -10,9 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use open_deno_kv_conformance::support;
+use open_deno_kv_engine_kit::{
+    AtomicWrite, Backend, KvError, KvValue, Mutation, Versionstamp, key,
+};
 use open_deno_kv_postgres::testing::{ClusterOptions, CommitCut, SilentCutProxy, TestCluster};
 use open_deno_kv_postgres::{PostgresBackend, PostgresError, PostgresOptions};
-use open_deno_kv_proto::{AtomicWrite, Backend, KvError, KvValue, Mutation, Versionstamp, key};
 
 mod common;
 use common::{get, open, open_url, set};
@@ -156,7 +158,7 @@ async fn a_thousand_commits_cut_at_commit_each_get_their_true_outcome() {
 /// A handle through `proxy` that looks a lost commit up for one second only.
 async fn open_with_short_wait(
     proxy: &SilentCutProxy,
-) -> open_deno_kv_proto::Checked<PostgresBackend> {
+) -> open_deno_kv_engine_kit::Checked<PostgresBackend> {
     let options = PostgresOptions {
         schema: "unreachable".to_owned(),
         commit_outcome_wait: Duration::from_secs(1),

@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use open_deno_kv_conformance::support;
-use open_deno_kv_postgres::PostgresError;
-use open_deno_kv_postgres::testing::{PoolMode, TestPgBouncer};
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Check, Enqueue, KvError, KvValue, Mutation, WatchKeyOutput, key,
 };
+use open_deno_kv_postgres::PostgresError;
+use open_deno_kv_postgres::testing::{PoolMode, TestPgBouncer};
 
 mod common;
 use common::{cluster, get, k, open_url, postgres_error, set};

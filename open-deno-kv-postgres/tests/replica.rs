@@ -4,11 +4,11 @@
 use std::time::{Duration, Instant};
 
 use open_deno_kv_conformance::support;
-use open_deno_kv_postgres::testing::{ClusterOptions, TestCluster};
-use open_deno_kv_postgres::{PostgresBackend, PostgresOptions};
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::{
     Backend, Checked, Consistency, Key, KvValue, ReadRange, SnapshotRead, key,
 };
+use open_deno_kv_postgres::testing::{ClusterOptions, TestCluster};
+use open_deno_kv_postgres::{PostgresBackend, PostgresOptions};
 
 mod common;
 use common::{get, set};

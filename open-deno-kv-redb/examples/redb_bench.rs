@@ -6,7 +6,7 @@
 //! ```
 //!
 //! - (a) `--writes` sequential single-key sets (keys `["bench", i]` encoded with
-//!   `open_deno_kv_proto::encode_key`, 100-byte `Bytes` values) through `RedbBackend::atomic_write`, against
+//!   `open_deno_kv_engine_kit::encode_key`, 100-byte `Bytes` values) through `RedbBackend::atomic_write`, against
 //!   raw redb doing the same sets as one write transaction and one commit each, into a table of
 //!   the same key and value bytes, at the same durability (`Immediate`: one fsync per set on both
 //!   sides). `--deferred` adds the same at `Durability::Deferred` against redb's
@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Checked, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
 };
 use open_deno_kv_redb::{Durability, FileEngine, RedbBackend, RedbOptions};

@@ -1,4 +1,4 @@
-//! Snapshot export and import (see `open_deno_kv_proto::backup`), each on a thread of its own
+//! Snapshot export and import (see `open_deno_kv_engine_kit::backup`), each on a thread of its own
 //! ([`blocking_export`], [`blocking_import`]).
 //!
 //! **Which commit a read transaction holds.** The writer keeps the last version in memory and
@@ -31,9 +31,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_proto::backup::{ExportSink, ImportFeed, blocking_export, blocking_import};
-use open_deno_kv_proto::change_log::version_after_import;
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::backup::{ExportSink, ImportFeed, blocking_export, blocking_import};
+use open_deno_kv_engine_kit::change_log::version_after_import;
+use open_deno_kv_engine_kit::{
     ImportSummary, KvEntry, KvError, QueuedMessage, Snapshot, SnapshotItem, Versionstamp,
     backup::not_empty, is_expired,
 };

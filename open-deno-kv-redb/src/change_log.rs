@@ -1,11 +1,11 @@
-//! The change log in a redb file (see [`open_deno_kv_proto::change_log`]): where it is kept, how
+//! The change log in a redb file (see [`open_deno_kv_engine_kit::change_log`]): where it is kept, how
 //! the writer switches it, logs and prunes it, and how handles read it.
 //!
 //! **Layout.**
 //!
 //! | where | key | value |
 //! |---|---|---|
-//! | table `deno_kv.change_log` | the commit's versionstamp, 10 bytes (byte order is commit order) | [`ChangeRecord::encode`] (layout in open-deno-kv-proto's `change_log/codec.rs`) |
+//! | table `deno_kv.change_log` | the commit's versionstamp, 10 bytes (byte order is commit order) | [`ChangeRecord::encode`] (layout in open-deno-kv-model's `change_log/codec.rs`) |
 //! | `deno_kv.meta` row `change_log_retention_ms` | | the retention, in milliseconds (at least 1000) |
 //! | `deno_kv.meta` row `change_log_floor` | | the version an import left while the log was on |
 //!
@@ -20,7 +20,7 @@
 //! after it in commit order is logged. A logged commit stores its record in its own group's
 //! transaction ([`crate::txn::commit_write`]): atomic writes and the dead-letter writes of a
 //! message whose retries ran out alike, since both go through that function. Every
-//! [`PRUNE_EVERY`](open_deno_kv_proto::change_log::PRUNE_EVERY) logged commits the writer prunes
+//! [`PRUNE_EVERY`](open_deno_kv_engine_kit::change_log::PRUNE_EVERY) logged commits the writer prunes
 //! ([`prune`]) in the transaction of the group that crossed the count.
 //!
 //! **Numbering after a crash.** The writer records only a ceiling of the versions it handed out
@@ -43,10 +43,10 @@ use std::ops::Bound;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_proto::change_log::{
+use open_deno_kv_engine_kit::change_log::{
     ChangeLogStatus, ChangeRecord, LogMark, PRUNE_BATCH, PruneSchedule, prune_before, retention_ms,
 };
-use open_deno_kv_proto::{KvError, Versionstamp};
+use open_deno_kv_engine_kit::{KvError, Versionstamp};
 use redb::{ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableError};
 
 use crate::error::storage;

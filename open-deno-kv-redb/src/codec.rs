@@ -16,8 +16,8 @@
 //! Decoding never panics: anything that does not fit is reported as [`KvError::Corrupt`].
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_proto::queue::QueuedMessage;
-use open_deno_kv_proto::{KvError, KvValue, StoredEntry, Versionstamp};
+use open_deno_kv_engine_kit::queue::QueuedMessage;
+use open_deno_kv_engine_kit::{KvError, KvValue, StoredEntry, Versionstamp};
 use uuid::Uuid;
 
 use crate::error::corrupt;
@@ -132,7 +132,7 @@ impl<'a> EntryRecord<'a> {
         )?)
     }
 
-    /// The whole entry, as open-deno-kv-proto's write path sees it.
+    /// The whole entry, as open-deno-kv-model's write path sees it.
     pub(crate) fn to_stored(self) -> Result<StoredEntry, KvError> {
         Ok(StoredEntry {
             value: self.value()?,

@@ -1,11 +1,11 @@
 //! Queue delivery on the consumer's side: wait until a message is due (by the injected clock),
 //! a message is enqueued or retried, or the handle closes; then take it through the writer, which
-//! hands it out as a [`open_deno_kv_proto::queue::Delivery`] settled through the writer at the handle's
-//! clock's time (the kit's [`open_deno_kv_proto::committer::SettleAtNow`]).
+//! hands it out as a [`open_deno_kv_engine_kit::queue::Delivery`] settled through the writer at the handle's
+//! clock's time (the kit's [`open_deno_kv_engine_kit::committer::SettleAtNow`]).
 
 use std::sync::Arc;
 
-use open_deno_kv_proto::{ChangeSignal, Clock, KvError, QueueMessageHandle};
+use open_deno_kv_engine_kit::{ChangeSignal, Clock, KvError, QueueMessageHandle};
 
 use crate::store::Shared;
 

@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use open_deno_kv_proto::KvError;
+use open_deno_kv_engine_kit::KvError;
 use thiserror::Error;
 
 /// Why a redb database could not be opened or used.
@@ -28,7 +28,7 @@ pub enum RedbError {
 
     /// The file was written by a newer version of this crate's layout. It is left untouched.
     #[error(transparent)]
-    SchemaTooNew(#[from] open_deno_kv_proto::SchemaTooNew),
+    SchemaTooNew(#[from] open_deno_kv_engine_kit::SchemaTooNew),
 
     /// The file is a redb database, but not one written by this crate (other tables, or a
     /// metadata table that does not hold what this crate writes). It is left untouched.
@@ -129,7 +129,7 @@ mod tests {
             reason: "table x".into(),
         };
         assert!(matches!(KvError::from(foreign), KvError::Corrupt { .. }));
-        let newer = RedbError::SchemaTooNew(open_deno_kv_proto::SchemaTooNew {
+        let newer = RedbError::SchemaTooNew(open_deno_kv_engine_kit::SchemaTooNew {
             found: 9,
             supported: 1,
         });

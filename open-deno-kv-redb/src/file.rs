@@ -17,7 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
-use open_deno_kv_proto::KvError;
+use open_deno_kv_engine_kit::KvError;
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase};
 
 use crate::RedbError;
@@ -208,7 +208,7 @@ mod tests {
     use std::ops::Bound;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    use open_deno_kv_proto::{
+    use open_deno_kv_engine_kit::{
         AtomicWrite, Backend, Checked, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
     };
     use redb::backends::FileBackend;
@@ -329,7 +329,7 @@ mod tests {
             .map(|entry| {
                 format!(
                     "{:?}",
-                    open_deno_kv_proto::decode_key(&entry.key).expect("key")
+                    open_deno_kv_engine_kit::decode_key(&entry.key).expect("key")
                 )
             })
             .collect()

@@ -1,6 +1,6 @@
 //! What the writer does with a group of commands: run them all in **one redb write transaction
 //! with one commit** — with [`crate::Durability::Immediate`], one fsync for the whole group.
-//! The kit's group committer ([`open_deno_kv_proto::committer`], driven through the `writer` module) decides
+//! The kit's group committer ([`open_deno_kv_engine_kit::committer`], driven through the `writer` module) decides
 //! who runs a group and when; this module is the group itself, and the state that lives from one
 //! group to the next ([`GroupState`], the engine's [`GroupRunner`]).
 //!
@@ -30,7 +30,7 @@
 //! settlements, no write: [`Change::must_sync`]) commits unsynced too; the next synced commit
 //! or the idle sync a second later makes it durable. A crash before then, of the process too
 //! (redb keeps unsynced commits in memory), delivers a message again, never loses one
-//! (`open_deno_kv_proto::queue`, "Queue bookkeeping"). Such a command, alone with nothing queued, runs in
+//! (`open_deno_kv_engine_kit::queue`, "Queue bookkeeping"). Such a command, alone with nothing queued, runs in
 //! place on its caller's thread ([`GroupState::try_run_in_place`]) unless a sync, a sweep or a
 //! reopen is due.
 
@@ -38,10 +38,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_proto::committer::{self, Answer, Answers, Change, GroupRunner, Reply};
-use open_deno_kv_proto::interval::Unsynced;
-use open_deno_kv_proto::queue::{self as kit, DeliveryOutcome, Leases, Taken};
-use open_deno_kv_proto::{Clock, Effects, KvError, Notifier};
+use open_deno_kv_engine_kit::committer::{self, Answer, Answers, Change, GroupRunner, Reply};
+use open_deno_kv_engine_kit::interval::Unsynced;
+use open_deno_kv_engine_kit::queue::{self as kit, DeliveryOutcome, Leases, Taken};
+use open_deno_kv_engine_kit::{Clock, Effects, KvError, Notifier};
 use redb::{Database, ReadableTable};
 use uuid::Uuid;
 
@@ -143,7 +143,7 @@ fn hold<T: Answer>(
 }
 
 /// What the writer keeps from one group to the next. Only the thread leading the writer holds
-/// it (see [`open_deno_kv_proto::committer`]).
+/// it (see [`open_deno_kv_engine_kit::committer`]).
 pub(crate) struct GroupState {
     /// The file; reopened after an I/O error (see [`crate::file`]).
     db: Arc<DbSlot>,
@@ -661,7 +661,7 @@ impl GroupState {
 mod tests {
     use std::time::Duration;
 
-    use open_deno_kv_proto::{
+    use open_deno_kv_engine_kit::{
         AtomicWrite, Check, CommitResult, Enqueue, KvValue, ManualClock, MutationKind,
         Versionstamp, encode_key, key,
     };
@@ -676,8 +676,8 @@ mod tests {
         encode_key(&key![name]).expect("key")
     }
 
-    fn set(name: &str, n: u64) -> open_deno_kv_proto::Mutation {
-        open_deno_kv_proto::Mutation::set(k(name), KvValue::U64(n))
+    fn set(name: &str, n: u64) -> open_deno_kv_engine_kit::Mutation {
+        open_deno_kv_engine_kit::Mutation::set(k(name), KvValue::U64(n))
     }
 
     fn thread_on(path: &std::path::Path, clock: &ManualClock) -> GroupState {
@@ -711,7 +711,7 @@ mod tests {
         Command,
         oneshot::Receiver<Result<Option<CommitResult>, KvError>>,
     ) {
-        let write = open_deno_kv_proto::Limits::deno()
+        let write = open_deno_kv_engine_kit::Limits::deno()
             .accept_atomic_write(write, now)
             .expect("valid");
         let (reply, answer) = oneshot::channel();
@@ -765,7 +765,7 @@ mod tests {
         let first = AtomicWrite {
             mutations: vec![
                 set("a", 1),
-                open_deno_kv_proto::Mutation::set(k("text"), text.clone()),
+                open_deno_kv_engine_kit::Mutation::set(k("text"), text.clone()),
             ],
             ..Default::default()
         };
@@ -785,7 +785,7 @@ mod tests {
         let refused = AtomicWrite {
             mutations: vec![
                 set("c", 3),
-                open_deno_kv_proto::Mutation {
+                open_deno_kv_engine_kit::Mutation {
                     key: k("text"),
                     kind: MutationKind::Sum {
                         value: KvValue::U64(1),
@@ -853,7 +853,7 @@ mod tests {
             let txn = thread.test_db().begin_write().expect("txn");
             {
                 let mut tables = Tables::new(&txn);
-                let message = open_deno_kv_proto::queue::QueuedMessage::new(
+                let message = open_deno_kv_engine_kit::queue::QueuedMessage::new(
                     vec![7],
                     clock.now(),
                     vec![],
@@ -952,7 +952,7 @@ mod tests {
         let clock = ManualClock::at_test_epoch();
         let mut thread = thread_on(&dir.path().join("kv.redb"), &clock);
         let now = clock.now();
-        let expiring = |name: &str, secs: i64| open_deno_kv_proto::Mutation {
+        let expiring = |name: &str, secs: i64| open_deno_kv_engine_kit::Mutation {
             expire_at: Some(now + chrono::TimeDelta::seconds(secs)),
             ..set(name, 1)
         };
@@ -1071,7 +1071,7 @@ mod tests {
         )
     }
 
-    fn logged(db: &Database) -> Vec<open_deno_kv_proto::change_log::ChangeRecord> {
+    fn logged(db: &Database) -> Vec<open_deno_kv_engine_kit::change_log::ChangeRecord> {
         change_log::read(db, Versionstamp::ZERO, 1000).expect("read log")
     }
 

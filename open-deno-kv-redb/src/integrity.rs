@@ -7,8 +7,8 @@
 //! everything through the B-trees instead: a damaged page that breaks a tree stops a scan, which
 //! is reported, and a record that does not decode is reported with its key.
 
-use open_deno_kv_proto::change_log::ChangeRecord;
-use open_deno_kv_proto::{IntegrityReport, KvError, TableHolds, decode_key};
+use open_deno_kv_engine_kit::change_log::ChangeRecord;
+use open_deno_kv_engine_kit::{IntegrityReport, KvError, TableHolds, decode_key};
 use redb::{ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 
 use crate::codec;

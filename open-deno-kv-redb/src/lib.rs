@@ -1,7 +1,7 @@
 //! # open-deno-kv-redb — a pure-Rust, durable Deno KV backend on redb
 //!
 //! Stores Deno KV data in one [redb](https://www.redb.org) file: no C code, no SQLite. Every rule
-//! of Deno KV comes from open-deno-kv-proto ([`Limits`] validation, [`open_deno_kv_proto::apply_atomic_write`], the
+//! of Deno KV comes from open-deno-kv-model ([`Limits`] validation, [`open_deno_kv_engine_kit::apply_atomic_write`], the
 //! queue retry rule); this crate only stores, orders and commits.
 //!
 //! How it works:
@@ -23,19 +23,19 @@
 //!   ranges of one read come from one snapshot. Reads between two commits share one snapshot
 //!   (the writer drops it after each commit, before answering), which saves a point read the
 //!   cost of starting a transaction. A read of up to 256 entries runs in place on the
-//!   caller's thread (open-deno-kv-proto's `run_read`: no thread hop, no hand-off of the worker); a larger
+//!   caller's thread (open-deno-kv-engine-kit's `run_read`: no thread hop, no hand-off of the worker); a larger
 //!   one leaves the executor.
 //! - **Expiry** is never visible after its time: reads filter with the injected [`Clock`], and
 //!   the writer also deletes due entries through the expiry index.
-//! - **Queues** deliver at least once, in ready-time order, with open-deno-kv-proto's back-off and
+//! - **Queues** deliver at least once, in ready-time order, with open-deno-kv-model's back-off and
 //!   dead-letter rule. A message handed out and not finished is retried when its handle is
 //!   dropped or closed, and a message a crashed process held is requeued when the file is next
 //!   opened.
-//! - **Change log** (opt-in, for point-in-time restores; see `open_deno_kv_proto::change_log`):
+//! - **Change log** (opt-in, for point-in-time restores; see `open_deno_kv_engine_kit::change_log`):
 //!   switched on or off through the writer and stored in the file, so every later handle keeps
 //!   it; while on, every commit stores its record in its own transaction, and the writer prunes
 //!   records past the retention (see the `change_log` module for the layout).
-//! - **Watch** uses open-deno-kv-proto's [`ChangeSignal`] and [`watch_stream`].
+//! - **Watch** uses open-deno-kv-engine-kit's [`ChangeSignal`] and [`watch_stream`].
 //! - **One process, many handles.** redb lets one process at a time open a file. Handles opened
 //!   in this process on the same path share one open file, one writer and one queue (they see
 //!   each other's commits, watches and messages); the file is closed when the last handle closes.
@@ -46,8 +46,8 @@
 //! before they are synced and syncs at least once a second.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), open_deno_kv_proto::KvError> {
-//! use open_deno_kv_proto::{encode_key, key, AtomicWrite, Backend, KvValue, Mutation, ReadRange, SnapshotRead};
+//! # async fn demo() -> Result<(), open_deno_kv_engine_kit::KvError> {
+//! use open_deno_kv_engine_kit::{encode_key, key, AtomicWrite, Backend, KvValue, Mutation, ReadRange, SnapshotRead};
 //! use open_deno_kv_redb::{FileEngine, RedbBackend};
 //! let kv = RedbBackend::open("kv.redb")?;
 //! let k = encode_key(&key!["hello"])?;
@@ -84,26 +84,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use open_deno_kv_proto::change_log::{ChangeLogStatus, ChangeRecord};
+use open_deno_kv_engine_kit::change_log::{ChangeLogStatus, ChangeRecord};
 
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::{
     Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, ImportSummary,
     IntegrityReport, KvError, Limits, QueueMessageHandle, QueuedMessage, RangeCount,
     RangeWatchStream, ReadRangeOutput, Snapshot, SystemClock, ValidatedRange, ValidatedRead,
     ValidatedWatch, ValidatedWrite, Versionstamp, WatchStream, blocking_range_watch_stream,
     blocking_watch_stream,
 };
-use open_deno_kv_proto::{run_blocking, run_read};
+use open_deno_kv_engine_kit::{run_blocking, run_read};
 
 pub use error::RedbError;
 pub use group::DEFERRED_SYNC_INTERVAL;
 /// The most commands (writes, queue takes and settlements) one redb transaction groups.
-pub use open_deno_kv_proto::committer::MAX_GROUP;
+pub use open_deno_kv_engine_kit::committer::MAX_GROUP;
 pub use schema::SCHEMA_VERSION;
 
 /// The trait [`RedbBackend`]'s `open`, `open_with` and `path` come from: bring it into scope
 /// (`use open_deno_kv_redb::FileEngine;`) to call them.
-pub use open_deno_kv_proto::FileEngine;
+pub use open_deno_kv_engine_kit::FileEngine;
 
 use crate::file::{FileStorage, OpenStorage};
 use crate::reader::ReadTime;
@@ -120,7 +120,7 @@ pub enum Durability {
     /// process and of the machine (to the extent the disk honours fsync). A group of queue
     /// bookkeeping only (takes and settlements, no write) is committed unsynced and made durable
     /// by the next synced commit, or within [`DEFERRED_SYNC_INTERVAL`]: a crash before then
-    /// delivers the message again (`open_deno_kv_proto::queue`, "Queue bookkeeping").
+    /// delivers the message again (`open_deno_kv_engine_kit::queue`, "Queue bookkeeping").
     #[default]
     Immediate,
     /// Commit groups use redb's `Durability::None`: committed in memory, visible to every reader
@@ -139,7 +139,7 @@ pub enum Durability {
 #[derive(Debug, Clone)]
 pub struct RedbOptions {
     /// The clock expiry and queue times are read from (the system clock by default; tests use a
-    /// [`open_deno_kv_proto::ManualClock`]).
+    /// [`open_deno_kv_engine_kit::ManualClock`]).
     pub clock: Arc<dyn Clock>,
     /// Limits to enforce (Deno's by default).
     pub limits: Limits,
@@ -171,7 +171,7 @@ impl Default for RedbOptions {
     }
 }
 
-/// A handle on a Deno KV redb file: the engine, handed out behind open-deno-kv-proto's [`Checked`] layer
+/// A handle on a Deno KV redb file: the engine, handed out behind open-deno-kv-engine-kit's [`Checked`] layer
 /// (which checks limits, the closed state and read-only refusals). Share it as
 /// `Arc<dyn Backend>`; open more handles on the same path freely (they share the open file).
 #[derive(Debug)]
@@ -267,7 +267,7 @@ impl Engine for RedbBackend {
     }
 
     /// One read transaction holding a known commit (see the `backup` module). The stream is
-    /// fused: polled again after its end it ends again (open-deno-kv-proto's `Replay::over`
+    /// fused: polled again after its end it ends again (open-deno-kv-model's `Replay::over`
     /// polls a backup's stream once more after its last entry when it holds no message).
     async fn export_snapshot(&self) -> Result<Snapshot, KvError> {
         let snapshot = backup::export(self.shared.clone(), self.clock.now()).await?;
@@ -356,7 +356,7 @@ impl Engine for RedbBackend {
         released.and(closed)
     }
 
-    /// A handle dropped without [`open_deno_kv_proto::Backend::close`] is closed here (without waiting for
+    /// A handle dropped without [`open_deno_kv_engine_kit::Backend::close`] is closed here (without waiting for
     /// the release of its messages; the last handle still waits for the file to close, so a
     /// reopen right after the drop finds it free).
     fn close_on_drop(&self) {

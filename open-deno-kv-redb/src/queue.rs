@@ -6,9 +6,9 @@
 //! - `queue_running`, keyed by id: handed to a consumer, with a deadline (hand-out time +
 //!   [`MESSAGE_DEADLINE`]) and the message as it was delivered.
 //!
-//! This module is table access only ([`RedbQueue`], open-deno-kv-proto's [`QueueTables`]): open-deno-kv-proto's queue
+//! This module is table access only ([`RedbQueue`], open-deno-kv-engine-kit's [`QueueTables`]): open-deno-kv-engine-kit's queue
 //! state machine moves a message from ready to running when it is taken, and decides what its
-//! settlement leaves ([`open_deno_kv_proto::queue::settle`]): nothing, the message back in `queue_ready`
+//! settlement leaves ([`open_deno_kv_engine_kit::queue::settle`]): nothing, the message back in `queue_ready`
 //! after the next back-off interval, or its payload under its dead-letter keys (an ordinary
 //! commit).
 //!
@@ -24,10 +24,10 @@
 //! recorded for inspection and for the format's sake.
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_proto::queue::{
+use open_deno_kv_engine_kit::queue::{
     DeliveryEngine, Due, Hold, QueueTables, QueuedMessage, fail_deliveries,
 };
-use open_deno_kv_proto::{Effects, KvError, ValidatedWrite};
+use open_deno_kv_engine_kit::{Effects, KvError, ValidatedWrite};
 use redb::ReadableTable;
 use uuid::Uuid;
 
@@ -74,7 +74,7 @@ pub(crate) fn step<T>(result: Result<T, Failure>) -> Step<T> {
 }
 
 /// The queue tables of one group transaction, with the writer's version counter (a dead-letter
-/// write takes a versionstamp): open-deno-kv-proto's [`QueueTables`].
+/// write takes a versionstamp): open-deno-kv-engine-kit's [`QueueTables`].
 pub(crate) struct RedbQueue<'a, 't> {
     pub(crate) tables: &'a mut Tables<'t>,
     pub(crate) last_version: &'a mut u64,
@@ -194,10 +194,10 @@ impl DeliveryEngine for SettlesNothing {
     async fn settle(
         &self,
         _: Ticket,
-        _: open_deno_kv_proto::queue::DeliveryOutcome,
+        _: open_deno_kv_engine_kit::queue::DeliveryOutcome,
     ) -> Result<(), KvError> {
         Ok(())
     }
 
-    fn settle_in_background(&self, _: Ticket, _: open_deno_kv_proto::queue::DeliveryOutcome) {}
+    fn settle_in_background(&self, _: Ticket, _: open_deno_kv_engine_kit::queue::DeliveryOutcome) {}
 }

@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_proto::queue::QueuedMessage;
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::queue::QueuedMessage;
+use open_deno_kv_engine_kit::{
     Clock, KeyRange, KvEntry, KvError, RangeCount, ReadRange, ReadRangeOutput, WatchedEntry,
     is_expired,
 };

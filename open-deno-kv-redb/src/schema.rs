@@ -7,7 +7,7 @@
 //! | `deno_kv.queue_ready` | ready time + message id | message body | messages waiting for delivery, in due order |
 //! | `deno_kv.queue_running` | message id | deadline + ready time + message body | messages handed to a consumer and not yet finished |
 //! | `deno_kv.meta` | name | `u64` | `schema_version`, and `last_version`: a ceiling no versionstamp's version handed out exceeds (the exact last one after a clean close; see the `group` module); while the change log is on, `change_log_retention_ms` and, after an import, `change_log_floor` |
-//! | `deno_kv.change_log` | versionstamp (10 bytes, so byte order is commit order) | [`open_deno_kv_proto::change_log::ChangeRecord::encode`] | one record per commit while the change log is on (see [`crate::change_log`]); the table exists only then |
+//! | `deno_kv.change_log` | versionstamp (10 bytes, so byte order is commit order) | [`open_deno_kv_engine_kit::change_log::ChangeRecord::encode`] | one record per commit while the change log is on (see [`crate::change_log`]); the table exists only then |
 //!
 //! Byte layouts are in [`crate::codec`]. Opening a file never modifies it before it has been
 //! recognised: a file with a newer `schema_version`, or with other tables than these, is refused
@@ -24,7 +24,7 @@
 
 use std::path::Path;
 
-use open_deno_kv_proto::SchemaTooNew;
+use open_deno_kv_engine_kit::SchemaTooNew;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 
 use crate::RedbError;

@@ -16,7 +16,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
-use open_deno_kv_proto::KvError;
+use open_deno_kv_engine_kit::KvError;
 use redb::{ReadOnlyTable, ReadableDatabase};
 
 use crate::error::storage;

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
-use open_deno_kv_proto::{KvError, Notifier};
+use open_deno_kv_engine_kit::{KvError, Notifier};
 use redb::ReadableDatabase;
 
 use crate::backup::CommitClock;

@@ -6,7 +6,7 @@
 //! any table of the transaction is opened, and restoring one rolls back the whole transaction to
 //! that point), so each atomic write runs in two phases instead:
 //!
-//! 1. **Stage.** open-deno-kv-proto's [`stage_atomic_write`] runs the write path over an overlay: reads see
+//! 1. **Stage.** open-deno-kv-model's [`stage_atomic_write`] runs the write path over an overlay: reads see
 //!    the overlay first, then the group's transaction (so earlier writes of the group are
 //!    visible); puts, deletes and enqueues only go into the overlay. A failed check or a refused
 //!    mutation returns here with nothing to apply: the transaction was never touched, so the
@@ -25,9 +25,9 @@
 //! nothing.
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_proto::change_log::ChangeRecord;
-use open_deno_kv_proto::queue::QueuedMessage;
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::change_log::ChangeRecord;
+use open_deno_kv_engine_kit::queue::QueuedMessage;
+use open_deno_kv_engine_kit::{
     CommitResult, Effects, KeyRange, KvError, StoredEntry, ValidatedWrite, Versionstamp,
     stage_atomic_write,
 };

@@ -1,5 +1,5 @@
 //! The handles' side of the file's writer: the commands they send to the kit's group committer
-//! ([`open_deno_kv_proto::committer`]), which runs them in groups through [`GroupState`].
+//! ([`open_deno_kv_engine_kit::committer`]), which runs them in groups through [`GroupState`].
 //!
 //! A write that finds the committer idle is committed by its caller's thread (in place on a
 //! multi-thread tokio runtime); writes that arrive meanwhile join the leader's next group, one
@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_proto::Clock;
-use open_deno_kv_proto::KvError;
-use open_deno_kv_proto::committer::{Change, Committer, SettleAtNow};
+use open_deno_kv_engine_kit::Clock;
+use open_deno_kv_engine_kit::KvError;
+use open_deno_kv_engine_kit::committer::{Change, Committer, SettleAtNow};
 
 use crate::RedbError;
 use crate::group::{Configure, GroupState, Own, Release};
@@ -76,8 +76,8 @@ mod tests {
 
     use std::sync::Arc;
 
-    use open_deno_kv_proto::queue::{DeliveryOutcome, Taken};
-    use open_deno_kv_proto::{
+    use open_deno_kv_engine_kit::queue::{DeliveryOutcome, Taken};
+    use open_deno_kv_engine_kit::{
         AtomicWrite, Clock, ManualClock, Mutation, ValidatedWrite, Versionstamp, encode_key, key,
     };
     use uuid::Uuid;
@@ -98,7 +98,7 @@ mod tests {
             Arc::new(db),
             Arc::new(ManualClock::at_test_epoch()),
             Durability::Immediate,
-            Arc::new(open_deno_kv_proto::Notifier::new()),
+            Arc::new(open_deno_kv_engine_kit::Notifier::new()),
             Arc::new(ReadSnapshot::default()),
             Arc::new(crate::backup::CommitClock::default()),
         )
@@ -109,10 +109,10 @@ mod tests {
     fn set(name: &str, n: u64) -> ValidatedWrite {
         let k = encode_key(&key![name, n.cast_signed()]).expect("key");
         let write = AtomicWrite {
-            mutations: vec![Mutation::set(k, open_deno_kv_proto::KvValue::U64(n))],
+            mutations: vec![Mutation::set(k, open_deno_kv_engine_kit::KvValue::U64(n))],
             ..Default::default()
         };
-        open_deno_kv_proto::Limits::deno()
+        open_deno_kv_engine_kit::Limits::deno()
             .accept_atomic_write(write, now())
             .expect("valid")
     }

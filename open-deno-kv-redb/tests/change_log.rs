@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use open_deno_kv_proto::change_log::{
+use open_deno_kv_engine_kit::change_log::{
     ChangeRecord, MAX_READ, PRUNE_EVERY, Replay, RestorePoint, replay_log,
 };
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Check, Clock, Enqueue, KvError, KvValue, ManualClock, Mutation,
     SnapshotItem, Versionstamp, encode_key, key,
 };

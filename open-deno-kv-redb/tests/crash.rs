@@ -13,7 +13,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use open_deno_kv_proto::Backend;
+use open_deno_kv_engine_kit::Backend;
 use open_deno_kv_redb::{Durability, FileEngine, RedbBackend, RedbOptions};
 
 open_deno_kv_conformance::crash_main!(|dir: &Path| {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, KvError, KvValue, ManualClock, Mutation, ReadRange, SnapshotRead,
     encode_key, key,
 };
@@ -18,7 +18,7 @@ fn options(clock: &ManualClock, durability: Durability) -> RedbOptions {
     }
 }
 
-async fn set(kv: &dyn Backend, name: &str, n: u64) -> open_deno_kv_proto::Versionstamp {
+async fn set(kv: &dyn Backend, name: &str, n: u64) -> open_deno_kv_engine_kit::Versionstamp {
     let write = AtomicWrite {
         mutations: vec![Mutation::set(
             encode_key(&key![name]).expect("key"),

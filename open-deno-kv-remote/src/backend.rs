@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use open_deno_kv_connect::convert::{self, AtomicWriteResult};
 use open_deno_kv_connect::prost::Message;
-use open_deno_kv_proto::change_log::{ChangeLogStatus, ChangeRecord};
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::change_log::{ChangeLogStatus, ChangeRecord};
+use open_deno_kv_engine_kit::{
     Capabilities, Checked, CommitResult, Engine, ImportSummary, KvError, QueueMessageHandle,
     QueuedMessage, RangeCount, RangeWatchStream, ReadRangeOutput, Snapshot, ValidatedRange,
     ValidatedRead, ValidatedWatch, ValidatedWrite, Versionstamp, WatchStream,
@@ -18,7 +18,7 @@ use crate::queue::RemoteQueue;
 use crate::transport::{Inner, Replay, protocol};
 
 /// A Deno KV database on a KV Connect server; see the [crate documentation](crate). The engine,
-/// handed out behind open-deno-kv-proto's [`Checked`] layer, which validates every request against
+/// handed out behind open-deno-kv-engine-kit's [`Checked`] layer, which validates every request against
 /// [`crate::RemoteOptions::limits`] before it is sent (as Deno's client does) and answers for the
 /// closed state.
 pub struct RemoteBackend {
@@ -47,7 +47,7 @@ impl RemoteBackend {
 
     /// Checks `url` but sends nothing: the metadata exchange happens on the first call (whose
     /// error then reports a wrong token). For callers that cannot wait at open, such as the
-    /// synchronous `open_deno_kv::Kv::open_blocking`. Until then [`open_deno_kv_proto::Backend::capabilities`]
+    /// synchronous `open_deno_kv::Kv::open_blocking`. Until then [`open_deno_kv_engine_kit::Backend::capabilities`]
     /// reports queues, watch, range deletes, counts and range watches as available; a server
     /// without the queue extension refuses the first dequeue, and the range operations run the
     /// metadata exchange first and fail with [`KvError::Unsupported`] if the server does not

@@ -19,8 +19,8 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use open_deno_kv_connect::frames::{FrameDecoder, RawFrame};
 use open_deno_kv_connect::prost::Message;
-use open_deno_kv_proto::change_log::{ChangeLogStatus, ChangeRecord};
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::change_log::{ChangeLogStatus, ChangeRecord};
+use open_deno_kv_engine_kit::{
     ImportSummary, KvError, QueuedMessage, Snapshot, SnapshotItem, SnapshotStream, Versionstamp,
 };
 

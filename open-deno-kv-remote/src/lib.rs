@@ -6,8 +6,8 @@
 //! suite, tools) works unchanged over the network.
 //!
 //! ```no_run
-//! # async fn run() -> Result<(), open_deno_kv_proto::KvError> {
-//! use open_deno_kv_proto::Backend;
+//! # async fn run() -> Result<(), open_deno_kv_engine_kit::KvError> {
+//! use open_deno_kv_engine_kit::Backend;
 //! use open_deno_kv_remote::{RemoteBackend, RemoteOptions};
 //! let options = RemoteOptions::new("a-long-secret-token");
 //! let kv = RemoteBackend::connect("http://127.0.0.1:4512/", options).await?;
@@ -47,7 +47,7 @@
 //!   run: the connection could not be made, or the server answered 5xx (KV Connect servers
 //!   answer 5xx only when nothing was committed). If the connection fails *after* the request
 //!   was sent, or no answer comes within [`RemoteOptions::request_timeout`], the outcome is
-//!   unknown and the call fails with [`KvError::OutcomeUnknown`](open_deno_kv_proto::KvError::OutcomeUnknown)
+//!   unknown and the call fails with [`KvError::OutcomeUnknown`](open_deno_kv_engine_kit::KvError::OutcomeUnknown)
 //!   (its source a [`RemoteError::OutcomeUnknown`]): replaying a `sum` could apply it twice.
 //!   The same error comes back when the server itself answers that its store's outcome is
 //!   unknown (this project's servers answer 409 then). The program can read its keys (or use a
@@ -55,8 +55,8 @@
 //! - **Validation:** every answer is checked: versionstamps must be 10 bytes, LE64 values 8
 //!   bytes, encodings known, one output range per requested range, no more entries than the
 //!   limit, every key inside its range. A bad answer is an error, never a panic. Requests are
-//!   checked against Deno's limits ([`open_deno_kv_proto::Limits::deno`]) before they are sent, by the same
-//!   [`open_deno_kv_proto::Checked`] layer every local engine sits behind, so limit errors carry Deno's
+//!   checked against Deno's limits ([`open_deno_kv_engine_kit::Limits::deno`]) before they are sent, by the same
+//!   [`open_deno_kv_engine_kit::Checked`] layer every local engine sits behind, so limit errors carry Deno's
 //!   texts, as with a local backend; the server's refusals of bad input (400)
 //!   become [`KvError::InvalidArgument`] with the server's text (e.g. `Failed to perform 'sum'
 //!   mutation on a non-U64 value in the database`).
@@ -65,11 +65,11 @@
 //!   [`RemoteOptions::watch_idle_timeout`], the client reconnects (back-off 200 ms to 5 s) and
 //!   sends the watch again; it compares versionstamps with what it last emitted, so a reconnect
 //!   (or a server that marks every key `changed`, as Deno needs) never emits a spurious change,
-//!   and unchanged keys are reported as [`open_deno_kv_proto::WatchKeyOutput::Unchanged`]. Reconnecting
+//!   and unchanged keys are reported as [`open_deno_kv_engine_kit::WatchKeyOutput::Unchanged`]. Reconnecting
 //!   goes on while the server answers; when it cannot be reached within the retry budget the
 //!   stream yields the error and ends.
 //! - **Expiry:** plain KV Connect does not carry expiry times, so entries read from denokv have
-//!   [`open_deno_kv_proto::KvEntry::expires_at`] = `None` (unknown). From `open-deno-kv-server` (extension
+//!   [`open_deno_kv_engine_kit::KvEntry::expires_at`] = `None` (unknown). From `open-deno-kv-server` (extension
 //!   `expiry/1`) they carry their real expiry.
 //! - **Queues:** only with a server offering the `queue/1` extension (open-deno-kv-server; see
 //!   [`mod@ext`] and `open-deno-kv-server`'s `queue` module): [`Backend::dequeue_next_message`] long-polls
@@ -84,10 +84,10 @@
 //!   `count/1` and `watch-range/1` (see [`mod@ext`]); the capabilities say so once the metadata
 //!   is known. Before a range delete, a count or a range watch is sent, the client makes sure the
 //!   server offered its extension, and otherwise fails with
-//!   [`open_deno_kv_proto::KvError::Unsupported`] having sent nothing (a server that does not
+//!   [`open_deno_kv_engine_kit::KvError::Unsupported`] having sent nothing (a server that does not
 //!   know the range delete placeholder's mutation type would refuse the write whole). A range
 //!   watch reconnects as a key watch does, and every new stream starts with
-//!   [`open_deno_kv_proto::RangeWatchEvent::Reread`], so the consumer re-reads what it may
+//!   [`open_deno_kv_engine_kit::RangeWatchEvent::Reread`], so the consumer re-reads what it may
 //!   have missed while disconnected.
 //! - **Snapshot export and import (online backup and restore), the change log:** only with a
 //!   server offering `snapshot/1` and `change-log/1` (open-deno-kv-server, for a database
@@ -96,7 +96,7 @@
 //!   as the request body, never retried; an error in that stream (or dropping the import)
 //!   resets the request, so the server's import fails and rolls back. A stream that ends before
 //!   its end frame is an error, never a short snapshot. Against other servers the calls fail
-//!   with [`open_deno_kv_proto::KvError::Unsupported`] having sent nothing.
+//!   with [`open_deno_kv_engine_kit::KvError::Unsupported`] having sent nothing.
 //!
 mod backend;
 mod backup;
@@ -111,7 +111,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use open_deno_kv_proto::{Clock, Limits, SystemClock};
+use open_deno_kv_engine_kit::{Clock, Limits, SystemClock};
 
 pub use backend::RemoteBackend;
 pub use transport::RemoteError;

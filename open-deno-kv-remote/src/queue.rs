@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use open_deno_kv_connect::prost::Message;
-use open_deno_kv_proto::queue::{
+use open_deno_kv_engine_kit::queue::{
     Delivery, DeliveryEngine, DeliveryOutcome, MESSAGE_KEEPALIVE_INTERVAL,
 };
-use open_deno_kv_proto::{KvError, QueueMessageHandle};
+use open_deno_kv_engine_kit::{KvError, QueueMessageHandle};
 use tokio::sync::Notify;
 
 use crate::ext::{

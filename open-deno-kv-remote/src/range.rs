@@ -18,7 +18,7 @@ use futures::StreamExt;
 use http_body_util::BodyExt;
 use open_deno_kv_connect::frames::{FrameDecoder, RawFrame};
 use open_deno_kv_connect::prost::Message;
-use open_deno_kv_proto::{KeyRange, KvError, RangeCount, RangeWatchEvent, RangeWatchStream};
+use open_deno_kv_engine_kit::{KeyRange, KvError, RangeCount, RangeWatchEvent, RangeWatchStream};
 use tokio::sync::mpsc;
 
 use crate::ext::{RangeCountResponse, RangeRequest, RangeWatchAssembler, RangeWatchFrame};

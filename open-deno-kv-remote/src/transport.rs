@@ -17,7 +17,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use open_deno_kv_connect::convert::TEXT_OUTCOME_UNKNOWN;
 use open_deno_kv_connect::metadata::DatabaseMetadata;
-use open_deno_kv_proto::KvError;
+use open_deno_kv_engine_kit::KvError;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -725,7 +725,7 @@ fn data_request(session: &Session, url: &str, content_type: &str) -> hyper::http
 #[cfg(test)]
 mod tests {
     use super::{RemoteError, StatusCode, TEXT_OUTCOME_UNKNOWN, resolve, status_error};
-    use open_deno_kv_proto::KvError;
+    use open_deno_kv_engine_kit::KvError;
 
     #[test]
     fn a_server_that_could_not_learn_the_outcome_is_read_back_as_unknown() {

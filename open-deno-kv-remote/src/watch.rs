@@ -9,8 +9,8 @@ use http_body_util::BodyExt;
 use open_deno_kv_connect::convert::{encode_watch, watch_frame_from_pb};
 use open_deno_kv_connect::frames::{Frame, FrameDecoder, WatchFrame};
 use open_deno_kv_connect::prost::Message;
-use open_deno_kv_proto::watch::WatchDiff;
-use open_deno_kv_proto::{KvEntry, KvError, WatchKeyOutput, WatchStream};
+use open_deno_kv_engine_kit::watch::WatchDiff;
+use open_deno_kv_engine_kit::{KvEntry, KvError, WatchKeyOutput, WatchStream};
 use tokio::sync::mpsc;
 
 use crate::transport::{Inner, RemoteError, Replay, protocol};

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use chrono::TimeDelta;
 use futures::StreamExt;
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Check, KeyRange, KvError, KvValue, ManualClock, Mutation, RangeChange,
     RangeCount, RangeWatchEvent, RangeWatchStream, ReadRange, SnapshotRead, encode_key, key,
 };
@@ -174,7 +174,7 @@ async fn a_count_leaves_out_expired_entries() {
     let served = serve(EXTENSIONS.to_vec()).await;
     let kv = connect(&served).await;
     assert!(kv.capabilities().count);
-    let soon = open_deno_kv_proto::Clock::now(&served.clock) + TimeDelta::seconds(10);
+    let soon = open_deno_kv_engine_kit::Clock::now(&served.clock) + TimeDelta::seconds(10);
     let write = AtomicWrite {
         mutations: vec![
             Mutation::set(users(1), KvValue::U64(1)),
@@ -447,7 +447,7 @@ async fn snapshots_travel_between_servers_and_are_refused_when_not_offered() {
     assert!(!capabilities.export && !capabilities.import && !capabilities.change_log);
     let err = kv.export_snapshot().await.unwrap_err();
     assert!(matches!(err, KvError::Unsupported { .. }), "{err:?}");
-    let empty = open_deno_kv_proto::Snapshot::from_items(Default::default(), vec![]);
+    let empty = open_deno_kv_engine_kit::Snapshot::from_items(Default::default(), vec![]);
     let err = kv.import_snapshot(empty).await.unwrap_err();
     assert!(matches!(err, KvError::Unsupported { .. }), "{err:?}");
     let err = kv.change_log_status().await.unwrap_err();

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Enqueue, KvError, KvValue, Mutation, ReadRange, SnapshotRead,
 };
 use open_deno_kv_remote::{RemoteBackend, RemoteOptions};
@@ -43,10 +43,10 @@ async fn start_joinable(
 }
 
 fn key(name: &str) -> Vec<u8> {
-    open_deno_kv_proto::encode_key(&open_deno_kv_proto::key![name]).unwrap()
+    open_deno_kv_engine_kit::encode_key(&open_deno_kv_engine_kit::key![name]).unwrap()
 }
 
-async fn get(kv: &dyn Backend, name: &str) -> Option<open_deno_kv_proto::KvEntry> {
+async fn get(kv: &dyn Backend, name: &str) -> Option<open_deno_kv_engine_kit::KvEntry> {
     let read = SnapshotRead {
         ranges: vec![ReadRange::single_encoded_key(key(name))],
         ..Default::default()
@@ -97,7 +97,7 @@ async fn works_against_a_server_backed_by_sqlite() {
         .unwrap()
         .unwrap();
     match &first[..] {
-        [open_deno_kv_proto::WatchKeyOutput::Changed(Some(entry))] => assert_eq!(
+        [open_deno_kv_engine_kit::WatchKeyOutput::Changed(Some(entry))] => assert_eq!(
             entry.expires_at.map(|t| t.timestamp_millis()),
             Some(expires.timestamp_millis()),
             "watch frames carry expiry times"
@@ -152,7 +152,7 @@ async fn works_against_a_server_backed_by_sqlite() {
     let first = stream.next().await.unwrap().unwrap();
     assert_eq!(
         first,
-        vec![open_deno_kv_proto::WatchKeyOutput::Changed(None)]
+        vec![open_deno_kv_engine_kit::WatchKeyOutput::Changed(None)]
     );
     sqlite
         .atomic_write(AtomicWrite {
@@ -167,7 +167,7 @@ async fn works_against_a_server_backed_by_sqlite() {
         .unwrap()
         .unwrap();
     assert!(
-        matches!(&next[0], open_deno_kv_proto::WatchKeyOutput::Changed(Some(e)) if e.value == KvValue::U64(1))
+        matches!(&next[0], open_deno_kv_engine_kit::WatchKeyOutput::Changed(Some(e)) if e.value == KvValue::U64(1))
     );
 
     kv.close().await.unwrap();
@@ -275,7 +275,7 @@ async fn the_kv_crate_opens_http_urls() {
 
     let wrong: open_deno_kv::BackendUrl = format!("{url}?token=wrong-token-123").parse().unwrap();
     let err = wrong
-        .connect(Arc::new(open_deno_kv_proto::SystemClock))
+        .connect(Arc::new(open_deno_kv_engine_kit::SystemClock))
         .await
         .err()
         .map(|e| e.to_string())

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use open_deno_kv_proto::{Backend, KvError};
+use open_deno_kv_engine_kit::{Backend, KvError};
 use open_deno_kv_remote::{RemoteBackend, RemoteError, RemoteOptions};
 use open_deno_kv_server::{Access, Databases, Server, ServerConfig, Tls};
 use pki::{Ca, KeyFormat, write};
@@ -93,15 +93,16 @@ async fn https_with_the_servers_ca_works() {
         let kv = RemoteBackend::connect(&url, options(Some(ca_file.clone())))
             .await
             .unwrap_or_else(|e| panic!("{url}: {e}"));
-        let key = open_deno_kv_proto::encode_key(&open_deno_kv_proto::key!["tls"]).unwrap();
-        let mut write = open_deno_kv_proto::AtomicWrite::default();
-        write.mutations.push(open_deno_kv_proto::Mutation::set(
+        let key =
+            open_deno_kv_engine_kit::encode_key(&open_deno_kv_engine_kit::key!["tls"]).unwrap();
+        let mut write = open_deno_kv_engine_kit::AtomicWrite::default();
+        write.mutations.push(open_deno_kv_engine_kit::Mutation::set(
             key.clone(),
-            open_deno_kv_proto::KvValue::Bytes(b"over TLS".to_vec()),
+            open_deno_kv_engine_kit::KvValue::Bytes(b"over TLS".to_vec()),
         ));
         kv.atomic_write(write).await.unwrap();
-        let read = open_deno_kv_proto::SnapshotRead {
-            ranges: vec![open_deno_kv_proto::ReadRange::single_encoded_key(key)],
+        let read = open_deno_kv_engine_kit::SnapshotRead {
+            ranges: vec![open_deno_kv_engine_kit::ReadRange::single_encoded_key(key)],
             ..Default::default()
         };
         let entry = kv
@@ -113,7 +114,9 @@ async fn https_with_the_servers_ca_works() {
             .pop();
         assert_eq!(
             entry.map(|e| e.value),
-            Some(open_deno_kv_proto::KvValue::Bytes(b"over TLS".to_vec()))
+            Some(open_deno_kv_engine_kit::KvValue::Bytes(
+                b"over TLS".to_vec()
+            ))
         );
         kv.close().await.unwrap();
     }

@@ -29,7 +29,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use open_deno_kv_connect::pb;
 use open_deno_kv_connect::prost::Message;
-use open_deno_kv_proto::{encode_key, key};
+use open_deno_kv_model::{encode_key, key};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type HttpClient = Client<HttpConnector, Full<Bytes>>;

@@ -16,7 +16,7 @@
 //! database does not support ..."), and the metadata does not offer the extension for it; a
 //! read-only database refuses an import and `configure` as it refuses writes (400 "This
 //! database is read only."). An import into a database that is not empty is answered 400 with
-//! the text of [`open_deno_kv_proto::KvError::NotEmpty`], which the client reads back as that
+//! the text of [`open_deno_kv_model::KvError::NotEmpty`], which the client reads back as that
 //! error.
 //!
 //! **What an export holds.** The backend's read snapshot, for as long as the answer streams:
@@ -46,7 +46,7 @@ use hyper::body::{Frame, Incoming};
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use open_deno_kv_connect::frames::{FrameDecoder, RawFrame};
-use open_deno_kv_proto::{Backend, KvError, Snapshot, SnapshotItem, SnapshotStream, Versionstamp};
+use open_deno_kv_model::{Backend, KvError, Snapshot, SnapshotItem, SnapshotStream, Versionstamp};
 use prost::Message;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::watch as signal;

@@ -27,7 +27,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use open_deno_kv_proto::{Backend, KvError, SystemClock};
+use open_deno_kv_engine_kit::SystemClock;
+use open_deno_kv_model::{Backend, KvError};
 use tokio::time::Instant;
 use uuid::Uuid;
 

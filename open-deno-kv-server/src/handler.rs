@@ -14,7 +14,7 @@ use open_deno_kv_connect::metadata::{
     negotiate_version,
 };
 use open_deno_kv_connect::{convert, prost::Message};
-use open_deno_kv_proto::{Backend, KvError};
+use open_deno_kv_model::{Backend, KvError};
 use subtle::ConstantTimeEq;
 use tokio::sync::OwnedSemaphorePermit;
 use uuid::Uuid;

@@ -46,7 +46,7 @@
 //! Access: a bearer token compared in constant time, never logged; without one the server only
 //! starts when told to run open ([`Access::Open`]) on a loopback address. Request bodies larger
 //! than [`MAX_BODY_BYTES`] get 413; malformed requests 400 with a plain-text reason; Deno's limits
-//! ([`open_deno_kv_proto::Limits`], 100 checks as Deno's client allows) are enforced with denokv's texts.
+//! ([`open_deno_kv_model::Limits`], 100 checks as Deno's client allows) are enforced with denokv's texts.
 //!
 //! Hostile clients: every resource a client can make the server hold — connections, time to send
 //! headers and bodies, idle connections, body memory, watch streams, open `/db/NAME` databases —
@@ -85,7 +85,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use open_deno_kv_proto::Limits;
+use open_deno_kv_model::Limits;
 use tokio::net::TcpListener;
 use tokio::sync::watch as signal;
 use tokio::task::JoinSet;
@@ -185,7 +185,7 @@ impl ServerConfig {
             shutdown_grace: Duration::from_secs(10),
             log_errors: true,
             metrics: false,
-            queue_lease: open_deno_kv_proto::queue::MESSAGE_DEADLINE,
+            queue_lease: open_deno_kv_model::queue::MESSAGE_DEADLINE,
             queue_max_wait: Duration::from_secs(25),
             resources: ResourceLimits::default(),
             tls: None,

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::StatusCode;
-use open_deno_kv_proto::Backend;
+use open_deno_kv_model::Backend;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

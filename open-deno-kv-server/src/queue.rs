@@ -48,7 +48,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::StatusCode;
 use hyper::body::{Body, Frame, SizeHint};
-use open_deno_kv_proto::{Backend, KvError, QueueMessageHandle};
+use open_deno_kv_model::{Backend, KvError, QueueMessageHandle};
 use prost::Message;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -336,8 +336,9 @@ pub(crate) async fn handle(
 mod tests {
     use std::future::poll_fn;
 
+    use open_deno_kv_engine_kit::Checked;
     use open_deno_kv_memory::{MemoryBackend, MemoryStore};
-    use open_deno_kv_proto::{AtomicWrite, Checked, Clock, Enqueue, ManualClock};
+    use open_deno_kv_model::{AtomicWrite, Clock, Enqueue, ManualClock};
 
     use super::*;
 

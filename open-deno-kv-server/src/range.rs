@@ -12,7 +12,7 @@
 //! | `POST <endpoint>/range/count` | [`RangeRequest`] `{start, end}` | **200** [`crate::ext::RangeCountResponse`] `{entries, key_bytes, value_bytes}` from one snapshot, expired entries left out |
 //! | `POST <endpoint>/range/watch` | [`RangeRequest`] `{start, end}` | **200** and a stream of frames framed as `watch`'s (length prefix, keep-alives), each a [`crate::ext::RangeWatchFrame`]; the first is `reread` |
 //!
-//! The bounds are checked as a read's bounds are ([`open_deno_kv_proto::Limits::accept_range`]:
+//! The bounds are checked as a read's bounds are ([`open_deno_kv_model::Limits::accept_range`]:
 //! 400 with the key size text when too long); an empty or inverted range is valid and holds
 //! nothing. A database that cannot count or watch ranges answers 400 ("This database does not
 //! support ...").
@@ -23,7 +23,7 @@
 //! while it runs. A slow client cannot make it hold more: the response body asks the backend's
 //! stream for the next event only when the connection has taken the last one, and the stream
 //! itself bounds what it keeps for a consumer that lags (past
-//! [`open_deno_kv_proto::watch::MAX_PENDING_RANGE_CHANGES`] changed keys it forgets them and
+//! [`open_deno_kv_model::watch::MAX_PENDING_RANGE_CHANGES`] changed keys it forgets them and
 //! sends `reread`).
 
 use std::sync::Arc;
@@ -31,7 +31,7 @@ use std::sync::Arc;
 use hyper::Response;
 use hyper::StatusCode;
 use hyper::header::{self, HeaderValue};
-use open_deno_kv_proto::Backend;
+use open_deno_kv_model::Backend;
 use prost::Message;
 
 use crate::Shared;

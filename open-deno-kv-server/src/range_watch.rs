@@ -13,7 +13,7 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use open_deno_kv_connect::ext::range_watch_frames;
 use open_deno_kv_connect::frames::{KEEP_ALIVE, encode_payload};
-use open_deno_kv_proto::{Backend, RangeWatchEvent, RangeWatchStream};
+use open_deno_kv_model::{Backend, RangeWatchEvent, RangeWatchStream};
 use prost::Message;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::watch as signal;
@@ -82,7 +82,7 @@ async fn next_frame(mut state: State) -> Option<(Vec<u8>, State)> {
     }
     enum Next {
         Stop,
-        Item(Option<Result<RangeWatchEvent, open_deno_kv_proto::KvError>>),
+        Item(Option<Result<RangeWatchEvent, open_deno_kv_model::KvError>>),
         KeepAlive,
     }
     let shutdown = &mut state.shutdown;

@@ -1,5 +1,5 @@
 //! Answers: the response body type, the failures a handler returns (status and plain text,
-//! denokv's texts where denokv has one), and the open-deno-kv-proto errors mapped onto them. Shared by
+//! denokv's texts where denokv has one), and the open-deno-kv-model errors mapped onto them. Shared by
 //! the request handlers, the queue endpoints and the watch stream.
 
 use std::convert::Infallible;
@@ -10,7 +10,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};
 use open_deno_kv_connect::convert::TEXT_OUTCOME_UNKNOWN;
-use open_deno_kv_proto::{KvError, LimitKind};
+use open_deno_kv_model::{KvError, LimitKind};
 
 use crate::Shared;
 
@@ -91,7 +91,7 @@ pub(crate) fn method_not_allowed(allow: &'static str) -> Response<ResponseBody> 
     response
 }
 
-/// A open-deno-kv-proto error as the answer denokv gives (texts byte for byte where denokv has one).
+/// An open-deno-kv-model error as the answer denokv gives (texts byte for byte where denokv has one).
 pub(crate) fn kv_failure(shared: &Shared, err: &KvError) -> Failure {
     match err {
         KvError::Limit(limit) => Failure::bad_request(match limit.kind {
@@ -140,7 +140,7 @@ pub(crate) fn kv_failure(shared: &Shared, err: &KvError) -> Failure {
             }
             Failure::new(StatusCode::CONFLICT, TEXT_OUTCOME_UNKNOWN)
         }
-        // A kind of error added to open-deno-kv-proto later: the caller's fault or the store's, as it says.
+        // A kind of error added to open-deno-kv-model later: the caller's fault or the store's, as it says.
         _ if err.is_invalid_input() => Failure::bad_request(err.to_string()),
         _ => internal(shared, err),
     }

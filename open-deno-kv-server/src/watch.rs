@@ -10,7 +10,7 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use open_deno_kv_connect::convert::watch_frame;
 use open_deno_kv_connect::frames::{KEEP_ALIVE, encode_frame};
-use open_deno_kv_proto::{Backend, KvEntry, WatchKeyOutput, WatchStream};
+use open_deno_kv_model::{Backend, KvEntry, WatchKeyOutput, WatchStream};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::watch as signal;
 use tokio::time::{Instant, Interval, MissedTickBehavior, interval_at};
@@ -84,7 +84,7 @@ async fn next_frame(mut state: State) -> Option<(Vec<u8>, State)> {
     }
     enum Next {
         Stop,
-        Item(Option<Result<Vec<WatchKeyOutput>, open_deno_kv_proto::KvError>>),
+        Item(Option<Result<Vec<WatchKeyOutput>, open_deno_kv_model::KvError>>),
         KeepAlive,
     }
     let shutdown = &mut state.shutdown;

@@ -19,7 +19,7 @@ use open_deno_kv_connect::ext::{
 };
 use open_deno_kv_connect::frames::{FrameDecoder, RawFrame};
 use open_deno_kv_connect::prost::Message;
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Backend, KeyRange, KvEntry, KvValue, Mutation, SnapshotItem, Versionstamp,
     encode_key, key,
 };
@@ -256,7 +256,7 @@ async fn an_import_cut_short_fails_and_leaves_the_store_empty() {
     assert_eq!(reply.status, StatusCode::BAD_REQUEST);
     assert_eq!(
         reply.text(),
-        open_deno_kv_proto::KvError::NotEmpty.to_string()
+        open_deno_kv_model::KvError::NotEmpty.to_string()
     );
     running.shutdown().await.unwrap();
 }

@@ -110,7 +110,7 @@ fn run_script(deno: &Path, base_url: &str) -> (String, String, Option<std::proce
 async fn deno_drives_the_server_over_kv_connect() {
     let deno = tokio::task::spawn_blocking(deno).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let sqlite: Arc<dyn open_deno_kv_proto::Backend> =
+    let sqlite: Arc<dyn open_deno_kv_model::Backend> =
         Arc::new(open_deno_kv_sqlite::SqliteBackend::open(dir.path().join("kv.sqlite3")).unwrap());
     let databases = Databases::new(sqlite).with_opener(Arc::new(|_name: &str| Ok(memory())));
     let running = start_with(config(), databases).await;

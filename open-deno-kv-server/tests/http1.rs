@@ -22,7 +22,7 @@ use open_deno_kv_connect::frames::{Frame, FrameDecoder};
 use open_deno_kv_connect::metadata::DatabaseMetadata;
 use open_deno_kv_connect::pb;
 use open_deno_kv_connect::prost::Message;
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Check, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
 };
 use open_deno_kv_server::{Access, Databases, Server, ServerConfig};

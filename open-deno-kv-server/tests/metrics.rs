@@ -21,7 +21,7 @@ use open_deno_kv_connect::convert;
 use open_deno_kv_connect::ext::{DequeueRequest, DequeueResponse, FinishRequest};
 use open_deno_kv_connect::frames::FrameDecoder;
 use open_deno_kv_connect::prost::Message;
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Check, Enqueue, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
 };
 use open_deno_kv_server::Databases;
@@ -357,7 +357,7 @@ async fn metrics_are_off_unless_asked_for() {
 async fn backend_failures_count_as_storage_errors() {
     // Every /db/NAME fails to open: a backend failure, answered 500.
     let failing: open_deno_kv_server::DatabaseOpener = std::sync::Arc::new(|_name: &str| {
-        Err(open_deno_kv_proto::KvError::Storage {
+        Err(open_deno_kv_model::KvError::Storage {
             source: std::sync::Arc::new(std::io::Error::other("disk on fire")),
         })
     });

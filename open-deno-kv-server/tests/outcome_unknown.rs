@@ -17,7 +17,7 @@ use common::*;
 use hyper::StatusCode;
 use open_deno_kv_connect::convert::{self, TEXT_OUTCOME_UNKNOWN};
 use open_deno_kv_connect::prost::Message;
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::{
     AtomicWrite, Capabilities, Checked, CommitResult, Engine, KvError, KvValue, Limits, Mutation,
     ReadRangeOutput, SystemClock, ValidatedRead, ValidatedWrite, encode_key, key,
 };
@@ -55,7 +55,7 @@ impl Engine for LostCommits {
 async fn an_unknown_outcome_is_answered_409_and_not_as_a_server_error() {
     let engine = LostCommits::default();
     let writes = engine.writes.clone();
-    let backend: Arc<dyn open_deno_kv_proto::Backend> =
+    let backend: Arc<dyn open_deno_kv_engine_kit::Backend> =
         Arc::new(Checked::new(engine, Limits::deno(), Arc::new(SystemClock)));
     let mut config = config();
     config.metrics = true;

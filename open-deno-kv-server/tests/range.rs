@@ -19,7 +19,7 @@ use open_deno_kv_connect::ext::{
 };
 use open_deno_kv_connect::frames::{FrameDecoder, RawFrame};
 use open_deno_kv_connect::prost::Message;
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, KeyRange, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
 };
 use open_deno_kv_server::{Databases, ServerConfig};

@@ -15,7 +15,7 @@ use common::*;
 use open_deno_kv_connect::convert;
 use open_deno_kv_connect::metadata::DatabaseMetadata;
 use open_deno_kv_connect::prost::Message;
-use open_deno_kv_proto::{Backend, encode_key, key};
+use open_deno_kv_model::{Backend, encode_key, key};
 use open_deno_kv_server::{Databases, ServerConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use common::*;
 use http_body_util::BodyExt;
 use hyper::StatusCode;
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Backend, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key, v8,
 };
 use open_deno_kv_server::{Databases, Explorer};
@@ -79,7 +79,7 @@ async fn seed(backend: &dyn Backend) {
     assert!(backend.atomic_write(write).await.unwrap().is_some());
 }
 
-async fn stored(backend: &dyn Backend, key: &open_deno_kv_proto::Key) -> Option<KvValue> {
+async fn stored(backend: &dyn Backend, key: &open_deno_kv_model::Key) -> Option<KvValue> {
     let read = SnapshotRead {
         ranges: vec![ReadRange::single_key(key).unwrap()],
         ..SnapshotRead::default()

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use chrono::Utc;
 use common::*;
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Backend, Key, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key, v8,
 };
 use open_deno_kv_server::{Databases, Explorer};

@@ -13,8 +13,8 @@
 
 use std::time::Duration;
 
-use open_deno_kv_proto::chrono::Utc;
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::chrono::Utc;
+use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Check, Enqueue, KvValue, Mutation, MutationKind, ReadRange, SnapshotRead,
     decode_key, encode_key, key,
 };
@@ -60,7 +60,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 },
             ],
             enqueues: vec![Enqueue {
-                payload: open_deno_kv_proto::rules::v8_number(runs as f64),
+                payload: open_deno_kv_engine_kit::rules::v8_number(runs as f64),
                 ready_at: Utc::now(),
                 keys_if_undelivered: vec![],
                 backoff_schedule: None,

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Checked, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
 };
 use open_deno_kv_sqlite::{Durability, FileEngine, SqliteBackend, SqliteOptions};
@@ -495,7 +495,7 @@ fn raw_get(conn: &Connection, query: RawQuery, i: usize) -> Result<(), BoxError>
         RawQuery::BackendRange | RawQuery::BackendRangeQpsg | RawQuery::RangeLiteralLimit => {
             let mut end = k.clone();
             end.push(0);
-            let now_ms = open_deno_kv_proto::chrono::Utc::now().timestamp_millis();
+            let now_ms = open_deno_kv_engine_kit::chrono::Utc::now().timestamp_millis();
             let read = |row: &rusqlite::Row<'_>| {
                 let _key: Vec<u8> = row.get(0)?;
                 let bytes: Vec<u8> = row.get(1)?;

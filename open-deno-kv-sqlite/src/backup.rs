@@ -1,4 +1,4 @@
-//! Snapshot export and import (see `open_deno_kv_proto::backup`), each on a connection of its
+//! Snapshot export and import (see `open_deno_kv_engine_kit::backup`), each on a connection of its
 //! own and a thread of its own ([`blocking_export`], [`blocking_import`]).
 //!
 //! **Export**: one read transaction (in WAL mode a reader never blocks the writer, and the writer
@@ -16,9 +16,9 @@
 use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_proto::backup::{ExportSink, ImportFeed, blocking_export, blocking_import};
-use open_deno_kv_proto::change_log::version_after_import;
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::backup::{ExportSink, ImportFeed, blocking_export, blocking_import};
+use open_deno_kv_engine_kit::change_log::version_after_import;
+use open_deno_kv_engine_kit::{
     ImportSummary, KvError, Snapshot, SnapshotItem, Versionstamp, WriteTransaction,
     backup::not_empty,
 };

@@ -1,4 +1,4 @@
-//! The change log in the file (see `open_deno_kv_proto::change_log`): two tables of this crate's
+//! The change log in the file (see `open_deno_kv_engine_kit::change_log`): two tables of this crate's
 //! own beside Deno's, created only when the log is first switched on.
 //!
 //! | table | columns |
@@ -8,7 +8,7 @@
 //!
 //! Deno opens a file holding them as any other (it looks only at its own tables), and so does
 //! this crate's schema inspection; a version of this crate from before the log ignores them and
-//! does not log (a replay then finds the gap: [`open_deno_kv_proto::change_log::Replay::apply`]).
+//! does not log (a replay then finds the gap: [`open_deno_kv_engine_kit::change_log::Replay::apply`]).
 //!
 //! **Who logs.** The writer logs every commit made through `store::commit_write` (atomic
 //! writes and dead letters), which stores the record in the commit's savepoint: a write that
@@ -25,10 +25,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_proto::change_log::{
+use open_deno_kv_engine_kit::change_log::{
     ChangeLogStatus, ChangeRecord, LogMark, PRUNE_BATCH, PruneSchedule, prune_before, retention_ms,
 };
-use open_deno_kv_proto::{KvError, Versionstamp};
+use open_deno_kv_engine_kit::{KvError, Versionstamp};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 use crate::store::{execute, open_connection, pragma_data_version, storage};

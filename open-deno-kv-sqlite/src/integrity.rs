@@ -1,7 +1,7 @@
 //! The integrity check: SQLite's own, then every row decoded as reads decode it.
 
-use open_deno_kv_proto::change_log::ChangeRecord;
-use open_deno_kv_proto::{IntegrityReport, KvError, RowProblem, TableHolds, decode_key};
+use open_deno_kv_engine_kit::change_log::ChangeRecord;
+use open_deno_kv_engine_kit::{IntegrityReport, KvError, RowProblem, TableHolds, decode_key};
 use rusqlite::{Connection, Row};
 
 use crate::store::{entry_from_row, queue_row, storage};

@@ -4,15 +4,15 @@
 //! Deno and this crate open each other's files: same tables, migrations, encodings, versionstamps,
 //! expiry and queue rows, WAL journal.
 //!
-//! How it works ([`SqliteBackend`] is the engine; its constructors hand it out behind open-deno-kv-proto's
+//! How it works ([`SqliteBackend`] is the engine; its constructors hand it out behind open-deno-kv-engine-kit's
 //! [`Checked`] layer, which answers for the closed state, limits and read-only refusals):
-//! - **Writes** go through one write connection per handle and open-deno-kv-proto's group committer: a
+//! - **Writes** go through one write connection per handle and open-deno-kv-engine-kit's group committer: a
 //!   write that finds it idle commits on its caller's thread, and writes that arrive meanwhile
 //!   share the next SQLite transaction and fsync (group commit, no fixed wait). Each write runs in
 //!   its own savepoint, so a failed check or a bad mutation rolls back only that write. Deno's
-//!   rules come from open-deno-kv-proto's write path.
+//!   rules come from open-deno-kv-model's write path.
 //! - **Reads** use a pool of read connections and, up to 256 entries, run on the caller's thread
-//!   (open-deno-kv-proto's `run_read`) rather than hopping to another thread; a get is an equality
+//!   (open-deno-kv-engine-kit's `run_read`) rather than hopping to another thread; a get is an equality
 //!   lookup. In WAL mode readers never block the writer and see a consistent
 //!   snapshot.
 //! - **Queues** use Deno's `queue` / `queue_running` tables: a delivered message holds a deadline
@@ -31,8 +31,8 @@
 //! [`Durability::Process`] survives a process crash only, and is faster.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), open_deno_kv_proto::KvError> {
-//! use open_deno_kv_proto::{encode_key, key, AtomicWrite, Backend, KvValue, Mutation};
+//! # async fn demo() -> Result<(), open_deno_kv_engine_kit::KvError> {
+//! use open_deno_kv_engine_kit::{encode_key, key, AtomicWrite, Backend, KvValue, Mutation};
 //! use open_deno_kv_sqlite::{FileEngine, SqliteBackend};
 //! let kv = SqliteBackend::open("kv.sqlite3")?;
 //! let write = AtomicWrite {
@@ -57,9 +57,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use open_deno_kv_proto::change_log::{ChangeLogStatus, ChangeRecord};
-use open_deno_kv_proto::committer::SettleAtNow;
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::change_log::{ChangeLogStatus, ChangeRecord};
+use open_deno_kv_engine_kit::committer::SettleAtNow;
+use open_deno_kv_engine_kit::{
     Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, ImportSummary,
     IntegrityReport, KvError, Limits, Notifier, QueueMessageHandle, QueuedMessage, RangeCount,
     RangeWatchStream, ReadRangeOutput, Snapshot, SystemClock, ValidatedRange, ValidatedRead,
@@ -70,11 +70,11 @@ use thiserror::Error;
 
 use crate::reader::ReaderPool;
 use crate::writer::Writer;
-use open_deno_kv_proto::{run_blocking, run_read};
+use open_deno_kv_engine_kit::{run_blocking, run_read};
 
 /// The trait [`SqliteBackend`]'s `open`, `open_with` and `path` come from: bring it into scope
 /// (`use open_deno_kv_sqlite::FileEngine;`) to call them.
-pub use open_deno_kv_proto::FileEngine;
+pub use open_deno_kv_engine_kit::FileEngine;
 
 /// Why a database could not be opened or used.
 #[derive(Debug, Error)]
@@ -84,7 +84,7 @@ pub enum SqliteError {
     Sqlite(#[from] rusqlite::Error),
     /// The file was written by a newer version of the layout; it is left untouched.
     #[error(transparent)]
-    SchemaTooNew(#[from] open_deno_kv_proto::SchemaTooNew),
+    SchemaTooNew(#[from] open_deno_kv_engine_kit::SchemaTooNew),
     /// A read-only open of a file that has not been migrated to the current layout.
     #[error(
         "the database is at schema version {found} and needs migrating to {supported}; open it writable once"
@@ -151,7 +151,7 @@ pub enum Durability {
     /// `synchronous = FULL`: every commit group with a write is synced; survives a machine
     /// crash. Queue bookkeeping (takes and settlements without a write) is committed with
     /// `synchronous = NORMAL` and synced by the next synced commit or within a second: a
-    /// machine crash before then delivers the message again (`open_deno_kv_proto::queue`, "Queue
+    /// machine crash before then delivers the message again (`open_deno_kv_engine_kit::queue`, "Queue
     /// bookkeeping").
     #[default]
     Full,
@@ -185,7 +185,7 @@ impl Default for SqliteOptions {
     }
 }
 
-/// A handle on a Deno KV SQLite file: the engine, handed out behind open-deno-kv-proto's [`Checked`]
+/// A handle on a Deno KV SQLite file: the engine, handed out behind open-deno-kv-engine-kit's [`Checked`]
 /// layer (which checks limits, the closed state and read-only refusals). Several handles, in one
 /// process or several, may share a file.
 #[derive(Debug)]
@@ -367,7 +367,7 @@ mod tests {
     //! Reads choose how to leave the executor by the runtime they run on (see `run_blocking`);
     //! the conformance suite covers the multi-thread runtime, these cover the other two.
 
-    use open_deno_kv_proto::{
+    use open_deno_kv_engine_kit::{
         AtomicWrite, Backend, KvValue, Mutation, ReadRange, SnapshotRead, encode_key, key,
     };
 

@@ -1,9 +1,9 @@
 //! Deno's queue tables, as the writer changes them inside its group transaction: the table
-//! access of open-deno-kv-proto's queue state machine ([`QueueTables`]).
+//! access of open-deno-kv-engine-kit's queue state machine ([`QueueTables`]).
 //!
 //! A message is in `queue` (waiting, by ready time `ts`) or in `queue_running` (handed to a
-//! consumer, with a `deadline` its writer renews while the consumer lives). open-deno-kv-proto moves it
-//! between the two and decides what a settled delivery leaves ([`open_deno_kv_proto::queue::settle`]).
+//! consumer, with a `deadline` its writer renews while the consumer lives). open-deno-kv-engine-kit moves it
+//! between the two and decides what a settled delivery leaves ([`open_deno_kv_engine_kit::queue::settle`]).
 //!
 //! Several handles, in this process and in others, may share a file. A running row whose
 //! deadline passed belongs to a dead consumer, unless a live consumer of this process holds it
@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_proto::queue::{Due, Hold, QueueTables, QueuedMessage, fail_deliveries};
-use open_deno_kv_proto::{Effects, KvError, ValidatedWrite, ms_to_datetime};
+use open_deno_kv_engine_kit::queue::{Due, Hold, QueueTables, QueuedMessage, fail_deliveries};
+use open_deno_kv_engine_kit::{Effects, KvError, ValidatedWrite, ms_to_datetime};
 use rusqlite::{Connection, params};
 
 use crate::store::{commit_write, execute, first_row, insert_queue_row, queue_row, storage};

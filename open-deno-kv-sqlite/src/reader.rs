@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-use open_deno_kv_proto::pool::Pool;
-use open_deno_kv_proto::queue::QueuedMessage;
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::pool::Pool;
+use open_deno_kv_engine_kit::queue::QueuedMessage;
+use open_deno_kv_engine_kit::{
     IntegrityReport, KeyRange, KvEntry, KvError, RangeCount, ReadRange, ReadRangeOutput,
     StoredEntry, WatchedEntry,
 };

@@ -11,7 +11,7 @@
 //! The migrations are replayed as Deno wrote them (tables created, then columns added), so the
 //! schema of a file made here reads exactly like one made by Deno.
 
-use open_deno_kv_proto::SchemaTooNew;
+use open_deno_kv_engine_kit::SchemaTooNew;
 use rusqlite::{Connection, OptionalExtension};
 
 use crate::SqliteError;

@@ -1,12 +1,12 @@
-//! Rows in Deno's tables, and open-deno-kv-proto's write path over a SQLite connection.
+//! Rows in Deno's tables, and open-deno-kv-model's write path over a SQLite connection.
 
 use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_proto::change_log::{ChangeRecord, RecordingTransaction};
-use open_deno_kv_proto::queue::QueuedMessage;
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::change_log::{ChangeRecord, RecordingTransaction};
+use open_deno_kv_engine_kit::queue::QueuedMessage;
+use open_deno_kv_engine_kit::{
     CommitResult, Effects, KeyRange, KvEntry, KvError, KvValue, StoredEntry, ValidatedWrite,
     Versionstamp, WriteOutcome, WriteTransaction, apply_atomic_write, ms_to_datetime,
 };
@@ -194,7 +194,7 @@ pub(crate) fn storage(err: rusqlite::Error) -> KvError {
     KvError::from(SqliteError::from(err))
 }
 
-/// open-deno-kv-proto's view of a write transaction, over an open SQLite transaction (or savepoint).
+/// open-deno-kv-model's view of a write transaction, over an open SQLite transaction (or savepoint).
 pub(crate) struct SqlTransaction<'a> {
     pub(crate) conn: &'a Connection,
 }
@@ -333,7 +333,7 @@ pub(crate) fn last_commit(conn: &Connection) -> Result<Versionstamp, KvError> {
     Ok(Versionstamp::from_version(version, seq))
 }
 
-/// Runs one validated atomic write through open-deno-kv-proto's write path on `conn` (inside the caller's
+/// Runs one validated atomic write through open-deno-kv-model's write path on `conn` (inside the caller's
 /// transaction or savepoint, which the caller rolls back unless this returns `Ok(Some(_))`).
 /// With `log`, a committed write also stores its change record (see [`crate::change_log`]).
 pub(crate) fn commit_write(

@@ -1,5 +1,5 @@
 //! The writer: every change to the file goes through the kit's group committer
-//! ([`open_deno_kv_proto::committer`]), on this handle's write connection.
+//! ([`open_deno_kv_engine_kit::committer`]), on this handle's write connection.
 //!
 //! A write that finds the committer idle is committed by its caller's thread (in place on a
 //! multi-thread tokio runtime: no hop to a writer thread); writes that arrive meanwhile wait and
@@ -9,7 +9,7 @@
 //! acknowledged write is on disk.
 //!
 //! Queue consumers dequeue through the kit's loop ([`Committer::next_delivery`]): the message is
-//! taken inside a group and handed out as a [`open_deno_kv_proto::queue::Delivery`] settled through the
+//! taken inside a group and handed out as a [`open_deno_kv_engine_kit::queue::Delivery`] settled through the
 //! writer, which renews its deadline while it is held.
 //!
 //! Between groups the committer's standby thread notices other processes' commits (`PRAGMA
@@ -19,7 +19,7 @@
 //! With [`Durability::Full`], a group that holds only queue bookkeeping (takes, settlements
 //! without dead letters), and the renewals and sweeps, commit with `synchronous = NORMAL`: no
 //! fsync of their own. The next synced commit syncs the log and them with it, and an idle
-//! second later a checkpoint does (see `open_deno_kv_proto::queue`, "Queue bookkeeping": a crash of the
+//! second later a checkpoint does (see `open_deno_kv_engine_kit::queue`, "Queue bookkeeping": a crash of the
 //! machine before then redelivers a message, never loses one).
 //!
 //! Such bookkeeping, alone and with nothing queued, runs in place on its caller's thread whatever
@@ -35,14 +35,14 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_proto::committer::{self, Change, Committer, GroupRunner};
-use open_deno_kv_proto::interval::{Every, Unsynced};
-use open_deno_kv_proto::isolated::{IsolatingTxn, run_isolated};
-use open_deno_kv_proto::queue::{
+use open_deno_kv_engine_kit::committer::{self, Change, Committer, GroupRunner};
+use open_deno_kv_engine_kit::interval::{Every, Unsynced};
+use open_deno_kv_engine_kit::isolated::{IsolatingTxn, run_isolated};
+use open_deno_kv_engine_kit::queue::{
     self as kit, DeliveryEngine, DeliveryOutcome, Due, MESSAGE_KEEPALIVE_INTERVAL,
     delivery_deadline,
 };
-use open_deno_kv_proto::{Clock, CommitResult, Effects, KvError, Notifier, ValidatedWrite};
+use open_deno_kv_engine_kit::{Clock, CommitResult, Effects, KvError, Notifier, ValidatedWrite};
 use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior, params};
 
 use crate::change_log::WriterLog;
@@ -512,8 +512,8 @@ impl IsolatingTxn for SqlGroup<'_, '_> {
 mod tests {
     //! Which commits are synced: a write always, queue bookkeeping never on its own.
 
-    use open_deno_kv_proto::queue::Taken;
-    use open_deno_kv_proto::{AtomicWrite, Enqueue, Limits, ManualClock, async_trait};
+    use open_deno_kv_engine_kit::queue::Taken;
+    use open_deno_kv_engine_kit::{AtomicWrite, Enqueue, Limits, ManualClock, async_trait};
     use tokio::sync::oneshot;
 
     use super::*;

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use open_deno_kv_proto::change_log::{RestorePoint, restore};
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::change_log::{RestorePoint, restore};
+use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Checked, KvError, KvValue, Mutation, Snapshot, SnapshotItem,
     Versionstamp, encode_key, key,
 };
@@ -118,7 +118,7 @@ async fn a_commit_the_log_did_not_see_is_a_gap() -> Result<(), KvError> {
     assert!(err.to_string().contains("gap"), "{err}");
     assert_eq!(
         other_target
-            .count_range(open_deno_kv_proto::KeyRange::new(vec![], vec![0xff]))
+            .count_range(open_deno_kv_engine_kit::KeyRange::new(vec![], vec![0xff]))
             .await?
             .entries,
         0,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use open_deno_kv_conformance::TestContext;
-use open_deno_kv_proto::Backend;
+use open_deno_kv_engine_kit::Backend;
 use open_deno_kv_sqlite::{FileEngine, SqliteBackend, SqliteOptions};
 
 open_deno_kv_conformance::conformance_main!(|ctx: &TestContext| {

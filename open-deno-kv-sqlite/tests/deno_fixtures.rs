@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Checked, KvEntry, KvError, KvValue, ManualClock, Mutation,
     QueueMessageHandle, ReadRange, SnapshotRead, Versionstamp, encode_key, key, ms_to_datetime,
 };
@@ -188,13 +188,14 @@ fn load_manifest(db: &str) -> Manifest {
 /// Encodes a key given in the manifests' typed form. Only the part types `absent_keys` use are
 /// needed here (strings and bigints); anything else fails loudly.
 fn typed_key_bytes(parts: &Value) -> Vec<u8> {
-    let mut key = open_deno_kv_proto::Key::new(Vec::new());
+    let mut key = open_deno_kv_engine_kit::Key::new(Vec::new());
     for part in parts.as_array().expect("a typed key is an array") {
         if let Some(s) = part.get("string").and_then(Value::as_str) {
             key = key.push(s);
         } else if let Some(n) = part.get("int").and_then(Value::as_str) {
-            let n: open_deno_kv_proto::num_bigint::BigInt = n.parse().expect("a decimal bigint");
-            key = key.push(open_deno_kv_proto::KeyPart::Int(n));
+            let n: open_deno_kv_engine_kit::num_bigint::BigInt =
+                n.parse().expect("a decimal bigint");
+            key = key.push(open_deno_kv_engine_kit::KeyPart::Int(n));
         } else {
             panic!("unsupported key part in absent_keys: {part}");
         }
@@ -376,7 +377,7 @@ async fn check_manifest_at(kv: &Checked<SqliteBackend>, manifest: &Manifest, now
     }
 }
 
-fn find<'a>(manifest: &'a Manifest, key: &open_deno_kv_proto::Key) -> &'a Expected {
+fn find<'a>(manifest: &'a Manifest, key: &open_deno_kv_engine_kit::Key) -> &'a Expected {
     let bytes = encode_key(key).expect("encodable");
     manifest
         .entries

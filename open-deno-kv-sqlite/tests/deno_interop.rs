@@ -34,9 +34,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
-use open_deno_kv_proto::num_bigint::BigInt;
-use open_deno_kv_proto::rules::{v8_bigint, v8_number};
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::num_bigint::BigInt;
+use open_deno_kv_engine_kit::rules::{v8_bigint, v8_number};
+use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Checked, Enqueue, Key, KeyPart, KvValue, Mutation, MutationKind,
     ReadRange, SnapshotRead, Versionstamp, decode_key, encode_key, key,
 };
@@ -452,7 +452,7 @@ async fn commit_mutations(kv: &Checked<SqliteBackend>, mutations: Vec<Mutation>)
 }
 
 /// Every entry, in key order.
-async fn list_all(kv: &Checked<SqliteBackend>) -> Vec<open_deno_kv_proto::KvEntry> {
+async fn list_all(kv: &Checked<SqliteBackend>) -> Vec<open_deno_kv_engine_kit::KvEntry> {
     let range = ReadRange::prefix(&key![], 1000).expect("empty prefix");
     let mut out = kv
         .snapshot_read(SnapshotRead {
@@ -1225,8 +1225,8 @@ fn deno_writes_rust_reads() {
 #[test]
 fn deno_writes_into_a_file_whose_change_log_is_on() {
     use futures::TryStreamExt;
-    use open_deno_kv_proto::change_log::{RestorePoint, restore};
-    use open_deno_kv_proto::{Snapshot, SnapshotItem};
+    use open_deno_kv_engine_kit::change_log::{RestorePoint, restore};
+    use open_deno_kv_engine_kit::{Snapshot, SnapshotItem};
 
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("logged.sqlite3");

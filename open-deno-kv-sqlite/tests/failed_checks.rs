@@ -1,7 +1,7 @@
 //! A write whose check fails costs no durable commit: nothing reaches the write-ahead log, so no
 //! fsync is paid for it (issue 17: "a failed check must not cost a durable commit").
 
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Check, KvValue, Mutation, Versionstamp, encode_key, key,
 };
 use open_deno_kv_sqlite::{FileEngine, SqliteBackend};

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use open_deno_kv_conformance::unprivileged::{assert_succeeds_in_read_only_dirs, child_argument};
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Checked, KvError, KvValue, Mutation, ReadRange, SnapshotRead, encode_key,
     key,
 };

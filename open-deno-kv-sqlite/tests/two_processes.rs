@@ -19,8 +19,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use open_deno_kv_proto::chrono::Utc;
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::chrono::Utc;
+use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Check, Checked, Enqueue, KvError, KvValue, Mutation, ReadRange,
     SnapshotRead, Versionstamp, WatchKeyOutput, encode_key, key,
 };

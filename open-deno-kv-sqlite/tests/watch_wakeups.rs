@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
-use open_deno_kv_proto::{AtomicWrite, Backend, Key, KvValue, Mutation, encode_key, key};
+use open_deno_kv_engine_kit::{AtomicWrite, Backend, Key, KvValue, Mutation, encode_key, key};
 use open_deno_kv_sqlite::{FileEngine, SqliteBackend};
 
 const WATCHES: usize = 400;

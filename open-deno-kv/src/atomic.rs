@@ -23,7 +23,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Backend, Check, Clock, Key, KvValue, Mutation, MutationKind, Versionstamp,
     encode_key,
 };
@@ -198,7 +198,7 @@ impl AtomicOperation {
     /// and at the position of this call among its mutations: a set before it in the same
     /// operation is deleted with the range, a set after it stays. One mutation whatever the
     /// number of entries. Not part of Deno KV: a backend without
-    /// [`Capabilities::range_delete`](open_deno_kv_proto::Capabilities) refuses the commit with
+    /// [`Capabilities::range_delete`](open_deno_kv_model::Capabilities) refuses the commit with
     /// [`crate::Error::Unsupported`].
     pub fn delete_range(self, selector: Selector) -> Self {
         self.try_step(|op| {
@@ -231,7 +231,7 @@ impl AtomicOperation {
         self.mutation(key.into(), MutationKind::Max(KvValue::U64(operand)), None)
     }
 
-    /// Adds any mutation open-deno-kv-proto knows (for example a V8 sum with bounds), as it is.
+    /// Adds any mutation open-deno-kv-model knows (for example a V8 sum with bounds), as it is.
     pub fn mutate(mut self, mutation: Mutation) -> Self {
         if self.error.is_none() {
             self.write.mutations.push(mutation);

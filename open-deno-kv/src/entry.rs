@@ -1,7 +1,7 @@
 //! What reads return: entries with decoded keys.
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_proto::{Key, KvValue, Versionstamp, decode_key};
+use open_deno_kv_model::{Key, KvValue, Versionstamp, decode_key};
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
@@ -21,7 +21,7 @@ pub struct Entry {
 
 impl Entry {
     /// Decodes a backend's entry (whose key is the encoded bytes).
-    pub(crate) fn from_stored(entry: open_deno_kv_proto::KvEntry) -> Result<Self> {
+    pub(crate) fn from_stored(entry: open_deno_kv_model::KvEntry) -> Result<Self> {
         Ok(Entry {
             key: decode_stored_key(&entry.key)?,
             value: entry.value,
@@ -55,7 +55,7 @@ pub struct MaybeEntry {
 }
 
 impl MaybeEntry {
-    pub(crate) fn new(key: Key, stored: Option<open_deno_kv_proto::KvEntry>) -> Self {
+    pub(crate) fn new(key: Key, stored: Option<open_deno_kv_model::KvEntry>) -> Self {
         match stored {
             Some(entry) => MaybeEntry {
                 key,

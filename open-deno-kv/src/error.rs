@@ -3,7 +3,7 @@
 use std::error::Error as StdError;
 use std::sync::Arc;
 
-use open_deno_kv_proto::{KeyError, KvError, LimitError, MutationError};
+use open_deno_kv_model::{KeyError, KvError, LimitError, MutationError};
 use thiserror::Error;
 
 use crate::v8::V8Error;
@@ -162,7 +162,7 @@ impl From<KvError> for Error {
             KvError::Storage { source } => Error::Storage { source },
             KvError::Corrupt { message } => Error::Corrupt { message },
             KvError::OutcomeUnknown { source } => Error::OutcomeUnknown { source },
-            // A kind of failure added to open-deno-kv-proto after this crate was written: the store failed
+            // A kind of failure added to open-deno-kv-model after this crate was written: the store failed
             // in a way this enum has no closer variant for; the original error is the source.
             other => Error::Storage {
                 source: Arc::new(other),

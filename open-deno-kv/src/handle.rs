@@ -3,11 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use open_deno_kv_proto::change_log::ChangeLogStatus;
-use open_deno_kv_proto::queue::QueuedMessage;
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::SystemClock;
+use open_deno_kv_model::change_log::ChangeLogStatus;
+use open_deno_kv_model::queue::QueuedMessage;
+use open_deno_kv_model::{
     AtomicWrite, Backend, Clock, CommitResult, Consistency, Key, RangeCount, ReadRange,
-    SnapshotRead, SystemClock, encode_key,
+    SnapshotRead, encode_key,
 };
 
 use crate::atomic::AtomicOperation;
@@ -55,7 +56,7 @@ impl Kv {
     /// engine is not compiled in fails with [`Error::BadUrl`].
     ///
     /// Opening a file touches the disk (creating, recovering or migrating it); that work runs
-    /// off the async executor (see [`open_deno_kv_proto::run_blocking`]), so other tasks keep running.
+    /// off the async executor (see [`open_deno_kv_engine_kit::run_blocking`]), so other tasks keep running.
     /// A remote database is reached at once, so a wrong token or an unreachable server fails
     /// here. Dropping the future before it finishes leaves nothing open.
     pub async fn open(url: &str) -> Result<Kv> {
@@ -203,7 +204,7 @@ impl Kv {
 
     /// Switches the store's change log on, keeping every commit's effects for `retention`, so
     /// that a backup can later be rolled forward to any commit within it (`kv restore --at`,
-    /// [`open_deno_kv_proto::change_log::restore`]). Calling it again changes the retention.
+    /// [`open_deno_kv_model::change_log::restore`]). Calling it again changes the retention.
     /// The setting is stored in the database. Not part of Deno KV ([`Error::Unsupported`] where
     /// the backend keeps no log: SQLite, redb and PostgreSQL do).
     ///

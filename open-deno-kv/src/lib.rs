@@ -80,17 +80,17 @@ pub use value::{FromValue, IntoValue, Json};
 pub use watch::WatchStream;
 
 /// V8 values: Deno's stored bytes to and from tagged JSON, plain JSON, serde types, primitives
-/// and JavaScript literals. The codec lives in open-deno-kv-proto (the sum rules use it too); this is the
+/// and JavaScript literals. The codec lives in open-deno-kv-model (the sum rules use it too); this is the
 /// same module under the path programs use.
-pub use open_deno_kv_proto::v8;
+pub use open_deno_kv_model::v8;
 
 /// The change log and point-in-time restores: [`Kv::enable_change_log`] switches a store's log
 /// on; [`change_log::restore`] rolls a backup forward to a commit with it. The module lives in
-/// open-deno-kv-proto; this is the same module under the path programs use.
-pub use open_deno_kv_proto::change_log;
+/// open-deno-kv-model; this is the same module under the path programs use.
+pub use open_deno_kv_model::change_log;
 
 // The data model, re-exported so a program needs only this crate.
-pub use open_deno_kv_proto::{
+pub use open_deno_kv_model::{
     Backend, CommitResult, Consistency, Key, KeyPart, KeyRange, KvError, KvValue, QueuedMessage,
     RangeCount, Versionstamp, decode_key, encode_key, key,
 };

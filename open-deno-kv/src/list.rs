@@ -24,7 +24,7 @@ use std::task::{Context, Poll, ready};
 
 use futures::Stream;
 use futures::future::BoxFuture;
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     Backend, Consistency, Key, KeyRange, KvEntry, ListSelector, ReadRange, SnapshotRead,
 };
 
@@ -147,7 +147,7 @@ impl ListStream {
         let (start, end) = selector.range(options.reverse, options.cursor.as_deref())?;
         let batch_size = options.batch_size.unwrap_or(DEFAULT_BATCH_SIZE);
         if batch_size == 0 {
-            return Err(open_deno_kv_proto::KvError::invalid_argument(
+            return Err(open_deno_kv_model::KvError::invalid_argument(
                 "batchSize must be at least 1",
             )
             .into());

@@ -66,8 +66,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 #[cfg(any(feature = "sqlite", feature = "redb"))]
-use open_deno_kv_proto::FileEngine;
-use open_deno_kv_proto::{Backend, Clock, KvError};
+use open_deno_kv_engine_kit::FileEngine;
+use open_deno_kv_model::{Backend, Clock, KvError};
 
 use crate::error::{Error, Result};
 
@@ -363,7 +363,7 @@ impl BackendUrl {
     }
 
     /// Opens the backend like [`BackendUrl::open`], but without blocking the async executor:
-    /// a file is opened (created, recovered, migrated) through [`open_deno_kv_proto::run_blocking`], and
+    /// a file is opened (created, recovered, migrated) through [`open_deno_kv_engine_kit::run_blocking`], and
     /// a remote database is reached at once (metadata exchange), so a wrong token or URL fails
     /// here rather than at the first operation. Needs a tokio runtime for remote URLs.
     pub async fn connect(&self, clock: Arc<dyn Clock>) -> Result<Arc<dyn Backend>> {
@@ -381,7 +381,7 @@ impl BackendUrl {
             return Ok(open_postgres(url, clock).await?);
         }
         let url = self.clone();
-        Ok(open_deno_kv_proto::run_blocking(move || url.open_backend(clock)).await?)
+        Ok(open_deno_kv_engine_kit::run_blocking(move || url.open_backend(clock)).await?)
     }
 
     #[cfg(feature = "remote")]

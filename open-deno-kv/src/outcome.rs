@@ -1,6 +1,6 @@
 //! What a commit with checks comes to: `Deno.KvCommitResult` or `Deno.KvCommitError`.
 
-use open_deno_kv_proto::{CommitResult, Versionstamp};
+use open_deno_kv_model::{CommitResult, Versionstamp};
 
 /// The outcome of [`crate::AtomicOperation::commit`]: Deno's `{ ok: true, versionstamp }` or
 /// `{ ok: false }`.

@@ -4,7 +4,7 @@
 //! A message is delivered to one handler call at a time. If the handler returns `Ok`, the message
 //! is done. If it returns `Err`, panics, or the process dies before it returns, the message is
 //! delivered again after the next interval of its back-off schedule; when the schedule is used up
-//! it is written to its `keys_if_undelivered` (Deno's rules, from open-deno-kv-proto). A handler must
+//! it is written to its `keys_if_undelivered` (Deno's rules, from open-deno-kv-model). A handler must
 //! therefore be idempotent: it may see a message more than once. Every failed delivery is
 //! reported to [`ListenOptions::on_error`] (by default, one line on standard error).
 //!
@@ -39,7 +39,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use open_deno_kv_proto::{Backend, Enqueue, Key, KvValue, QueueMessageHandle, encode_key};
+use open_deno_kv_model::{Backend, Enqueue, Key, KvValue, QueueMessageHandle, encode_key};
 
 use crate::error::Result;
 use crate::value::FromValue;
@@ -169,7 +169,7 @@ pub struct EnqueueOptions {
 }
 
 impl EnqueueOptions {
-    /// The enqueue as open-deno-kv-proto carries it, ready at `now` + the delay.
+    /// The enqueue as open-deno-kv-model carries it, ready at `now` + the delay.
     pub(crate) fn to_enqueue(&self, message: &KvValue, now: DateTime<Utc>) -> Result<Enqueue> {
         Ok(Enqueue {
             payload: message_payload(message)?,

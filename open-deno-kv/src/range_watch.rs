@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use futures::Stream;
-use open_deno_kv_proto::{RangeWatchEvent, decode_key};
+use open_deno_kv_model::{RangeWatchEvent, decode_key};
 
 use crate::entry::MaybeEntry;
 use crate::error::Result;
@@ -51,11 +51,11 @@ pub enum RangeEvent {
 /// # Ok(()) }
 /// ```
 pub struct RangeWatch {
-    inner: open_deno_kv_proto::RangeWatchStream,
+    inner: open_deno_kv_model::RangeWatchStream,
 }
 
 impl RangeWatch {
-    pub(crate) fn new(inner: open_deno_kv_proto::RangeWatchStream) -> Self {
+    pub(crate) fn new(inner: open_deno_kv_model::RangeWatchStream) -> Self {
         RangeWatch { inner }
     }
 }
@@ -73,7 +73,7 @@ impl Stream for RangeWatch {
                 .into_iter()
                 .map(|change| {
                     let key = decode_key(&change.key).map_err(|reason| {
-                        open_deno_kv_proto::KvError::invalid_key(reason, &change.key)
+                        open_deno_kv_model::KvError::invalid_key(reason, &change.key)
                     })?;
                     Ok(MaybeEntry::new(key, change.entry))
                 })

@@ -37,7 +37,7 @@
 //! ```
 
 use num_bigint::BigInt;
-use open_deno_kv_proto::KvValue;
+use open_deno_kv_model::KvValue;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 

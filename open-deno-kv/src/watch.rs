@@ -4,7 +4,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use futures::Stream;
-use open_deno_kv_proto::{Key, WatchKeyOutput};
+use open_deno_kv_model::{Key, WatchKeyOutput};
 
 use crate::entry::MaybeEntry;
 use crate::error::Result;
@@ -14,12 +14,12 @@ use crate::error::Result;
 /// ones follow commits that changed any of them (several quick changes may arrive as one). It
 /// ends when the store closes.
 pub struct WatchStream {
-    inner: open_deno_kv_proto::WatchStream,
+    inner: open_deno_kv_model::WatchStream,
     state: Vec<MaybeEntry>,
 }
 
 impl WatchStream {
-    pub(crate) fn new(inner: open_deno_kv_proto::WatchStream, keys: Vec<Key>) -> Self {
+    pub(crate) fn new(inner: open_deno_kv_model::WatchStream, keys: Vec<Key>) -> Self {
         let state = keys
             .into_iter()
             .map(|key| MaybeEntry::new(key, None))

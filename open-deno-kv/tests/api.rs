@@ -19,7 +19,7 @@ use open_deno_kv::{
     ListOptions, ListenOptions, Selector, key,
 };
 use open_deno_kv_memory::{MemoryBackend, MemoryStore};
-use open_deno_kv_proto::{Clock, ManualClock};
+use open_deno_kv_model::{Clock, ManualClock};
 use serde::{Deserialize, Serialize};
 
 fn memory_kv() -> (Kv, ManualClock) {

@@ -1,6 +1,6 @@
 //! `BTreeEngine`: a complete in-memory Deno KV engine written against the published kit only.
 //!
-//! Everything Deno-specific comes from `open-deno-kv-proto`: the `Checked` layer answers for limits, the
+//! Everything Deno-specific comes from `open-deno-kv-engine-kit`: the `Checked` layer answers for limits, the
 //! closed state and read-only refusals; `stage_atomic_write` applies checks, mutations,
 //! versionstamped keys, expiry and enqueues; `queue::next_delivery`, `Delivery`, `Leases` and
 //! `Settlement` run the queue's delivery, leases and retry rule; `Notifier`, `ChangeSignal` and
@@ -10,12 +10,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use open_deno_kv_proto::chrono::{DateTime, Utc};
-use open_deno_kv_proto::queue::{
+use open_deno_kv_engine_kit::chrono::{DateTime, Utc};
+use open_deno_kv_engine_kit::queue::{
     Delivery, DeliveryEngine, DeliveryOutcome, Leases, QueuedMessage, Settlement, Taken,
     next_delivery,
 };
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::{
     Capabilities, ChangeSignal, Checked, Clock, CommitResult, Effects, Engine, IntegrityReport,
     KvEntry, KvError, Limits, Notifier, QueueMessageHandle, ReadRange, ReadRangeOutput,
     StoredEntry, ValidatedRead, ValidatedWatch, ValidatedWrite, Versionstamp, WatchReader,
@@ -48,7 +48,7 @@ struct Data {
     waiting: Vec<QueuedMessage>,
     /// Messages handed to a consumer, with the lease token of that hand-out.
     held: Vec<(QueuedMessage, u64)>,
-    /// Who holds which message (open-deno-kv-proto's lease book).
+    /// Who holds which message (open-deno-kv-engine-kit's lease book).
     leases: Leases,
 }
 
@@ -169,7 +169,7 @@ impl Data {
     }
 }
 
-/// One handle on a [`BTreeStore`]: the [`Engine`], handed out behind open-deno-kv-proto's [`Checked`].
+/// One handle on a [`BTreeStore`]: the [`Engine`], handed out behind open-deno-kv-engine-kit's [`Checked`].
 pub struct BTreeEngine {
     store: BTreeStore,
     clock: Arc<dyn Clock>,

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use open_deno_kv_conformance::{FnFactory, TestContext};
-use open_deno_kv_proto::{Backend, Clock};
+use open_deno_kv_engine_kit::{Backend, Clock};
 use outside_engine::{BTreeEngine, BTreeStore};
 
 open_deno_kv_conformance::conformance_main!(

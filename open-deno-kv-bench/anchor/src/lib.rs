@@ -1,9 +1,9 @@
-//! # open-deno-kv-bench-anchor — denokv_sqlite behind open-deno-kv-proto's [`Engine`] trait
+//! # open-deno-kv-bench-anchor — denokv_sqlite behind open-deno-kv-engine-kit's [`Engine`] trait
 //!
 //! The anchor open-deno-kv-bench measures every engine against: [`denokv_sqlite::Sqlite`] 0.14, the SQLite
 //! engine inside Deno (`Deno.openKv(path)`) and the denokv server, opened as Deno opens it and
-//! left at its own settings. [`Denokv`] translates open-deno-kv-proto's requests into denokv_proto's and
-//! back, and sits under open-deno-kv-proto's [`Checked`] layer like every engine of the workspace, so
+//! left at its own settings. [`Denokv`] translates open-deno-kv-engine-kit's requests into denokv_proto's and
+//! back, and sits under open-deno-kv-engine-kit's [`Checked`] layer like every engine of the workspace, so
 //! the workloads reach it through the same `Arc<dyn Backend>` and pay the same validation
 //! (Deno validates the same limits before a request reaches denokv_sqlite).
 //!
@@ -24,8 +24,8 @@ use std::sync::Arc;
 
 use denokv_proto as dk;
 use denokv_sqlite::{Connection, Sqlite, SqliteConfig, SqliteMessageHandle, SqliteNotifier};
-use open_deno_kv_proto::chrono::{DateTime, Utc};
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::chrono::{DateTime, Utc};
+use open_deno_kv_engine_kit::{
     AtomicWrite, Capabilities, Checked, CommitResult, Consistency, Engine, KvEntry, KvError,
     KvValue, Limits, MutationKind, QueueMessageHandle, QueuedMessage, ReadRange, ReadRangeOutput,
     SystemClock, ValidatedRead, ValidatedWrite, Versionstamp, async_trait,
@@ -35,8 +35,8 @@ use rand::SeedableRng;
 /// The SQLite file name inside a store's directory.
 pub const FILE_NAME: &str = "kv.sqlite3";
 
-/// A denokv_sqlite database as a open-deno-kv-proto engine (hand it out as `Checked<Denokv>`, an
-/// `Arc<dyn open_deno_kv_proto::Backend>`).
+/// A denokv_sqlite database as an open-deno-kv-engine-kit engine (hand it out as `Checked<Denokv>`, an
+/// `Arc<dyn open_deno_kv_engine_kit::Backend>`).
 pub struct Denokv {
     db: Sqlite,
     path: PathBuf,

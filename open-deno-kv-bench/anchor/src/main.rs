@@ -18,7 +18,7 @@ use open_deno_kv_bench_harness::child::{self, ChildSpec, Stores};
 use open_deno_kv_bench_harness::data::Result;
 use open_deno_kv_bench_harness::spec::{Durability, Target};
 use open_deno_kv_bench_harness::workloads::Kv;
-use open_deno_kv_proto::Backend;
+use open_deno_kv_engine_kit::Backend;
 use serde_json::json;
 
 const USAGE: &str = "usage: open-deno-kv-bench-anchor child --target denokv --workloads W1,.. [--scale F] \

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use open_deno_kv_bench_anchor::{Denokv, FILE_NAME};
-use open_deno_kv_proto::chrono::{TimeDelta, Utc};
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::chrono::{TimeDelta, Utc};
+use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Check, Enqueue, KvValue, Mutation, MutationKind, ReadRange, SnapshotRead,
     Versionstamp, encode_key, key,
 };
@@ -63,7 +63,7 @@ fn checked(key: &[u8], versionstamp: Option<Versionstamp>, mutation: Mutation) -
     }
 }
 
-async fn get(kv: &Arc<dyn Backend>, key: &[u8]) -> Option<open_deno_kv_proto::KvEntry> {
+async fn get(kv: &Arc<dyn Backend>, key: &[u8]) -> Option<open_deno_kv_engine_kit::KvEntry> {
     let read = SnapshotRead {
         ranges: vec![ReadRange::single_encoded_key(key.to_vec())],
         ..Default::default()

@@ -1,7 +1,7 @@
 //! The data every target works on: the same encoded keys, values and random orders, so a backend
 //! and its raw floor do exactly the same operations.
 
-use open_deno_kv_proto::{KvValue, encode_key, key};
+use open_deno_kv_model::{KvValue, encode_key, key};
 
 use crate::spec::VALUE_SIZE;
 use crate::stats::Rng;

@@ -1,7 +1,7 @@
 //! # open-deno-kv-bench-harness — the engine-free half of open-deno-kv-bench
 //!
 //! The workloads (W1–W7), the data they work on, the statistics, the child process's command
-//! line and report, and the driver that runs workloads on any [`open_deno_kv_proto::Backend`] in every
+//! line and report, and the driver that runs workloads on any [`open_deno_kv_model::Backend`] in every
 //! driving mode. It depends on no storage engine, so two binaries share it:
 //!
 //! - `open-deno-kv-bench` (the parent, open-deno-kv-memory, open-deno-kv-sqlite, open-deno-kv-redb, open-deno-kv-postgres and the raw floors);

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use open_deno_kv_proto::Consistency;
+use open_deno_kv_model::Consistency;
 
 /// One benchmark workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use open_deno_kv_proto::chrono::Utc;
-use open_deno_kv_proto::{
+use open_deno_kv_model::chrono::Utc;
+use open_deno_kv_model::{
     AtomicWrite, Backend, Check, Consistency, Enqueue, KvEntry, KvValue, Mutation, ReadRange,
     SnapshotRead, encode_key, key,
 };
@@ -305,7 +305,7 @@ pub async fn w4_scans(
 }
 
 /// Reads a u64 entry: its value and versionstamp (`None` if absent).
-async fn read_u64(kv: &Kv, key: &[u8]) -> Result<Option<(u64, open_deno_kv_proto::Versionstamp)>> {
+async fn read_u64(kv: &Kv, key: &[u8]) -> Result<Option<(u64, open_deno_kv_model::Versionstamp)>> {
     let read = SnapshotRead {
         ranges: vec![ReadRange::single_encoded_key(key.to_vec())],
         ..Default::default()

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use chrono::TimeDelta;
 use futures::{StreamExt, TryStreamExt};
-use open_deno_kv_proto::queue::QueuedMessage;
-use open_deno_kv_proto::{
+use open_deno_kv_model::queue::QueuedMessage;
+use open_deno_kv_model::{
     AtomicWrite, Backend, Clock, Enqueue, Key, KvEntry, KvError, KvValue, Mutation, Snapshot,
     SnapshotItem, Versionstamp, key,
 };

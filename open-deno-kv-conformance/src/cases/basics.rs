@@ -1,6 +1,6 @@
 //! get, set, delete and overwrite.
 
-use open_deno_kv_proto::{KvValue, key};
+use open_deno_kv_model::{KvValue, key};
 
 use super::cases;
 use crate::support::*;

@@ -1,5 +1,5 @@
 //! Beyond Deno KV: the change log and point-in-time restores ([`Backend::configure_change_log`],
-//! [`Backend::read_change_log`], [`open_deno_kv_proto::change_log::restore`]). Cases run only
+//! [`Backend::read_change_log`], [`open_deno_kv_model::change_log::restore`]). Cases run only
 //! where the backend reports [`Needs::CHANGE_LOG`]; restores also need backups.
 //!
 //! The log must hold every commit's effects exactly (a `sum` as the value it stored, a range
@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use open_deno_kv_proto::change_log::{ChangeRecord, MAX_READ, PRUNE_EVERY, RestorePoint, restore};
-use open_deno_kv_proto::{
+use open_deno_kv_model::change_log::{ChangeRecord, MAX_READ, PRUNE_EVERY, RestorePoint, restore};
+use open_deno_kv_model::{
     AtomicWrite, Backend, Clock, Enqueue, KeyRange, KvEntry, KvValue, Mutation, MutationKind,
     Snapshot, SnapshotItem, StoredEntry, Versionstamp, key,
 };
@@ -114,7 +114,7 @@ async fn whole_log(kv: &dyn Backend) -> Vec<ChangeRecord> {
     log_after(kv, Versionstamp::ZERO).await
 }
 
-fn stored_at(record: &ChangeRecord, key: &open_deno_kv_proto::Key) -> Option<StoredEntry> {
+fn stored_at(record: &ChangeRecord, key: &open_deno_kv_model::Key) -> Option<StoredEntry> {
     record
         .changes
         .writes

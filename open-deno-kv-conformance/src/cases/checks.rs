@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Backend, Check, Clock, Enqueue, Key, KvEntry, KvValue, Mutation, MutationKind, key,
 };
 

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Backend, Key, KvValue, Mutation, ReadRange, Versionstamp, key,
 };
 

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use open_deno_kv_proto::{AtomicWrite, Clock, Key, KvValue, Mutation, key};
+use open_deno_kv_model::{AtomicWrite, Clock, Key, KvValue, Mutation, key};
 
 use super::cases;
 use crate::support::*;
@@ -357,7 +357,7 @@ async fn reads_report_each_entry_s_expiry(env: Env) {
     set_expiring(&*env.kv, &key!["x", "expiring"], KvValue::U64(1), now, HOUR).await;
     set(&*env.kv, &key!["x", "plain"], KvValue::U64(2)).await;
     let expected = Some(in_(&env, HOUR).timestamp_millis());
-    let ms = |e: &open_deno_kv_proto::KvEntry| e.expires_at.map(|at| at.timestamp_millis());
+    let ms = |e: &open_deno_kv_model::KvEntry| e.expires_at.map(|at| at.timestamp_millis());
 
     let got = get(&*env.kv, &key!["x", "expiring"]).await;
     assert_eq!(

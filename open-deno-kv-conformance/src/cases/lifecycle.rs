@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Backend, Clock, Enqueue, KvEntry, KvError, KvValue, Mutation, MutationKind,
     QueueMessageHandle, ReadRange, SnapshotRead, key,
 };

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::StreamExt;
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Backend, Check, Clock, Enqueue, Key, KeyPart, KvEntry, KvError, KvValue, Mutation,
     ReadRange, key,
 };

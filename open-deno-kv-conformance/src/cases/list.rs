@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use open_deno_kv_proto::{Backend, Key, KvEntry, KvValue, ListSelector, ReadRange, key};
+use open_deno_kv_model::{Backend, Key, KvEntry, KvValue, ListSelector, ReadRange, key};
 
 use super::cases;
 use crate::support::*;
@@ -478,10 +478,10 @@ async fn listed_entries_carry_their_versionstamps(env: Env) {
     let first = set(kv, &key!["p", 1], KvValue::U64(1)).await;
     let both = commit(
         kv,
-        open_deno_kv_proto::AtomicWrite {
+        open_deno_kv_model::AtomicWrite {
             mutations: vec![
-                open_deno_kv_proto::Mutation::set(enc(&key!["p", 2]), KvValue::U64(2)),
-                open_deno_kv_proto::Mutation::set(enc(&key!["p", 3]), KvValue::U64(3)),
+                open_deno_kv_model::Mutation::set(enc(&key!["p", 2]), KvValue::U64(2)),
+                open_deno_kv_model::Mutation::set(enc(&key!["p", 3]), KvValue::U64(3)),
             ],
             ..Default::default()
         },

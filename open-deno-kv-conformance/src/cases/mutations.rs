@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use open_deno_kv_proto::num_bigint::BigInt;
-use open_deno_kv_proto::rules::{v8_bigint, v8_number};
-use open_deno_kv_proto::{AtomicWrite, Backend, Clock, Key, KvValue, Mutation, MutationKind, key};
+use open_deno_kv_model::num_bigint::BigInt;
+use open_deno_kv_model::rules::{v8_bigint, v8_number};
+use open_deno_kv_model::{AtomicWrite, Backend, Clock, Key, KvValue, Mutation, MutationKind, key};
 
 use super::cases;
 use crate::support::*;

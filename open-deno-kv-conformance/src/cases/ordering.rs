@@ -1,8 +1,8 @@
 //! Key order: a list returns keys in Deno's order, across part types and inside each type, and
 //! keys that Deno treats as equal (or different) are equal (or different) in the store.
 
-use open_deno_kv_proto::num_bigint::BigInt;
-use open_deno_kv_proto::{Backend, Key, KvValue, key};
+use open_deno_kv_model::num_bigint::BigInt;
+use open_deno_kv_model::{Backend, Key, KvValue, key};
 
 use super::cases;
 use crate::support::*;

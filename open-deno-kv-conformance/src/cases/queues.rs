@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::TimeDelta;
-use open_deno_kv_proto::queue::MESSAGE_DEADLINE;
-use open_deno_kv_proto::{
+use open_deno_kv_model::queue::MESSAGE_DEADLINE;
+use open_deno_kv_model::{
     AtomicWrite, Backend, Clock, DEFAULT_BACKOFF_SCHEDULE, Enqueue, KvValue, Mutation,
     QueueMessageHandle, ReadRange, Versionstamp, key,
 };
@@ -92,7 +92,7 @@ fn with_retries(
     env: &Env,
     text: &str,
     schedule: &[u32],
-    keys: &[open_deno_kv_proto::Key],
+    keys: &[open_deno_kv_model::Key],
 ) -> Enqueue {
     Enqueue {
         keys_if_undelivered: keys.iter().map(enc).collect(),
@@ -167,14 +167,14 @@ async fn assert_no_message(kv: &dyn Backend, when: &str) {
 /// A dequeue running in the background.
 fn spawn_dequeue(
     kv: &Arc<dyn Backend>,
-) -> JoinHandle<Result<Option<Box<dyn QueueMessageHandle>>, open_deno_kv_proto::KvError>> {
+) -> JoinHandle<Result<Option<Box<dyn QueueMessageHandle>>, open_deno_kv_model::KvError>> {
     let kv = kv.clone();
     tokio::spawn(async move { kv.dequeue_next_message().await })
 }
 
 /// Waits for a background dequeue to hand out a message.
 async fn joined(
-    task: JoinHandle<Result<Option<Box<dyn QueueMessageHandle>>, open_deno_kv_proto::KvError>>,
+    task: JoinHandle<Result<Option<Box<dyn QueueMessageHandle>>, open_deno_kv_model::KvError>>,
 ) -> Box<dyn QueueMessageHandle> {
     match timeout(WAIT, task).await {
         Ok(Ok(Ok(Some(handle)))) => handle,
@@ -208,7 +208,7 @@ async fn advance_until_delivered(env: &Env) -> Box<dyn QueueMessageHandle> {
 }
 
 /// Every entry in the database (up to 1000).
-async fn everything(kv: &dyn Backend) -> Vec<open_deno_kv_proto::KvEntry> {
+async fn everything(kv: &dyn Backend) -> Vec<open_deno_kv_model::KvEntry> {
     let all = ReadRange {
         start: vec![0x00],
         end: vec![0xff],

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Backend, Clock, Key, KeyRange, KvError, KvValue, Mutation, RangeChange,
     RangeCount, RangeWatchEvent, RangeWatchStream, key,
 };
@@ -83,7 +83,7 @@ fn between(start: &Key, end: &Key) -> KeyRange {
 }
 
 /// Deletes `range` in a write of its own; returns the commit's versionstamp.
-async fn delete_range(kv: &dyn Backend, range: KeyRange) -> open_deno_kv_proto::Versionstamp {
+async fn delete_range(kv: &dyn Backend, range: KeyRange) -> open_deno_kv_model::Versionstamp {
     commit(
         kv,
         AtomicWrite {
@@ -96,7 +96,7 @@ async fn delete_range(kv: &dyn Backend, range: KeyRange) -> open_deno_kv_proto::
 
 /// Every key of the store, in order.
 async fn all_keys(kv: &dyn Backend) -> Vec<Key> {
-    let everything = open_deno_kv_proto::ReadRange {
+    let everything = open_deno_kv_model::ReadRange {
         start: vec![],
         end: vec![0xff],
         limit: 1000,
@@ -184,7 +184,7 @@ fn summary(changes: &[RangeChange]) -> Vec<(Key, Option<KvValue>)> {
     changes
         .iter()
         .map(|c| {
-            let key = open_deno_kv_proto::decode_key(&c.key)
+            let key = open_deno_kv_model::decode_key(&c.key)
                 .unwrap_or_else(|e| panic!("undecodable key in a change: {e}"));
             (key, c.entry.as_ref().map(|e| e.value.clone()))
         })
@@ -296,7 +296,7 @@ async fn range_delete_of_more_entries_than_one_write_may_hold(env: Env) {
 /// Keys under `p`, counted by listing (so this case needs no count capability).
 async fn count_keys(kv: &dyn Backend, p: &Key) -> usize {
     let mut total = 0;
-    let mut range = open_deno_kv_proto::ReadRange::prefix(p, 1000).expect("prefix");
+    let mut range = open_deno_kv_model::ReadRange::prefix(p, 1000).expect("prefix");
     loop {
         let page = read(kv, vec![range.clone()]).await.remove(0);
         total += page.len();
@@ -387,7 +387,7 @@ async fn range_delete_wakes_watches_of_the_keys_it_deleted(env: Env) {
     match emission {
         Ok(Some(Ok(outputs))) => assert_eq!(
             outputs,
-            vec![open_deno_kv_proto::WatchKeyOutput::Changed(None)]
+            vec![open_deno_kv_model::WatchKeyOutput::Changed(None)]
         ),
         other => panic!("the watch of a deleted key should report it gone: {other:?}"),
     }
@@ -517,7 +517,7 @@ async fn range_watch_reports_deletions_and_skips_failed_writes(env: Env) {
     let failing = AtomicWrite {
         checks: vec![check(
             &key!["absent"],
-            Some(open_deno_kv_proto::Versionstamp::from_version(1, 0)),
+            Some(open_deno_kv_model::Versionstamp::from_version(1, 0)),
         )],
         mutations: vec![Mutation::set(enc(&key!["d", 2]), KvValue::U64(2))],
         ..Default::default()

@@ -1,7 +1,7 @@
 //! Versionstamps: one per commit, strictly increasing, shared by every key the commit writes, and
 //! the keys of versionstamped sets.
 
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Backend, Key, KeyPart, KvValue, Mutation, MutationKind, ReadRange, Versionstamp,
     key,
 };
@@ -42,7 +42,7 @@ async fn commit_all(kv: &dyn Backend, mutations: Vec<Mutation>) -> Versionstamp 
 }
 
 /// Every entry in the store (keys sort between the empty key and `FF`).
-async fn everything(kv: &dyn Backend) -> Vec<open_deno_kv_proto::KvEntry> {
+async fn everything(kv: &dyn Backend) -> Vec<open_deno_kv_model::KvEntry> {
     let range = ReadRange {
         start: Vec::new(),
         end: vec![0xff],
@@ -102,7 +102,7 @@ async fn one_commit_stamps_every_key_it_writes(env: Env) {
     let written = list_prefix(kv, &key!["c"], 100, false).await;
     assert_eq!(written.len(), 6, "five written keys and one untouched");
     for entry in &written {
-        let k = open_deno_kv_proto::decode_key(&entry.key).expect("valid key");
+        let k = open_deno_kv_model::decode_key(&entry.key).expect("valid key");
         let expected = if k == key!["c", "untouched"] {
             untouched
         } else {

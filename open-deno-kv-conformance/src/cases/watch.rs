@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Backend, Clock, Enqueue, Key, KvEntry, KvValue, Mutation, Versionstamp,
     WatchKeyOutput, WatchStream, key,
 };

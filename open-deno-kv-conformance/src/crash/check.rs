@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
-use open_deno_kv_proto::{KvEntry, KvValue, Versionstamp};
+use open_deno_kv_model::{KvEntry, KvValue, Versionstamp};
 
 use super::workload::{
     COUNTERS, SLOTS, WriteSpec, counter_key, group_key, group_value, marker_key, parse_payload,
@@ -659,7 +659,7 @@ fn describe(spec: &WriteSpec) -> String {
 
 /// A key as Deno would print it (`["kv-crash", "w", 12n]`), or its hex if it does not decode.
 fn show_key(bytes: &[u8]) -> String {
-    match open_deno_kv_proto::decode_key(bytes) {
+    match open_deno_kv_model::decode_key(bytes) {
         Ok(key) => key.to_string(),
         Err(_) => format!("(undecodable) {}", hex(bytes)),
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use open_deno_kv_proto::{Backend, KvError};
+use open_deno_kv_model::{Backend, KvError};
 
 use super::check::{ACK, BEGIN, READY};
 use super::workload::WriteSpec;

@@ -54,7 +54,7 @@
 //! ```no_run
 //! use std::path::Path;
 //! use std::sync::Arc;
-//! use open_deno_kv_proto::{Backend, KvError};
+//! use open_deno_kv_model::{Backend, KvError};
 //! # fn open_my_engine(_path: &Path) -> Result<Arc<dyn Backend>, KvError> { unimplemented!() }
 //!
 //! open_deno_kv_conformance::crash_main!(|dir: &Path| {
@@ -89,7 +89,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Backend, KvEntry, KvError, KvValue, Mutation, ReadRange, SnapshotRead,
 };
 

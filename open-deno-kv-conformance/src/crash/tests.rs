@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use open_deno_kv_proto::{KvEntry, KvValue, MutationKind, Versionstamp};
+use open_deno_kv_model::{KvEntry, KvValue, MutationKind, Versionstamp};
 
 use super::check::{ACK, BEGIN, History, Recovered};
 use super::workload::{WriteSpec, counter_key, group_key, marker_key};

@@ -6,8 +6,8 @@
 //! overwrite of a shared slot, a queue message) must be visible exactly when the marker is. That
 //! turns "was this commit applied atomically?" into exact checks.
 
-use open_deno_kv_proto::chrono::{DateTime, Utc};
-use open_deno_kv_proto::{AtomicWrite, Enqueue, Key, KvValue, Mutation, key};
+use open_deno_kv_model::chrono::{DateTime, Utc};
+use open_deno_kv_model::{AtomicWrite, Enqueue, Key, KvValue, Mutation, key};
 
 use crate::support::enc;
 
@@ -146,7 +146,7 @@ impl WriteSpec {
 }
 
 /// When the harness's messages are due: 2024-01-01T00:00:00Z, in the past for the system clock
-/// and exactly "now" for [`open_deno_kv_proto::ManualClock::at_test_epoch`], so they are due at once under
+/// and exactly "now" for [`open_deno_kv_model::ManualClock::at_test_epoch`], so they are due at once under
 /// either clock (zero delay).
 pub(crate) fn message_ready_at() -> DateTime<Utc> {
     DateTime::from_timestamp(1_704_067_200, 0).unwrap_or_default()
@@ -228,7 +228,7 @@ pub(crate) fn parse_payload(bytes: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use open_deno_kv_proto::{Limits, MutationKind};
+    use open_deno_kv_model::{Limits, MutationKind};
 
     #[test]
     fn writes_are_deterministic_and_valid() {

@@ -13,7 +13,7 @@
 //!
 //! ```
 //! use open_deno_kv_connect::ext::{SnapshotReader, SnapshotWriter};
-//! use open_deno_kv_proto::{KvEntry, KvValue, SnapshotItem, Versionstamp};
+//! use open_deno_kv_model::{KvEntry, KvValue, SnapshotItem, Versionstamp};
 //! let stamp = Versionstamp::from_version(9, 0);
 //! let entry = SnapshotItem::Entry(KvEntry {
 //!     key: vec![2, b'a', 0],
@@ -38,8 +38,8 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_proto::change_log::{ChangeLogStatus, ChangeRecord, LogMark};
-use open_deno_kv_proto::{
+use open_deno_kv_model::change_log::{ChangeLogStatus, ChangeRecord, LogMark};
+use open_deno_kv_model::{
     ImportSummary, KvEntry, SnapshotItem, StagedCommit, StoredEntry, Versionstamp,
 };
 use prost::Message;
@@ -55,7 +55,7 @@ pub const SNAPSHOT_BATCH_BYTES: usize = 256 * 1024;
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ExportRequest {
     /// Leave the entries out: only the queued messages travel (what a client lists the queue
-    /// with, [`open_deno_kv_proto::Backend::queued_messages`]). The server lists its queue
+    /// with, [`open_deno_kv_model::Backend::queued_messages`]). The server lists its queue
     /// rather than reading a snapshot, so the header's versionstamp is zero.
     #[prost(bool, tag = "1")]
     pub messages_only: bool,
@@ -531,7 +531,7 @@ impl ReadChangeLogResponse {
 
 /// Where a `snapshot/1` stream's items come from, a frame at a time: an export's answer on the
 /// client, an import's request body on the server. [`snapshot_items`] turns it into the item
-/// stream a [`open_deno_kv_proto::Snapshot`] carries.
+/// stream a [`open_deno_kv_model::Snapshot`] carries.
 pub trait SnapshotBatches: Send + 'static {
     /// Whether the end frame was read ([`SnapshotReader::is_complete`]): the stream then ends.
     fn ended(&self) -> bool;
@@ -540,11 +540,11 @@ pub trait SnapshotBatches: Send + 'static {
     /// stream with it.
     fn next_batch(
         &mut self,
-    ) -> impl std::future::Future<Output = Result<Vec<SnapshotItem>, open_deno_kv_proto::KvError>> + Send;
+    ) -> impl std::future::Future<Output = Result<Vec<SnapshotItem>, open_deno_kv_model::KvError>> + Send;
 }
 
 /// The items of `batches`, one by one in order, until its end frame; after an error, nothing.
-pub fn snapshot_items<B: SnapshotBatches>(batches: B) -> open_deno_kv_proto::SnapshotStream {
+pub fn snapshot_items<B: SnapshotBatches>(batches: B) -> open_deno_kv_model::SnapshotStream {
     use futures::StreamExt;
     futures::stream::unfold(
         Some((batches, std::vec::IntoIter::default())),
@@ -570,7 +570,7 @@ pub fn snapshot_items<B: SnapshotBatches>(batches: B) -> open_deno_kv_proto::Sna
 #[cfg(test)]
 mod tests {
     use super::*;
-    use open_deno_kv_proto::{KvValue, QueuedMessage};
+    use open_deno_kv_model::{KvValue, QueuedMessage};
 
     fn entry(name: &str, size: usize) -> SnapshotItem {
         SnapshotItem::Entry(KvEntry {

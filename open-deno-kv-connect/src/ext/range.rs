@@ -1,12 +1,12 @@
 //! The wire shapes of the three range extensions (`range-delete/1`, `count/1`,
 //! `watch-range/1`; the [parent module](super) describes the protocol) and their conversions to
-//! and from open-deno-kv-proto's types, for both sides.
+//! and from open-deno-kv-model's types, for both sides.
 //!
 //! Decoders take untrusted bytes and never panic: anything malformed is a [`ProtocolError`].
 //!
 //! ```
 //! use open_deno_kv_connect::ext::{RangeWatchAssembler, range_watch_frames};
-//! use open_deno_kv_proto::{KeyRange, RangeWatchEvent};
+//! use open_deno_kv_model::{KeyRange, RangeWatchEvent};
 //! let range = KeyRange::new(vec![2, b'a', 0], vec![2, b'z', 0]);
 //! // A stream starts with `reread`; the client turns frames back into events.
 //! let mut client = RangeWatchAssembler::new(range);
@@ -17,8 +17,8 @@
 //! assert_eq!(events, vec![RangeWatchEvent::Reread]);
 //! ```
 
-use open_deno_kv_proto::watch::MAX_PENDING_RANGE_CHANGES;
-use open_deno_kv_proto::{KeyRange, RangeChange, RangeCount, RangeWatchEvent};
+use open_deno_kv_model::watch::MAX_PENDING_RANGE_CHANGES;
+use open_deno_kv_model::{KeyRange, RangeChange, RangeCount, RangeWatchEvent};
 use prost::Message;
 
 use super::{expiry_from_ms, expiry_ms};
@@ -60,7 +60,7 @@ impl RangeRequest {
     }
 
     /// The server side: the range a request body names. The bounds' sizes are the server's
-    /// limits to check ([`open_deno_kv_proto::Limits::accept_range`]).
+    /// limits to check ([`open_deno_kv_model::Limits::accept_range`]).
     pub fn decode_range(body: &[u8]) -> Result<KeyRange, ProtocolError> {
         let request = RangeRequest::decode(body)
             .map_err(|e| ProtocolError::new(format!("Request protobuf is invalid: {e}")))?;

@@ -1,4 +1,4 @@
-//! Snapshot export and import of a [`MemoryStore`] (see `open_deno_kv_proto::backup`).
+//! Snapshot export and import of a [`MemoryStore`] (see `open_deno_kv_engine_kit::backup`).
 //!
 //! **Export cost.** The store is one map behind one mutex, with no older versions to read from,
 //! so an export copies what it exports while holding the lock: every visible entry and every
@@ -15,9 +15,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use open_deno_kv_proto::change_log::version_after_import;
-use open_deno_kv_proto::queue::QueuedMessage;
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::change_log::version_after_import;
+use open_deno_kv_engine_kit::queue::QueuedMessage;
+use open_deno_kv_engine_kit::{
     ImportSummary, KvEntry, KvError, Snapshot, SnapshotItem, Versionstamp, backup::not_empty,
 };
 use uuid::Uuid;

@@ -1,4 +1,4 @@
-//! The change log of a [`MemoryStore`] (see `open_deno_kv_proto::change_log`): records in a map
+//! The change log of a [`MemoryStore`] (see `open_deno_kv_engine_kit::change_log`): records in a map
 //! beside the entries, under the same lock, written by the commit that makes them. Not durable
 //! (nothing here is), but the same rules as the durable engines', so the conformance suite and
 //! its seeded faults run on it, and a program can roll an export forward in tests.
@@ -11,10 +11,10 @@ use std::ops::Bound;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_proto::change_log::{
+use open_deno_kv_engine_kit::change_log::{
     ChangeLogStatus, ChangeRecord, LogMark, PRUNE_BATCH, PruneSchedule, prune_before,
 };
-use open_deno_kv_proto::{KvError, Versionstamp};
+use open_deno_kv_engine_kit::{KvError, Versionstamp};
 
 use super::MemoryStore;
 

@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use open_deno_kv_conformance::support;
-use open_deno_kv_postgres::testing::{ClusterOptions, TestCluster};
-use open_deno_kv_postgres::{PostgresBackend, PostgresError, PostgresOptions};
-use open_deno_kv_proto::{
+use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Checked, Clock, Enqueue, KvError, KvValue, ManualClock, Versionstamp, key,
 };
+use open_deno_kv_postgres::testing::{ClusterOptions, TestCluster};
+use open_deno_kv_postgres::{PostgresBackend, PostgresError, PostgresOptions};
 
 /// A primary alone, or `None` when PostgreSQL tests are skipped (it said so).
 pub fn cluster() -> Option<TestCluster> {

@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use open_deno_kv_conformance::{FnFactory, TestContext};
-use open_deno_kv_proto::{Backend, KvError};
+use open_deno_kv_engine_kit::{Backend, KvError};
 use open_deno_kv_remote::{RemoteBackend, RemoteOptions};
 use open_deno_kv_server::{Access, Databases, Server, ServerConfig, Tls};
 

@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use open_deno_kv_proto::{
+use open_deno_kv_model::{
     AtomicWrite, Backend, Check, KvEntry, Mutation, ReadRange, SnapshotRead, Versionstamp,
     encode_key, parse_key_literal,
 };

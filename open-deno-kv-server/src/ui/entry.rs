@@ -1,13 +1,13 @@
 //! Entries as the page shows them, and values as the page's editor writes them.
 //!
 //! An entry is identified by its encoded key in hex (`id`): the page never parses a key, it
-//! shows the key as JavaScript writes it ([`open_deno_kv_proto::key_literal`]) and sends the id
+//! shows the key as JavaScript writes it ([`open_deno_kv_model::key_literal`]) and sends the id
 //! back. Values are shown as Deno's `console.log` would print them
-//! ([`open_deno_kv_proto::v8::to_js_literal`], the same printer as `kv get`), and offered to the
+//! ([`open_deno_kv_model::v8::to_js_literal`], the same printer as `kv get`), and offered to the
 //! editor in the most readable form that writes back the same value.
 
 use hyper::StatusCode;
-use open_deno_kv_proto::{KvEntry, KvValue, decode_key, key_literal, v8};
+use open_deno_kv_model::{KvEntry, KvValue, decode_key, key_literal, v8};
 use serde_json::{Value as Json, json};
 
 use crate::response::Failure;

@@ -23,7 +23,7 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};
-use open_deno_kv_proto::{Backend, KvError, WatchKeyOutput};
+use open_deno_kv_model::{Backend, KvError, WatchKeyOutput};
 use serde_json::json;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::watch as signal;

@@ -4,7 +4,7 @@
 //! of this workspace) answers from one snapshot without sending values; another is listed page
 //! by page, up to a cap beyond which the answer is "at least".
 
-use open_deno_kv_proto::{Backend, KeyRange, KvError, ReadRange, SnapshotRead};
+use open_deno_kv_model::{Backend, KeyRange, KvError, ReadRange, SnapshotRead};
 
 /// The most entries [`count_prefix`] lists before it stops and reports "at least".
 pub(super) const COUNT_CAP: u64 = 100_000;
@@ -102,56 +102,56 @@ pub(super) async fn count_prefix(
 
 #[cfg(test)]
 mod tests {
-    use open_deno_kv_proto::{AtomicWrite, KvValue, Mutation, encode_key, key};
+    use open_deno_kv_model::{AtomicWrite, KvValue, Mutation, encode_key, key};
 
     use super::*;
 
     /// A backend that does not count: every other method is the wrapped one's.
     struct NoCount(std::sync::Arc<dyn Backend>);
 
-    #[open_deno_kv_proto::async_trait]
+    #[open_deno_kv_model::async_trait]
     impl Backend for NoCount {
-        fn capabilities(&self) -> open_deno_kv_proto::Capabilities {
+        fn capabilities(&self) -> open_deno_kv_model::Capabilities {
             self.0.capabilities().with_count(false)
         }
         async fn snapshot_read(
             &self,
             read: SnapshotRead,
-        ) -> Result<Vec<open_deno_kv_proto::ReadRangeOutput>, KvError> {
+        ) -> Result<Vec<open_deno_kv_model::ReadRangeOutput>, KvError> {
             self.0.snapshot_read(read).await
         }
         async fn atomic_write(
             &self,
             write: AtomicWrite,
-        ) -> Result<Option<open_deno_kv_proto::CommitResult>, KvError> {
+        ) -> Result<Option<open_deno_kv_model::CommitResult>, KvError> {
             self.0.atomic_write(write).await
         }
         async fn dequeue_next_message(
             &self,
-        ) -> Result<Option<Box<dyn open_deno_kv_proto::QueueMessageHandle>>, KvError> {
+        ) -> Result<Option<Box<dyn open_deno_kv_model::QueueMessageHandle>>, KvError> {
             self.0.dequeue_next_message().await
         }
-        async fn queued_messages(&self) -> Result<Vec<open_deno_kv_proto::QueuedMessage>, KvError> {
+        async fn queued_messages(&self) -> Result<Vec<open_deno_kv_model::QueuedMessage>, KvError> {
             self.0.queued_messages().await
         }
-        fn watch(&self, keys: Vec<Vec<u8>>) -> Result<open_deno_kv_proto::WatchStream, KvError> {
+        fn watch(&self, keys: Vec<Vec<u8>>) -> Result<open_deno_kv_model::WatchStream, KvError> {
             self.0.watch(keys)
         }
         async fn count_range(
             &self,
             _range: KeyRange,
-        ) -> Result<open_deno_kv_proto::RangeCount, KvError> {
+        ) -> Result<open_deno_kv_model::RangeCount, KvError> {
             Err(KvError::Unsupported {
                 feature: "counting a range",
             })
         }
-        async fn export_snapshot(&self) -> Result<open_deno_kv_proto::Snapshot, KvError> {
+        async fn export_snapshot(&self) -> Result<open_deno_kv_model::Snapshot, KvError> {
             self.0.export_snapshot().await
         }
         async fn import_snapshot(
             &self,
-            snapshot: open_deno_kv_proto::Snapshot,
-        ) -> Result<open_deno_kv_proto::ImportSummary, KvError> {
+            snapshot: open_deno_kv_model::Snapshot,
+        ) -> Result<open_deno_kv_model::ImportSummary, KvError> {
             self.0.import_snapshot(snapshot).await
         }
 
@@ -164,24 +164,24 @@ mod tests {
 
         async fn change_log_status(
             &self,
-        ) -> Result<open_deno_kv_proto::change_log::ChangeLogStatus, KvError> {
+        ) -> Result<open_deno_kv_model::change_log::ChangeLogStatus, KvError> {
             self.0.change_log_status().await
         }
 
         async fn read_change_log(
             &self,
-            after: open_deno_kv_proto::Versionstamp,
+            after: open_deno_kv_model::Versionstamp,
             limit: usize,
-        ) -> Result<Vec<open_deno_kv_proto::change_log::ChangeRecord>, KvError> {
+        ) -> Result<Vec<open_deno_kv_model::change_log::ChangeRecord>, KvError> {
             self.0.read_change_log(after, limit).await
         }
         fn watch_range(
             &self,
             range: KeyRange,
-        ) -> Result<open_deno_kv_proto::RangeWatchStream, KvError> {
+        ) -> Result<open_deno_kv_model::RangeWatchStream, KvError> {
             self.0.watch_range(range)
         }
-        async fn check_integrity(&self) -> Result<open_deno_kv_proto::IntegrityReport, KvError> {
+        async fn check_integrity(&self) -> Result<open_deno_kv_model::IntegrityReport, KvError> {
             self.0.check_integrity().await
         }
         async fn close(&self) -> Result<(), KvError> {

@@ -11,7 +11,7 @@ use hyper::{Request, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use open_deno_kv_proto::Backend;
+use open_deno_kv_model::Backend;
 use open_deno_kv_server::{Access, Databases, Server, ServerConfig};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
+use open_deno_kv_model::{Backend, Clock, KvError};
 use open_deno_kv_postgres::{PostgresBackend, PostgresOptions};
-use open_deno_kv_proto::{Backend, Clock, KvError};
 use tokio::runtime::{Handle, RuntimeFlavor};
 
 /// Opens the store at `url`, reading time from `clock`.

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use open_deno_kv_proto::{AtomicWrite, Backend, Enqueue, KvError, QueueMessageHandle, key};
+use open_deno_kv_model::{AtomicWrite, Backend, Enqueue, KvError, QueueMessageHandle, key};
 use tokio::time::{Instant, timeout};
 
 use super::{enqueue, finish, message, receive, shown};
@@ -264,7 +264,7 @@ async fn dequeues_cancelled_at_random_points_under_load_lose_no_message(env: Env
 }
 
 /// After everything was finished, no message may remain, waiting or held. Listing the queue is
-/// optional (a remote store may not offer it): without [`open_deno_kv_proto::Capabilities::queue_inspection`]
+/// optional (a remote store may not offer it): without [`open_deno_kv_model::Capabilities::queue_inspection`]
 /// only delivery, checked by the caller, is proved; with it, the listing must work.
 async fn assert_queue_is_empty(env: &Env, seed: u64) {
     if !env.features.queue_inspection {
@@ -304,7 +304,7 @@ async fn cancelled_dequeues_use_up_no_retry(env: Env) {
                 set(
                     &*kv,
                     &key!["cancel", "load", n % 16],
-                    open_deno_kv_proto::KvValue::U64(0),
+                    open_deno_kv_model::KvValue::U64(0),
                 )
                 .await;
                 n += 1;

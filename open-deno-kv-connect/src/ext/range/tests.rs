@@ -1,5 +1,5 @@
 use chrono::DateTime;
-use open_deno_kv_proto::{AtomicWrite, KvEntry, KvValue, Mutation, Versionstamp};
+use open_deno_kv_model::{AtomicWrite, KvEntry, KvValue, Mutation, Versionstamp};
 
 use super::*;
 use crate::convert::{decode_atomic_write, encode_atomic_write};

@@ -1,0 +1,118 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::TryStreamExt;
+
+use super::*;
+use crate::{KvEntry, KvValue, QueuedMessage};
+
+fn entry(key: u8, version: u64) -> SnapshotItem {
+    SnapshotItem::Entry(KvEntry {
+        key: vec![2, key, 0],
+        value: KvValue::U64(u64::from(key)),
+        versionstamp: Versionstamp::from_version(version, 0),
+        expires_at: None,
+    })
+}
+
+fn message() -> SnapshotItem {
+    SnapshotItem::Message(QueuedMessage::new(
+        vec![1],
+        crate::ms_to_datetime(0).unwrap_or_default(),
+        vec![],
+        vec![],
+    ))
+}
+
+/// The export thread sends while its consumer reads, and stops at its next send once the
+/// stream is dropped, so it never holds its snapshot for a consumer that went away.
+#[tokio::test]
+async fn dropping_an_export_stream_stops_its_thread() {
+    let stopped = Arc::new(AtomicBool::new(false));
+    let flag = stopped.clone();
+    let snapshot = blocking_export(move |sink| {
+        sink.begin(Versionstamp::from_version(9, 0))?;
+        let mut key = 0u8;
+        let result = loop {
+            key = key.wrapping_add(1);
+            if let Err(err) = sink.send(entry(key, 1)) {
+                break Err(err);
+            }
+        };
+        flag.store(true, Ordering::SeqCst);
+        result
+    })
+    .await
+    .unwrap();
+    assert_eq!(snapshot.versionstamp, Versionstamp::from_version(9, 0));
+    let mut items = snapshot.items;
+    assert_eq!(items.try_next().await.unwrap(), Some(entry(1, 1)));
+    drop(items);
+    for _ in 0..200 {
+        if stopped.load(Ordering::SeqCst) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the export thread still runs after its stream was dropped");
+}
+
+#[tokio::test]
+async fn an_export_failing_before_its_versionstamp_fails_the_call() {
+    let err = blocking_export(|_| Err(KvError::invalid_argument("no snapshot")))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no snapshot"));
+}
+
+/// The feed ends (`None`) only after the whole stream was passed; a failing stream reaches the
+/// work as an error, so it never commits part of a snapshot.
+#[tokio::test]
+async fn an_import_sees_the_end_only_after_every_item() {
+    let items = vec![entry(1, 1), message()];
+    let snapshot = Snapshot::from_items(Versionstamp::from_version(3, 0), items.clone());
+    let seen = blocking_import(snapshot, |versionstamp, feed| {
+        assert_eq!(versionstamp, Versionstamp::from_version(3, 0));
+        feed.collect::<Result<Vec<_>, _>>()
+    })
+    .await
+    .unwrap();
+    assert_eq!(seen, items);
+
+    let failing = Snapshot {
+        versionstamp: Versionstamp::from_version(3, 0),
+        items: futures::stream::iter(vec![Ok(entry(1, 1)), Err(KvError::Closed)]).boxed(),
+    };
+    let outcome = blocking_import(failing, |_, feed| feed.collect::<Result<Vec<_>, _>>()).await;
+    assert!(matches!(outcome, Err(KvError::Closed)));
+}
+
+/// An import future dropped half-way: the work sees an error instead of an end.
+#[tokio::test]
+async fn an_abandoned_import_fails_its_work() {
+    let (outcome_tx, outcome_rx) = std::sync::mpsc::channel();
+    let endless = futures::stream::unfold(0u8, |key| async move {
+        if key == 2 {
+            futures::future::pending::<()>().await;
+        }
+        Some((Ok(entry(key, 1)), key + 1))
+    })
+    .boxed();
+    let snapshot = Snapshot {
+        versionstamp: Versionstamp::from_version(3, 0),
+        items: endless,
+    };
+    let import = blocking_import(snapshot, move |_, feed| {
+        let all = feed.collect::<Result<Vec<_>, _>>();
+        let _ = outcome_tx.send(all.is_err());
+        all
+    });
+    let timed_out = tokio::time::timeout(Duration::from_millis(100), import).await;
+    assert!(timed_out.is_err(), "the stream never ends");
+    let failed =
+        tokio::task::spawn_blocking(move || outcome_rx.recv_timeout(Duration::from_secs(5)))
+            .await
+            .unwrap();
+    assert_eq!(failed, Ok(true), "the work saw an error, not an end");
+}
