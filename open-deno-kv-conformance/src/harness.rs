@@ -110,188 +110,24 @@ where
     }
 }
 
-/// What a case needs from a backend; a case is registered as **ignored** (not run, not passed)
-/// when a need is not met, so a backend without a capability never passes its cases vacuously.
-///
-/// Combine needs with [`Needs::and`]: `Needs::WATCH.and(Needs::QUEUES)`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Needs {
-    /// Queues ([`open_deno_kv_model::Capabilities::queues`]).
-    pub queues: bool,
-    /// Listing the queue ([`open_deno_kv_model::Capabilities::queue_inspection`]).
-    pub queue_inspection: bool,
-    /// Watch ([`open_deno_kv_model::Capabilities::watch`]).
-    pub watch: bool,
-    /// The integrity check ([`open_deno_kv_model::Capabilities::integrity_check`]).
-    pub integrity_check: bool,
-    /// Reopening the same data ([`BackendFactory::can_reopen`]).
-    pub reopen: bool,
-    /// Range deletes ([`open_deno_kv_model::Capabilities::range_delete`]).
-    pub range_delete: bool,
-    /// Counting a range ([`open_deno_kv_model::Capabilities::count`]).
-    pub count: bool,
-    /// Watching a range ([`open_deno_kv_model::Capabilities::watch_range`]).
-    pub watch_range: bool,
-    /// Exporting a snapshot ([`open_deno_kv_model::Capabilities::export`]).
-    pub export: bool,
-    /// Importing a snapshot ([`open_deno_kv_model::Capabilities::import`]).
-    pub import: bool,
-    /// A change log ([`open_deno_kv_model::Capabilities::change_log`]).
-    pub change_log: bool,
-}
-
-impl Needs {
-    /// Only reads and writes.
-    pub const NOTHING: Needs = Needs {
-        queues: false,
-        queue_inspection: false,
-        watch: false,
-        integrity_check: false,
-        reopen: false,
-        range_delete: false,
-        count: false,
-        watch_range: false,
-        export: false,
-        import: false,
-        change_log: false,
-    };
-    /// Queues.
-    pub const QUEUES: Needs = Needs {
-        queues: true,
-        ..Needs::NOTHING
-    };
-    /// Queues, and listing them.
-    pub const QUEUE_INSPECTION: Needs = Needs {
-        queue_inspection: true,
-        ..Needs::QUEUES
-    };
-    /// Watch.
-    pub const WATCH: Needs = Needs {
-        watch: true,
-        ..Needs::NOTHING
-    };
-    /// The integrity check.
-    pub const INTEGRITY_CHECK: Needs = Needs {
-        integrity_check: true,
-        ..Needs::NOTHING
-    };
-    /// Reopen.
-    pub const REOPEN: Needs = Needs {
-        reopen: true,
-        ..Needs::NOTHING
-    };
-    /// Queues and reopen.
-    pub const QUEUES_REOPEN: Needs = Needs::QUEUES.and(Needs::REOPEN);
-    /// Range deletes.
-    pub const RANGE_DELETE: Needs = Needs {
-        range_delete: true,
-        ..Needs::NOTHING
-    };
-    /// Counting a range.
-    pub const COUNT: Needs = Needs {
-        count: true,
-        ..Needs::NOTHING
-    };
-    /// Watching a range.
-    pub const WATCH_RANGE: Needs = Needs {
-        watch_range: true,
-        ..Needs::NOTHING
-    };
-
-    /// Exporting a snapshot.
-    pub const EXPORT: Needs = Needs {
-        export: true,
-        ..Needs::NOTHING
-    };
-    /// Exporting and importing snapshots (a backup and its restore).
-    pub const BACKUP: Needs = Needs {
-        export: true,
-        import: true,
-        ..Needs::NOTHING
-    };
-
-    /// A change log.
-    pub const CHANGE_LOG: Needs = Needs {
-        change_log: true,
-        ..Needs::NOTHING
-    };
-
-    /// Everything `self` needs and everything `other` needs.
-    pub const fn and(self, other: Needs) -> Needs {
-        Needs {
-            queues: self.queues || other.queues,
-            queue_inspection: self.queue_inspection || other.queue_inspection,
-            watch: self.watch || other.watch,
-            integrity_check: self.integrity_check || other.integrity_check,
-            reopen: self.reopen || other.reopen,
-            range_delete: self.range_delete || other.range_delete,
-            count: self.count || other.count,
-            watch_range: self.watch_range || other.watch_range,
-            export: self.export || other.export,
-            import: self.import || other.import,
-            change_log: self.change_log || other.change_log,
-        }
-    }
-
-    /// Whether a backend with these features can run the case.
-    pub fn met_by(&self, features: Features) -> bool {
-        (!self.queues || features.queues)
-            && (!self.queue_inspection || features.queue_inspection)
-            && (!self.watch || features.watch)
-            && (!self.integrity_check || features.integrity_check)
-            && (!self.reopen || features.reopen)
-            && (!self.range_delete || features.range_delete)
-            && (!self.count || features.count)
-            && (!self.watch_range || features.watch_range)
-            && (!self.export || features.export)
-            && (!self.import || features.import)
-            && (!self.change_log || features.change_log)
-    }
-}
-
-/// What the backend under test offers, as the suite sees it.
+/// What the backend under test offers, as the suite sees it: the [`Capabilities`] it reports
+/// (the engine's own vocabulary, the one the suite reads) and whether its factory reopens the same
+/// data ([`BackendFactory::can_reopen`], a property of the test setup rather than of the backend).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Features {
-    /// Queues work.
-    pub queues: bool,
-    /// `queued_messages` works.
-    pub queue_inspection: bool,
-    /// Watch works.
-    pub watch: bool,
-    /// `check_integrity` works.
-    pub integrity_check: bool,
-    /// Opening twice on one context gives the same data.
-    pub reopen: bool,
-    /// Range deletes are accepted.
-    pub range_delete: bool,
-    /// `count_range` works.
-    pub count: bool,
-    /// `watch_range` works.
-    pub watch_range: bool,
-    /// `export_snapshot` works.
-    pub export: bool,
-    /// `import_snapshot` works.
-    pub import: bool,
-    /// The change log works.
-    pub change_log: bool,
+pub struct Offered {
+    /// What the backend reports.
+    pub capabilities: Capabilities,
+    /// Whether opening twice on one context gives the same data.
+    pub can_reopen: bool,
 }
 
-impl Features {
-    /// The features of a backend reporting `capabilities`, reopening as `can_reopen` says.
-    pub fn from_capabilities(capabilities: Capabilities, can_reopen: bool) -> Self {
-        Features {
-            queues: capabilities.queues,
-            queue_inspection: capabilities.queue_inspection,
-            watch: capabilities.watch,
-            integrity_check: capabilities.integrity_check,
-            reopen: can_reopen,
-            range_delete: capabilities.range_delete,
-            count: capabilities.count,
-            watch_range: capabilities.watch_range,
-            export: capabilities.export,
-            import: capabilities.import,
-            change_log: capabilities.change_log,
-        }
+impl Offered {
+    /// Whether `case` can run here: the backend's capabilities cover what the case needs, and a
+    /// case that reopens the store has a factory that can. A case that cannot run is registered
+    /// as **ignored** (not run, not passed), so a backend without a capability never passes its
+    /// cases vacuously.
+    pub fn runs(&self, case: &Case) -> bool {
+        self.capabilities.covers(case.needs) && (!case.reopens || self.can_reopen)
     }
 }
 
@@ -302,7 +138,7 @@ pub struct Env {
     /// The test's context (clock, directory).
     pub ctx: Arc<TestContext>,
     /// What the backend offers.
-    pub features: Features,
+    pub offered: Offered,
     factory: Arc<dyn BackendFactory>,
 }
 
@@ -331,7 +167,7 @@ impl Env {
         Ok(Env {
             kv,
             ctx,
-            features: self.features,
+            offered: self.offered,
             factory: self.factory.clone(),
         })
     }
@@ -349,8 +185,11 @@ type CaseFn = Arc<dyn Fn(Env) -> BoxFuture<'static, ()> + Send + Sync>;
 pub struct Case {
     /// `group::name`, as shown by `cargo test`.
     pub name: String,
-    /// What the backend must support.
-    pub needs: Needs,
+    /// The capabilities the backend must report for the case to run ([`Capabilities::none`]
+    /// for reads and writes only).
+    pub needs: Capabilities,
+    /// Whether the case closes and reopens the store ([`Env::reopen`]).
+    pub reopens: bool,
     /// How long the case may run; [`CASE_TIMEOUT`] unless set.
     pub timeout: Duration,
     run: CaseFn,
@@ -358,7 +197,7 @@ pub struct Case {
 
 impl Case {
     /// A case that runs `body`; it fails by panicking (`assert!`), like any Rust test.
-    pub fn new<F, Fut>(name: impl Into<String>, needs: Needs, body: F) -> Self
+    pub fn new<F, Fut>(name: impl Into<String>, needs: Capabilities, body: F) -> Self
     where
         F: Fn(Env) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
@@ -366,9 +205,17 @@ impl Case {
         Case {
             name: name.into(),
             needs,
+            reopens: false,
             timeout: CASE_TIMEOUT,
             run: Arc::new(move |env| body(env).boxed()),
         }
+    }
+
+    /// Marks the case as one that closes and reopens the store: it runs only where the factory
+    /// reopens the same data.
+    pub fn reopening(mut self) -> Self {
+        self.reopens = true;
+        self
     }
 
     /// Allows the case to run longer than [`CASE_TIMEOUT`].
@@ -386,7 +233,7 @@ pub const CASE_TIMEOUT: Duration = Duration::from_secs(30);
 pub fn run_case(
     case: &Case,
     factory: &Arc<dyn BackendFactory>,
-    features: Features,
+    offered: Offered,
 ) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -402,7 +249,7 @@ pub fn run_case(
         let env = Env {
             kv: kv.clone(),
             ctx,
-            features,
+            offered,
             factory: factory.clone(),
         };
         let body = AssertUnwindSafe((case.run)(env)).catch_unwind();
@@ -429,7 +276,7 @@ fn panic_message(panic: &(dyn Any + Send)) -> String {
 }
 
 /// Works out what the backend offers by opening it once.
-pub fn probe_features(factory: &Arc<dyn BackendFactory>) -> Result<Features, String> {
+pub fn probe_backend(factory: &Arc<dyn BackendFactory>) -> Result<Offered, String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -442,6 +289,9 @@ pub fn probe_features(factory: &Arc<dyn BackendFactory>) -> Result<Features, Str
             .map_err(|e| format!("opening the backend failed: {e}"))?;
         let caps = kv.capabilities();
         let _ = kv.close().await;
-        Ok(Features::from_capabilities(caps, factory.can_reopen(caps)))
+        Ok(Offered {
+            capabilities: caps,
+            can_reopen: factory.can_reopen(caps),
+        })
     })
 }

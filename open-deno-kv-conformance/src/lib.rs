@@ -39,8 +39,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 pub use harness::{
-    BackendFactory, CASE_TIMEOUT, Case, Env, Features, FnFactory, Needs, TestContext,
-    probe_features, run_case,
+    BackendFactory, CASE_TIMEOUT, Case, Env, FnFactory, Offered, TestContext, probe_backend,
+    run_case,
 };
 
 /// Every case of the suite, scenario and model-based.
@@ -64,22 +64,22 @@ pub fn run_main(factory: Arc<dyn BackendFactory>) -> ExitCode {
 }
 
 /// Runs the suite against `factory` as `args` select, and says how many cases passed, failed and
-/// were ignored. A case whose [`Needs`] the backend's capabilities do not meet is ignored (not
-/// run, not counted as passed). `Err` when the backend cannot be opened to probe its
+/// were ignored. A case whose needs the backend's capabilities do not cover is ignored (not
+/// run, not counted as passed; see [`Offered::runs`]). `Err` when the backend cannot be opened to probe its
 /// capabilities.
 pub fn run_suite(
     factory: Arc<dyn BackendFactory>,
     args: &libtest_mimic::Arguments,
 ) -> Result<libtest_mimic::Conclusion, String> {
-    let features = probe_features(&factory)?;
+    let offered = probe_backend(&factory)?;
     let trials = all_cases()
         .into_iter()
         .map(|case| {
-            let supported = case.needs.met_by(features);
+            let supported = offered.runs(&case);
             let name = case.name.clone();
             let factory = factory.clone();
             libtest_mimic::Trial::test(name, move || {
-                run_case(&case, &factory, features).map_err(Into::into)
+                run_case(&case, &factory, offered).map_err(Into::into)
             })
             .with_ignored_flag(!supported)
         })

@@ -29,17 +29,18 @@ use open_deno_kv_model::{
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
 
-use crate::{Case, Env, Needs};
+use crate::cases::need;
+use crate::{Case, Env};
 
 /// The model-based cases.
 pub fn cases() -> Vec<Case> {
     vec![
-        Case::new(
-            "model::random_sequences_match_the_model",
-            Needs::NOTHING,
-            random_sequences_match_the_model,
-        )
-        .with_timeout(Duration::from_secs(6 * 3600)),
+        need::NOTHING
+            .case(
+                "model::random_sequences_match_the_model",
+                random_sequences_match_the_model,
+            )
+            .with_timeout(Duration::from_secs(6 * 3600)),
     ]
 }
 
@@ -857,11 +858,11 @@ async fn random_sequences_match_the_model(env: Env) {
     let cases = env_number("KV_MODEL_CASES", 64);
     let seed = seed();
     let seed_hex: String = seed.iter().map(|b| format!("{b:02x}")).collect();
-    let reopen = env.features.reopen;
+    let reopen = env.offered.can_reopen;
     let beyond = Beyond {
-        range_delete: env.features.range_delete,
-        count: env.features.count,
-        watch_range: env.features.watch_range,
+        range_delete: env.offered.capabilities.range_delete,
+        count: env.offered.capabilities.count,
+        watch_range: env.offered.capabilities.watch_range,
     };
     let env = Arc::new(env);
     let handle = tokio::runtime::Handle::current();

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use open_deno_kv_conformance::faults::{Fault, FaultyFactory};
 use open_deno_kv_conformance::{
-    BackendFactory, Case, FnFactory, TestContext, all_cases, probe_features, run_case,
+    BackendFactory, Case, FnFactory, TestContext, all_cases, probe_backend, run_case,
 };
 use open_deno_kv_memory::{MemoryBackend, MemoryStore};
 use open_deno_kv_model::Backend;
@@ -25,8 +25,8 @@ fn memory_factory() -> Arc<dyn BackendFactory> {
 
 /// Runs every supported case (in parallel threads) and returns the names of those that failed.
 fn failing_cases(factory: &Arc<dyn BackendFactory>, cases: &[Case]) -> Vec<String> {
-    let features = probe_features(factory).expect("probe the backend");
-    let next = Mutex::new(cases.iter().filter(|c| c.needs.met_by(features)));
+    let offered = probe_backend(factory).expect("probe the backend");
+    let next = Mutex::new(cases.iter().filter(|c| offered.runs(c)));
     let failed = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..8 {
@@ -35,7 +35,7 @@ fn failing_cases(factory: &Arc<dyn BackendFactory>, cases: &[Case]) -> Vec<Strin
                     let Some(case) = next.lock().expect("case list").next() else {
                         return;
                     };
-                    if run_case(case, factory, features).is_err() {
+                    if run_case(case, factory, offered).is_err() {
                         failed.lock().expect("results").push(case.name.clone());
                     }
                 }

@@ -187,6 +187,46 @@ impl Capabilities {
         self
     }
 
+    /// Every flag that is on in `self` or in `other`: what two needs need together.
+    ///
+    /// ```
+    /// use open_deno_kv_model::Capabilities;
+    /// let needed = Capabilities::none()
+    ///     .with_watch(true)
+    ///     .union(Capabilities::none().with_queues(true));
+    /// assert!(needed.watch && needed.queues && !needed.count);
+    /// ```
+    pub const fn union(self, other: Capabilities) -> Self {
+        Capabilities {
+            durable: self.durable || other.durable,
+            queues: self.queues || other.queues,
+            queue_inspection: self.queue_inspection || other.queue_inspection,
+            watch: self.watch || other.watch,
+            integrity_check: self.integrity_check || other.integrity_check,
+            range_delete: self.range_delete || other.range_delete,
+            count: self.count || other.count,
+            watch_range: self.watch_range || other.watch_range,
+            export: self.export || other.export,
+            import: self.import || other.import,
+            change_log: self.change_log || other.change_log,
+            read_only: self.read_only || other.read_only,
+        }
+    }
+
+    /// Whether every flag that is on in `needed` is on here too: a backend with these
+    /// capabilities offers everything `needed` names (the conformance suite runs a case only when
+    /// the backend's capabilities cover what the case needs).
+    ///
+    /// ```
+    /// use open_deno_kv_model::Capabilities;
+    /// let store = Capabilities::durable_store(false);
+    /// assert!(store.covers(Capabilities::none().with_queues(true).with_watch(true)));
+    /// assert!(!Capabilities::none().covers(Capabilities::none().with_export(true)));
+    /// ```
+    pub fn covers(self, needed: Capabilities) -> bool {
+        self.union(needed) == self
+    }
+
     /// A durable store that offers every optional method (open-deno-kv-sqlite,
     /// open-deno-kv-redb, open-deno-kv-postgres): a read-only open reports
     /// [`Capabilities::read_only`] and consumes no queue, but still lists the queue, watches,

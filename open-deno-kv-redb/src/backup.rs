@@ -3,12 +3,10 @@
 //!
 //! **Which commit a read transaction holds.** The writer keeps the last version in memory and
 //! records only a ceiling in the file (see the `group` module), so a read transaction alone does
-//! not say which commit it holds. The writer therefore publishes it in a [`CommitClock`], a
-//! sequence lock around every commit that changes the file: the count is odd while a commit
-//! lands. An export reads the count, the version, opens its read transaction and reads the count
-//! again; the same even count both times means no commit landed in between, so the transaction
-//! holds exactly that version. An export that meets a landing commit waits for that one commit
-//! (never for more); writers never wait for an export. A file open read-only has no writer: its
+//! not say which commit it holds. The writer therefore publishes it in a [`CommitClock`] (see
+//! the `commit_clock` module), which gives an export a read transaction together with the exact
+//! version it holds; an export that meets a landing commit waits for that one commit (never for
+//! more), and writers never wait for an export. A file open read-only has no writer: its
 //! ceiling is the exact last version after a clean close (after a crash it may be above it, which
 //! still bounds every entry and every later commit).
 //!
@@ -27,8 +25,6 @@
 //! a backup taken after the import replays onto the log, one from before does not (a gap).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use open_deno_kv_engine_kit::backup::{ExportSink, ImportFeed, blocking_export, blocking_import};
@@ -37,84 +33,14 @@ use open_deno_kv_engine_kit::{
     ImportSummary, KvEntry, KvError, QueuedMessage, Snapshot, SnapshotItem, Versionstamp,
     backup::not_empty, is_expired,
 };
-use redb::{ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
 
 use crate::codec::{self, EntryRecord};
+use crate::commit_clock::CommitClock;
 use crate::error::storage;
 use crate::schema::{self, ENTRIES, META, META_LAST_VERSION, QUEUE_READY, QUEUE_RUNNING};
 use crate::store::Shared;
 use crate::txn::{Fatal, Tables};
-
-/// How long an export waits before looking again at a commit that is landing.
-const LANDING_POLL: Duration = Duration::from_micros(50);
-
-/// Which version the file holds, published by the writer (see the module documentation).
-#[derive(Debug, Default)]
-pub(crate) struct CommitClock {
-    /// Odd while a commit is landing.
-    sequence: AtomicU64,
-    /// The version of the last commit that landed.
-    last_version: AtomicU64,
-    /// A version an import left for the writer to continue above.
-    floor: AtomicU64,
-    /// Whether `floor` is new to the writer.
-    floor_pending: AtomicBool,
-}
-
-impl CommitClock {
-    /// A commit is about to land.
-    pub(crate) fn landing(&self) {
-        self.sequence.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// The commit begun by [`CommitClock::landing`] landed (or failed) and the file now holds
-    /// `version`.
-    pub(crate) fn landed(&self, version: u64) {
-        self.last_version.store(version, Ordering::SeqCst);
-        self.sequence.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// A read transaction and the version it holds.
-    fn begin_read(&self, db: &dyn ReadableDatabase) -> Result<(ReadTransaction, u64), KvError> {
-        loop {
-            let before = self.sequence.load(Ordering::SeqCst);
-            if before % 2 == 1 {
-                std::thread::sleep(LANDING_POLL);
-                continue;
-            }
-            let version = self.last_version.load(Ordering::SeqCst);
-            let txn = db.begin_read().map_err(storage)?;
-            if self.sequence.load(Ordering::SeqCst) == before {
-                return Ok((txn, version));
-            }
-        }
-    }
-
-    /// The version of the last commit that landed.
-    pub(crate) fn last_landed(&self) -> u64 {
-        self.last_version.load(Ordering::SeqCst)
-    }
-
-    /// Leaves `version` for the writer to continue above.
-    fn set_floor(&self, version: u64) {
-        self.floor.fetch_max(version, Ordering::SeqCst);
-        self.floor_pending.store(true, Ordering::SeqCst);
-    }
-
-    /// The floor an import left and the writer has not applied yet (the writer asks with its
-    /// write transaction open, so an import that committed before is seen, and none can be
-    /// running).
-    pub(crate) fn pending_floor(&self) -> Option<u64> {
-        self.floor_pending
-            .load(Ordering::SeqCst)
-            .then(|| self.floor.load(Ordering::SeqCst))
-    }
-
-    /// The writer applied the floor [`CommitClock::pending_floor`] gave.
-    pub(crate) fn floor_applied(&self) {
-        self.floor_pending.store(false, Ordering::SeqCst);
-    }
-}
 
 /// Streams the file of `shared` from one read transaction (see the module documentation).
 pub(crate) async fn export(shared: Arc<Shared>, now: DateTime<Utc>) -> Result<Snapshot, KvError> {
@@ -203,7 +129,7 @@ pub(crate) async fn import(
         let (summary, version) = import_into(&txn, versionstamp, feed, shared.commit_clock())?;
         let clock = shared.commit_clock();
         // The file's writer waits for this transaction, so nothing else lands meanwhile.
-        let before = clock.last_version.load(Ordering::SeqCst);
+        let before = clock.last_landed();
         clock.landing();
         let committed = txn.commit().map_err(storage);
         clock.landed(if committed.is_ok() { version } else { before });

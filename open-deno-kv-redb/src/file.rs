@@ -20,7 +20,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 use open_deno_kv_engine_kit::KvError;
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase};
 
-use crate::RedbError;
+use crate::error::RedbError;
 
 /// Opens a redb file writable, creating it if needed.
 pub(crate) trait OpenStorage: Send + Sync + 'static {

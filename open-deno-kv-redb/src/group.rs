@@ -45,14 +45,15 @@ use open_deno_kv_engine_kit::{Clock, Effects, KvError, Notifier};
 use redb::{Database, ReadableTable};
 use uuid::Uuid;
 
-use crate::backup::CommitClock;
 use crate::change_log::{self, LogSetting};
+use crate::commit_clock::CommitClock;
 use crate::error::storage;
 use crate::file::{DbSlot, needs_reopen};
+use crate::options::Durability;
 use crate::queue::{self, Engine, RedbQueue, Ticket};
+use crate::schema;
 use crate::snapshot::ReadSnapshot;
 use crate::txn::{Fatal, Step, Tables, commit_write};
-use crate::{Durability, schema};
 
 /// How often an idle writer wakes up to sweep and (deferred mode) sync.
 const IDLE_TICK: Duration = Duration::from_secs(1);
@@ -699,7 +700,7 @@ mod tests {
             durability,
             Arc::new(Notifier::new()),
             Arc::new(ReadSnapshot::default()),
-            Arc::new(crate::backup::CommitClock::default()),
+            Arc::new(crate::commit_clock::CommitClock::default()),
         )
         .expect("prepare")
     }

@@ -63,14 +63,17 @@
 //! # Ok(()) }
 //! ```
 
+mod backend;
 mod backup;
 mod change_log;
 mod codec;
+mod commit_clock;
 mod consumer;
 mod error;
 mod file;
 mod group;
 mod integrity;
+mod options;
 mod queue;
 mod reader;
 mod schema;
@@ -79,294 +82,17 @@ mod store;
 mod txn;
 mod writer;
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
-
-use futures::StreamExt;
-use open_deno_kv_engine_kit::change_log::{ChangeLogStatus, ChangeRecord};
-
-use open_deno_kv_engine_kit::{
-    Capabilities, ChangeSignal, Checked, Clock, CommitResult, Engine, ImportSummary,
-    IntegrityReport, KvError, Limits, QueueMessageHandle, QueuedMessage, RangeCount,
-    RangeWatchStream, ReadRangeOutput, Snapshot, SystemClock, ValidatedRange, ValidatedRead,
-    ValidatedWatch, ValidatedWrite, Versionstamp, WatchStream, blocking_range_watch_stream,
-    blocking_watch_stream,
-};
-use open_deno_kv_engine_kit::{run_blocking, run_read};
-
+pub use backend::RedbBackend;
 pub use error::RedbError;
 pub use group::DEFERRED_SYNC_INTERVAL;
 /// The most commands (writes, queue takes and settlements) one redb transaction groups.
 pub use open_deno_kv_engine_kit::committer::MAX_GROUP;
+pub use options::{Durability, RedbOptions};
 pub use schema::SCHEMA_VERSION;
 
 /// The trait [`RedbBackend`]'s `open`, `open_with` and `path` come from: bring it into scope
 /// (`use open_deno_kv_redb::FileEngine;`) to call them.
 pub use open_deno_kv_engine_kit::FileEngine;
-
-use crate::file::{FileStorage, OpenStorage};
-use crate::reader::ReadTime;
-use crate::store::Shared;
-
-/// How hard a commit is pushed to disk before it is acknowledged.
-///
-/// Whatever the mode, a crash never corrupts the file: redb keeps two commit slots with
-/// checksums and reopens at the last commit that was made durable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Durability {
-    /// Every commit group is committed with redb's `Durability::Immediate`: written and fsynced
-    /// before any write in it is acknowledged. An acknowledged commit survives a crash of the
-    /// process and of the machine (to the extent the disk honours fsync). A group of queue
-    /// bookkeeping only (takes and settlements, no write) is committed unsynced and made durable
-    /// by the next synced commit, or within [`DEFERRED_SYNC_INTERVAL`]: a crash before then
-    /// delivers the message again (`open_deno_kv_engine_kit::queue`, "Queue bookkeeping").
-    #[default]
-    Immediate,
-    /// Commit groups use redb's `Durability::None`: committed in memory, visible to every reader
-    /// at once, and acknowledged without waiting for the disk; the writer makes them durable with
-    /// an `Immediate` commit at least every [`DEFERRED_SYNC_INTERVAL`] (1 s), when it is idle,
-    /// and when the last handle closes (or is dropped).
-    ///
-    /// - A clean close keeps every acknowledged commit.
-    /// - A crash of the process or of the machine loses the commits acknowledged since the last
-    ///   sync (at most about [`DEFERRED_SYNC_INTERVAL`] of them); the file reopens at the last
-    ///   synced commit, and versionstamps of the lost commits may be handed out again.
-    Deferred,
-}
-
-/// How to open a database.
-#[derive(Debug, Clone)]
-pub struct RedbOptions {
-    /// The clock expiry and queue times are read from (the system clock by default; tests use a
-    /// [`open_deno_kv_engine_kit::ManualClock`]).
-    pub clock: Arc<dyn Clock>,
-    /// Limits to enforce (Deno's by default).
-    pub limits: Limits,
-    /// See [`Durability`]. Handles on a file already open in this process share its writer, so
-    /// the durability of the first open applies to all of them (as does its clock for the
-    /// writer's own housekeeping: recovery at open and idle sweeps; each handle's reads, writes
-    /// and queue operations use its own clock).
-    pub durability: Durability,
-    /// Verify every page's checksum when the file is opened (reads the whole file). Without it a
-    /// file that was closed cleanly is trusted; a file left by a crash is always checked and
-    /// repaired by redb.
-    pub check_integrity_on_open: bool,
-    /// Open without writing anything to the file: no recovery, no initialisation, no writer
-    /// (writes and dequeues fail with [`KvError::ReadOnly`]). Several processes may read a file
-    /// this way at once, but none may have it open writable meanwhile. A file that was not
-    /// closed cleanly is refused ([`RedbError::NeedsRecovery`]), as is a file with no tables.
-    pub read_only: bool,
-}
-
-impl Default for RedbOptions {
-    fn default() -> Self {
-        RedbOptions {
-            clock: Arc::new(SystemClock),
-            limits: Limits::deno(),
-            durability: Durability::Immediate,
-            check_integrity_on_open: false,
-            read_only: false,
-        }
-    }
-}
-
-/// A handle on a Deno KV redb file: the engine, handed out behind open-deno-kv-engine-kit's [`Checked`] layer
-/// (which checks limits, the closed state and read-only refusals). Share it as
-/// `Arc<dyn Backend>`; open more handles on the same path freely (they share the open file).
-#[derive(Debug)]
-pub struct RedbBackend {
-    path: PathBuf,
-    /// The clock of this handle's reads, writes and queue operations.
-    clock: Arc<dyn Clock>,
-    shared: Arc<Shared>,
-    /// This handle's number: messages it hands out are failed when it closes.
-    owner: u64,
-    /// This handle's watchers and waiting dequeues; closed with the handle.
-    signal: Arc<ChangeSignal>,
-}
-
-impl FileEngine for RedbBackend {
-    type Options = RedbOptions;
-
-    /// Opens (creating if needed) the database at `path`.
-    ///
-    /// A new file is initialized; an existing open-deno-kv-redb file is reopened with everything in it, and
-    /// messages a previous process left in flight are requeued. A redb file written by something
-    /// else ([`KvError::Corrupt`]), a file that is not a redb file at all ([`KvError::Corrupt`]),
-    /// or one from a newer version of this crate ([`KvError::Storage`] with
-    /// [`RedbError::SchemaTooNew`]) is refused without being modified. Blocks while the file is
-    /// opened.
-    fn open_at(path: &Path, options: RedbOptions) -> Result<Checked<Self>, KvError> {
-        Self::open_with_storage(path, options, Arc::new(FileStorage))
-    }
-
-    fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl RedbBackend {
-    /// [`FileEngine::open_with`], with the file opened (and reopened) through `storage`.
-    pub(crate) fn open_with_storage(
-        path: &Path,
-        options: RedbOptions,
-        storage: Arc<dyn OpenStorage>,
-    ) -> Result<Checked<Self>, KvError> {
-        let path = path.to_path_buf();
-        let (shared, owner) = store::acquire(&path, &options, storage)?;
-        let signal = Arc::new(ChangeSignal::new());
-        shared.notifier.register(&signal);
-        let engine = RedbBackend {
-            path,
-            clock: options.clock.clone(),
-            shared,
-            owner,
-            signal,
-        };
-        Ok(Checked::new(engine, options.limits, options.clock))
-    }
-}
-
-impl Engine for RedbBackend {
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::durable_store(self.shared.is_read_only()).with_change_log(true)
-    }
-
-    async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
-        let mut time = ReadTime::new(self.clock.clone());
-        let shared = self.shared.clone();
-        let max_entries = read.max_entries();
-        let ranges = read.into_inner().ranges;
-        run_read(max_entries, move || {
-            shared.with_entries(|entries| reader::read_ranges(entries, ranges, &mut time))
-        })
-        .await
-    }
-
-    async fn atomic_write(&self, write: ValidatedWrite) -> Result<Option<CommitResult>, KvError> {
-        let now = self.clock.now();
-        self.shared.writer()?.write(write, now).await
-    }
-
-    async fn dequeue_next_message(&self) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
-        consumer::next_message(&self.shared, self.owner, &self.clock, &self.signal).await
-    }
-
-    async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
-        let now = self.clock.now();
-        let shared = self.shared.clone();
-        run_blocking(move || shared.with_db(|db| reader::queued_messages(db, now))).await
-    }
-
-    /// Every table read and every record decoded, from one snapshot (see the `integrity`
-    /// module for what redb's page checksums add, and when).
-    async fn check_integrity(&self) -> Result<IntegrityReport, KvError> {
-        let shared = self.shared.clone();
-        run_blocking(move || shared.with_db(integrity::check)).await
-    }
-
-    /// One read transaction holding a known commit (see the `backup` module). The stream is
-    /// fused: polled again after its end it ends again (open-deno-kv-model's `Replay::over`
-    /// polls a backup's stream once more after its last entry when it holds no message).
-    async fn export_snapshot(&self) -> Result<Snapshot, KvError> {
-        let snapshot = backup::export(self.shared.clone(), self.clock.now()).await?;
-        Ok(Snapshot {
-            versionstamp: snapshot.versionstamp,
-            items: snapshot.items.fuse().boxed(),
-        })
-    }
-
-    /// One write transaction beside the writer, which continues numbering above the
-    /// snapshot (see the `backup` module); then every watcher and consumer looks again.
-    async fn import_snapshot(&self, snapshot: Snapshot) -> Result<ImportSummary, KvError> {
-        let summary = backup::import(self.shared.clone(), snapshot).await?;
-        self.shared.notifier.notify_everything();
-        Ok(summary)
-    }
-
-    /// A command of the file's writer (see the `change_log` module), so that it takes effect
-    /// between two commits.
-    async fn configure_change_log(&self, retention: Option<Duration>) -> Result<(), KvError> {
-        self.shared.writer()?.configure_log(retention).await
-    }
-
-    /// One read transaction (see the `change_log` module).
-    async fn change_log_status(&self) -> Result<ChangeLogStatus, KvError> {
-        let shared = self.shared.clone();
-        run_blocking(move || shared.with_db(change_log::status)).await
-    }
-
-    /// One read transaction (see the `change_log` module).
-    async fn read_change_log(
-        &self,
-        after: Versionstamp,
-        limit: usize,
-    ) -> Result<Vec<ChangeRecord>, KvError> {
-        let shared = self.shared.clone();
-        run_blocking(move || shared.with_db(|db| change_log::read(db, after, limit))).await
-    }
-
-    fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {
-        let (shared, clock) = (self.shared.clone(), self.clock.clone());
-        let read = move |keys: &[Vec<u8>]| {
-            let mut time = ReadTime::new(clock.clone());
-            shared.with_entries(|entries| reader::read_watched(entries, keys, &mut time))
-        };
-        let (keys, clock) = (keys.into_inner(), self.clock.clone());
-        Ok(blocking_watch_stream(keys, &self.signal, clock, read))
-    }
-
-    async fn count_range(&self, range: ValidatedRange) -> Result<RangeCount, KvError> {
-        let mut time = ReadTime::new(self.clock.clone());
-        let shared = self.shared.clone();
-        run_blocking(move || {
-            shared.with_entries(|entries| reader::count_range(entries, &range, &mut time))
-        })
-        .await
-    }
-
-    fn watch_range(&self, range: ValidatedRange) -> Result<RangeWatchStream, KvError> {
-        let (shared, clock) = (self.shared.clone(), self.clock.clone());
-        let read = move |keys: &[Vec<u8>]| {
-            let mut time = ReadTime::new(clock.clone());
-            shared.with_entries(|entries| reader::read_watched(entries, keys, &mut time))
-        };
-        Ok(blocking_range_watch_stream(
-            range.into_inner(),
-            &self.signal,
-            read,
-        ))
-    }
-
-    /// Closes this handle: its watch streams end, its waiting dequeues return `None`, and the
-    /// messages it handed out and that are not finished count as failed deliveries (they are
-    /// retried). The last handle on a file also syncs everything and closes the file.
-    async fn close(&self) -> Result<(), KvError> {
-        self.signal.close();
-        let released = match self.shared.writer() {
-            Ok(writer) => match writer.release(self.owner, self.clock.now()).await {
-                Err(KvError::Closed) => Ok(()),
-                other => other,
-            },
-            Err(_) => Ok(()),
-        };
-        let shared = self.shared.clone();
-        let closed = run_blocking(move || store::release(&shared)).await;
-        released.and(closed)
-    }
-
-    /// A handle dropped without [`open_deno_kv_engine_kit::Backend::close`] is closed here (without waiting for
-    /// the release of its messages; the last handle still waits for the file to close, so a
-    /// reopen right after the drop finds it free).
-    fn close_on_drop(&self) {
-        self.signal.close();
-        if let Ok(writer) = self.shared.writer() {
-            writer.release_in_background(self.owner, self.clock.now());
-        }
-        let _ = store::release(&self.shared);
-    }
-}
 
 /// The README.md of this crate (the page crates.io shows): its Rust example is compiled as a doc
 /// test, so that it stays true.

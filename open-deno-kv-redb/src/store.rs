@@ -19,12 +19,13 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use open_deno_kv_engine_kit::{KvError, Notifier};
 use redb::ReadableDatabase;
 
-use crate::backup::CommitClock;
+use crate::commit_clock::CommitClock;
+use crate::error::RedbError;
 use crate::file::{DbSlot, OpenStorage};
 use crate::group::GroupState;
+use crate::options::RedbOptions;
 use crate::snapshot::{EntriesSnapshot, ReadSnapshot};
 use crate::writer::Writer;
-use crate::{RedbError, RedbOptions};
 
 /// The state every handle on one file shares.
 pub(crate) struct Shared {

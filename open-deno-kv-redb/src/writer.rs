@@ -100,7 +100,7 @@ mod tests {
             Durability::Immediate,
             Arc::new(open_deno_kv_engine_kit::Notifier::new()),
             Arc::new(ReadSnapshot::default()),
-            Arc::new(crate::backup::CommitClock::default()),
+            Arc::new(crate::commit_clock::CommitClock::default()),
         )
         .expect("prepare");
         Writer::start(state).expect("start")

@@ -383,10 +383,11 @@ async fn counts_and_range_watches_are_refused_when_not_offered() {
 fn the_conformance_backend_reports_the_range_capabilities() {
     let factory: Arc<dyn open_deno_kv_conformance::BackendFactory> =
         Arc::new(conformance_server::factory(None));
-    let features = open_deno_kv_conformance::probe_features(&factory).unwrap();
-    assert!(features.range_delete, "{features:?}");
-    assert!(features.count, "{features:?}");
-    assert!(features.watch_range, "{features:?}");
+    let offered = open_deno_kv_conformance::probe_backend(&factory).unwrap();
+    let capabilities = offered.capabilities;
+    assert!(capabilities.range_delete, "{offered:?}");
+    assert!(capabilities.count, "{offered:?}");
+    assert!(capabilities.watch_range, "{offered:?}");
 }
 
 /// Backups travel over the network when the server offers `snapshot/1`: an export from one

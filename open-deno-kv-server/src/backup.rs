@@ -51,7 +51,6 @@ use prost::Message;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::watch as signal;
 
-use crate::Shared;
 use crate::ext::{
     self, ChangeLogStatusResponse, ConfigureChangeLogRequest, ExportRequest, ImportResponse,
     ReadChangeLogRequest, ReadChangeLogResponse, SnapshotBatches, SnapshotFrame, SnapshotReader,
@@ -59,6 +58,7 @@ use crate::ext::{
 };
 use crate::metrics::Endpoint;
 use crate::response::{Failure, ResponseBody, bytes_response, kv_failure, protobuf_response};
+use crate::shared::Shared;
 
 /// The backup and change log endpoints, after `<endpoint>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

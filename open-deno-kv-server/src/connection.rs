@@ -18,12 +18,13 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::Instant;
 
+use crate::config::ServerConfig;
 use crate::databases::ConnectionDatabases;
 use crate::handler;
 use crate::quick_ack::QuickAck;
 use crate::response::ResponseBody;
+use crate::shared::Shared;
 use crate::tls::TLS_HANDSHAKE_RECORD;
-use crate::{ServerConfig, Shared};
 
 /// How often an HTTP/2 connection is pinged, and how long a ping may go unanswered before the
 /// peer counts as dead and the connection is closed.

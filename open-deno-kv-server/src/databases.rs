@@ -422,7 +422,7 @@ fn close_in_background(backend: Arc<dyn Backend>) {
 }
 
 /// Closes idle `/db/NAME` databases until the server shuts down.
-pub(crate) async fn sweep_idle(shared: Arc<crate::Shared>) {
+pub(crate) async fn sweep_idle(shared: Arc<crate::shared::Shared>) {
     let every = (shared.databases.idle_timeout / 4)
         .clamp(Duration::from_millis(10), Duration::from_secs(5));
     let mut shutdown = shared.shutdown.clone();

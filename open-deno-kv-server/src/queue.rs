@@ -53,13 +53,13 @@ use prost::Message;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::Shared;
 use crate::ext::{
     DequeueRequest, DequeueResponse, FinishRequest, FinishResponse, KeepAliveRequest,
     KeepAliveResponse,
 };
 use crate::metrics::Delivery;
 use crate::response::{Failure, ResponseBody, kv_failure, protobuf_response};
+use crate::shared::Shared;
 
 /// The queue endpoints, after `<endpoint>/queue/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

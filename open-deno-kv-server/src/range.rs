@@ -34,9 +34,9 @@ use hyper::header::{self, HeaderValue};
 use open_deno_kv_model::Backend;
 use prost::Message;
 
-use crate::Shared;
 use crate::ext::{self, RangeCountResponse, RangeRequest};
 use crate::response::{Failure, ResponseBody, kv_failure, protobuf_response};
+use crate::shared::Shared;
 
 /// The range endpoints, after `<endpoint>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use hyper::{Response, StatusCode};
 use open_deno_kv_connect::convert::TEXT_OUTCOME_UNKNOWN;
 use open_deno_kv_model::{KvError, LimitKind};
 
-use crate::Shared;
+use crate::shared::Shared;
 
 /// Response bodies: a buffer or a watch stream.
 pub(crate) type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;

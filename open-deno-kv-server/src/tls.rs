@@ -20,7 +20,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 
-use crate::ConfigError;
+use crate::config_error::ConfigError;
 
 /// The first byte of every TLS connection: the record type of a handshake message.
 pub(crate) const TLS_HANDSHAKE_RECORD: u8 = 0x16;

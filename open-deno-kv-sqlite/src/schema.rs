@@ -14,7 +14,7 @@
 use open_deno_kv_engine_kit::SchemaTooNew;
 use rusqlite::{Connection, OptionalExtension};
 
-use crate::SqliteError;
+use crate::error::SqliteError;
 
 /// The newest schema this crate (and Deno 2.9) knows.
 pub(crate) const SCHEMA_VERSION: i64 = 3;

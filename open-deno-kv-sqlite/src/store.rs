@@ -14,7 +14,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use rusqlite::{Connection, OpenFlags, Params, Row, params};
 use uuid::Uuid;
 
-use crate::SqliteError;
+use crate::error::SqliteError;
 
 /// How long SQLite itself waits for another connection's lock before reporting busy; callers
 /// retry beyond that with back-off.

@@ -46,11 +46,13 @@ use open_deno_kv_engine_kit::{Clock, CommitResult, Effects, KvError, Notifier, V
 use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior, params};
 
 use crate::change_log::WriterLog;
+use crate::error::SqliteError;
 use crate::messages::{self, SqlQueue, held_registry};
+use crate::options::Durability;
+use crate::schema;
 use crate::store::{
     BUSY_TIMEOUT, commit_write, execute, open_connection, pragma_data_version, storage,
 };
-use crate::{Durability, SqliteError, schema};
 
 /// How often the standby thread looks for other processes' commits.
 const CHANGE_POLL_INTERVAL: Duration = Duration::from_millis(25);

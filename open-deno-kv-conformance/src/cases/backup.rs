@@ -1,6 +1,6 @@
 //! Beyond Deno KV: online backups and restores, through [`Backend::export_snapshot`] and
 //! [`Backend::import_snapshot`]. Cases run only where the backend reports the capabilities
-//! ([`Needs::EXPORT`], [`Needs::BACKUP`]); queue parts also need queues.
+//! ([`Capabilities::export`](open_deno_kv_model::Capabilities::export), and [`import`](open_deno_kv_model::Capabilities::import) for restores); queue parts also need queues.
 //!
 //! An export must be one snapshot while writers commit: a writer keeps two keys at both ends of
 //! the key order equal (one atomic write adds one to each), with many entries between them, so
@@ -18,39 +18,34 @@ use open_deno_kv_model::{
     SnapshotItem, Versionstamp, key,
 };
 
+use crate::cases::need;
 use crate::support::*;
-use crate::{Case, Env, Needs};
+use crate::{Case, Env};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
-        Case::new(
+        need::EXPORT.case(
             "an_export_taken_during_writes_holds_whole_commits",
-            Needs::EXPORT,
             an_export_taken_during_writes_holds_whole_commits,
         ),
-        Case::new(
+        need::EXPORT.and(need::QUEUES).case(
             "an_export_holds_waiting_and_in_delivery_messages",
-            Needs::EXPORT.and(Needs::QUEUES),
             an_export_holds_waiting_and_in_delivery_messages,
         ),
-        Case::new(
+        need::BACKUP.and(need::QUEUE_INSPECTION).case(
             "an_import_restores_entries_messages_and_versionstamps",
-            Needs::BACKUP.and(Needs::QUEUE_INSPECTION),
             an_import_restores_entries_messages_and_versionstamps,
         ),
-        Case::new(
+        need::BACKUP.case(
             "an_import_into_a_store_that_is_not_empty_is_refused_and_changes_nothing",
-            Needs::BACKUP,
             an_import_into_a_store_that_is_not_empty_is_refused_and_changes_nothing,
         ),
-        Case::new(
+        need::BACKUP.case(
             "an_import_into_an_emptied_store_never_reuses_a_versionstamp",
-            Needs::BACKUP,
             an_import_into_an_emptied_store_never_reuses_a_versionstamp,
         ),
-        Case::new(
+        need::BACKUP.case(
             "an_import_that_fails_half_way_leaves_the_store_empty",
-            Needs::BACKUP,
             an_import_that_fails_half_way_leaves_the_store_empty,
         ),
     ]

@@ -1,6 +1,6 @@
 //! Beyond Deno KV: the change log and point-in-time restores ([`Backend::configure_change_log`],
 //! [`Backend::read_change_log`], [`open_deno_kv_model::change_log::restore`]). Cases run only
-//! where the backend reports [`Needs::CHANGE_LOG`]; restores also need backups.
+//! where the backend reports [`Capabilities::change_log`](open_deno_kv_model::Capabilities::change_log); restores also need backups.
 //!
 //! The log must hold every commit's effects exactly (a `sum` as the value it stored, a range
 //! delete as its range), nothing of a write whose check failed, in commit order with an unbroken
@@ -17,69 +17,63 @@ use open_deno_kv_model::{
     Snapshot, SnapshotItem, StoredEntry, Versionstamp, key,
 };
 
+use crate::cases::need;
 use crate::support::*;
-use crate::{Case, Env, Needs};
+use crate::{Case, Env};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
-        Case::new(
+        need::CHANGE_LOG.case(
             "the_log_is_off_until_switched_on",
-            Needs::CHANGE_LOG,
             the_log_is_off_until_switched_on,
         ),
-        Case::new(
+        need::CHANGE_LOG.case(
             "a_record_holds_what_its_commit_stored",
-            Needs::CHANGE_LOG,
             a_record_holds_what_its_commit_stored,
         ),
-        Case::new(
-            "range_deletes_and_enqueues_are_logged",
-            Needs::CHANGE_LOG
-                .and(Needs::RANGE_DELETE)
-                .and(Needs::QUEUES),
-            range_deletes_and_enqueues_are_logged,
-        ),
-        Case::new(
+        need::CHANGE_LOG
+            .and(need::RANGE_DELETE)
+            .and(need::QUEUES)
+            .case(
+                "range_deletes_and_enqueues_are_logged",
+                range_deletes_and_enqueues_are_logged,
+            ),
+        need::CHANGE_LOG.case(
             "concurrent_commits_are_logged_in_an_unbroken_chain",
-            Needs::CHANGE_LOG,
             concurrent_commits_are_logged_in_an_unbroken_chain,
         ),
-        Case::new(
+        need::CHANGE_LOG.case(
             "switching_the_log_off_deletes_it",
-            Needs::CHANGE_LOG,
             switching_the_log_off_deletes_it,
         ),
-        Case::new(
+        need::CHANGE_LOG.and(need::REOPEN).case(
             "the_setting_and_the_records_survive_a_reopen",
-            Needs::CHANGE_LOG.and(Needs::REOPEN),
             the_setting_and_the_records_survive_a_reopen,
         ),
-        Case::new(
+        need::CHANGE_LOG.case(
             "records_older_than_the_retention_are_pruned",
-            Needs::CHANGE_LOG,
             records_older_than_the_retention_are_pruned,
         ),
-        Case::new(
-            "a_restore_to_twenty_random_past_commits_gives_the_states_recorded",
-            Needs::CHANGE_LOG.and(Needs::BACKUP),
-            a_restore_to_twenty_random_past_commits_gives_the_states_recorded,
-        )
-        .with_timeout(Duration::from_secs(120)),
-        Case::new(
-            "a_restore_holds_the_messages_enqueued_up_to_its_commit",
-            Needs::CHANGE_LOG
-                .and(Needs::BACKUP)
-                .and(Needs::QUEUE_INSPECTION),
-            a_restore_holds_the_messages_enqueued_up_to_its_commit,
-        ),
-        Case::new(
+        need::CHANGE_LOG
+            .and(need::BACKUP)
+            .case(
+                "a_restore_to_twenty_random_past_commits_gives_the_states_recorded",
+                a_restore_to_twenty_random_past_commits_gives_the_states_recorded,
+            )
+            .with_timeout(Duration::from_secs(120)),
+        need::CHANGE_LOG
+            .and(need::BACKUP)
+            .and(need::QUEUE_INSPECTION)
+            .case(
+                "a_restore_holds_the_messages_enqueued_up_to_its_commit",
+                a_restore_holds_the_messages_enqueued_up_to_its_commit,
+            ),
+        need::CHANGE_LOG.and(need::BACKUP).case(
             "a_replay_never_crosses_an_import",
-            Needs::CHANGE_LOG.and(Needs::BACKUP),
             a_replay_never_crosses_an_import,
         ),
-        Case::new(
+        need::CHANGE_LOG.and(need::BACKUP).case(
             "a_restore_refuses_points_the_log_cannot_reach",
-            Needs::CHANGE_LOG.and(Needs::BACKUP),
             a_restore_refuses_points_the_log_cannot_reach,
         ),
     ]
@@ -417,7 +411,7 @@ fn random_write(dice: &mut Dice, range_delete: bool) -> AtomicWrite {
 
 async fn a_restore_to_twenty_random_past_commits_gives_the_states_recorded(env: Env) {
     let kv = &*env.kv;
-    let range_delete = env.features.range_delete;
+    let range_delete = env.offered.capabilities.range_delete;
     let mut dice = Dice(0x5eed_0018);
     for _ in 0..10 {
         commit(kv, random_write(&mut dice, range_delete)).await;

@@ -1,6 +1,6 @@
 //! Beyond Deno KV: deleting a range in one commit, counting a range, watching a range. Each
-//! case runs only where the backend reports the capability ([`Needs::RANGE_DELETE`],
-//! [`Needs::COUNT`], [`Needs::WATCH_RANGE`]); a backend without it has them ignored, never
+//! case runs only where the backend reports the capability ([`Capabilities::range_delete`](open_deno_kv_model::Capabilities::range_delete),
+//! [`count`](open_deno_kv_model::Capabilities::count), [`watch_range`](open_deno_kv_model::Capabilities::watch_range)); a backend without it has them ignored, never
 //! passed.
 
 use std::time::Duration;
@@ -13,8 +13,9 @@ use open_deno_kv_model::{
 use tokio::time::timeout;
 
 use super::cases;
+use crate::cases::need;
 use crate::support::*;
-use crate::{Case, Env, Needs};
+use crate::{Case, Env};
 
 pub(crate) fn cases() -> Vec<Case> {
     let mut all = cases![
@@ -33,41 +34,33 @@ pub(crate) fn cases() -> Vec<Case> {
             count_between_keys_includes_the_start_and_excludes_the_end,
             count_of_an_empty_or_inverted_range_is_zero
     ];
-    all.push(Case::new(
+    all.push(WATCH_RANGE.case(
         "range_watch_starts_with_reread_then_reports_changes_inside_only",
-        WATCH_RANGE,
         range_watch_starts_with_reread_then_reports_changes_inside_only,
     ));
-    all.push(Case::new(
+    all.push(WATCH_RANGE.case(
         "range_watch_reports_deletions_and_skips_failed_writes",
-        WATCH_RANGE,
         range_watch_reports_deletions_and_skips_failed_writes,
     ));
-    all.push(Case::new(
-        "range_watch_ends_after_close",
-        WATCH_RANGE,
-        range_watch_ends_after_close,
-    ));
-    all.push(Case::new(
+    all.push(WATCH_RANGE.case("range_watch_ends_after_close", range_watch_ends_after_close));
+    all.push(need::RANGE_DELETE.and(need::WATCH).case(
         "range_delete_wakes_watches_of_the_keys_it_deleted",
-        Needs::RANGE_DELETE.and(Needs::WATCH),
         range_delete_wakes_watches_of_the_keys_it_deleted,
     ));
-    all.push(Case::new(
+    all.push(need::RANGE_DELETE.and(WATCH_RANGE).case(
         "range_watch_asks_for_a_reread_after_an_overlapping_range_delete",
-        Needs::RANGE_DELETE.and(WATCH_RANGE),
         range_watch_asks_for_a_reread_after_an_overlapping_range_delete,
     ));
-    all.push(Case::new(
-        "range_delete_survives_reopen",
-        Needs::RANGE_DELETE.and(Needs::REOPEN),
-        range_delete_survives_reopen,
-    ));
+    all.push(
+        need::RANGE_DELETE
+            .and(need::REOPEN)
+            .case("range_delete_survives_reopen", range_delete_survives_reopen),
+    );
     all
 }
 
 /// Range watches, and key watches for [`watch_range_settled`]'s barrier.
-const WATCH_RANGE: Needs = Needs::WATCH_RANGE.and(Needs::WATCH);
+const WATCH_RANGE: need::Need = need::WATCH_RANGE.and(need::WATCH);
 
 /// How long to wait for a range watch event that must come.
 const WAIT: Duration = Duration::from_secs(5);

@@ -11,8 +11,9 @@ use open_deno_kv_model::{
 use tokio::time::timeout;
 
 use super::cases;
+use crate::cases::need;
 use crate::support::*;
-use crate::{Case, Env, Needs};
+use crate::{Case, Env};
 
 pub(crate) fn cases() -> Vec<Case> {
     let mut all = cases![WATCH =>
@@ -30,24 +31,19 @@ pub(crate) fn cases() -> Vec<Case> {
         watching_ten_keys_reports_each_by_position,
         stream_ends_after_close,
     ];
-    all.push(Case::new(
+    all.push(WATCH_REOPEN.case(
         "change_through_another_handle_is_seen",
-        WATCH_REOPEN,
         change_through_another_handle_is_seen,
     ));
-    all.push(Case::new(
-        "dead_letter_write_is_seen",
-        WATCH_QUEUES,
-        dead_letter_write_is_seen,
-    ));
+    all.push(WATCH_QUEUES.case("dead_letter_write_is_seen", dead_letter_write_is_seen));
     all
 }
 
 /// Watch and a second handle on the same data.
-const WATCH_REOPEN: Needs = Needs::WATCH.and(Needs::REOPEN);
+const WATCH_REOPEN: need::Need = need::WATCH.and(need::REOPEN);
 
 /// Watch and queues.
-const WATCH_QUEUES: Needs = Needs::WATCH.and(Needs::QUEUES);
+const WATCH_QUEUES: need::Need = need::WATCH.and(need::QUEUES);
 
 /// How long to wait for an emission that must come.
 const WAIT: Duration = Duration::from_secs(5);

@@ -27,9 +27,9 @@ use serde_json::{Value as Json, json};
 
 use super::entry::{entry_json, parse_edit};
 use super::stats::{COUNT_CAP, count_prefix};
-use crate::Shared;
-use crate::handler::{authorize, read_body};
+use crate::request::{authorize, read_body};
 use crate::response::{Failure, ResponseBody, bytes_response, kv_failure, method_not_allowed};
+use crate::shared::Shared;
 
 /// The default and the largest page of `list`.
 const DEFAULT_PAGE: u64 = 50;

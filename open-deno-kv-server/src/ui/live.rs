@@ -30,8 +30,8 @@ use tokio::sync::watch as signal;
 use tokio::time::{Instant, Interval, MissedTickBehavior, interval_at};
 
 use super::entry::entry_json;
-use crate::Shared;
 use crate::response::{Failure, ResponseBody, kv_failure};
+use crate::shared::Shared;
 
 /// The most keys one stream follows (a page of the explorer holds at most 500 rows, but the page
 /// asks only for the rows on screen).

@@ -25,9 +25,9 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
-use crate::Shared;
 use crate::metrics::Endpoint;
 use crate::response::{Failure, ResponseBody, bytes_response, method_not_allowed, text_response};
+use crate::shared::Shared;
 
 /// Whether and how the server serves the explorer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -18,23 +18,24 @@ use open_deno_kv_model::{AtomicWrite, Backend, Enqueue, KvError, QueueMessageHan
 use tokio::time::{Instant, timeout};
 
 use super::{enqueue, finish, message, receive, shown};
+use crate::cases::need;
 use crate::support::*;
 use crate::{Case, Env};
 
 pub(super) fn cases() -> Vec<Case> {
     vec![
-        Case::new(
-            "dequeues_cancelled_at_random_points_under_load_lose_no_message",
-            crate::Needs::QUEUES,
-            dequeues_cancelled_at_random_points_under_load_lose_no_message,
-        )
-        .with_timeout(DELIVERY_BOUND + Duration::from_secs(30)),
-        Case::new(
-            "cancelled_dequeues_use_up_no_retry",
-            crate::Needs::QUEUES,
-            cancelled_dequeues_use_up_no_retry,
-        )
-        .with_timeout(DELIVERY_BOUND + Duration::from_secs(30)),
+        need::QUEUES
+            .case(
+                "dequeues_cancelled_at_random_points_under_load_lose_no_message",
+                dequeues_cancelled_at_random_points_under_load_lose_no_message,
+            )
+            .with_timeout(DELIVERY_BOUND + Duration::from_secs(30)),
+        need::QUEUES
+            .case(
+                "cancelled_dequeues_use_up_no_retry",
+                cancelled_dequeues_use_up_no_retry,
+            )
+            .with_timeout(DELIVERY_BOUND + Duration::from_secs(30)),
     ]
 }
 
@@ -267,7 +268,7 @@ async fn dequeues_cancelled_at_random_points_under_load_lose_no_message(env: Env
 /// optional (a remote store may not offer it): without [`open_deno_kv_model::Capabilities::queue_inspection`]
 /// only delivery, checked by the caller, is proved; with it, the listing must work.
 async fn assert_queue_is_empty(env: &Env, seed: u64) {
-    if !env.features.queue_inspection {
+    if !env.offered.capabilities.queue_inspection {
         return;
     }
     match env.kv.queued_messages().await {
