@@ -196,8 +196,10 @@ fn opener(
             };
             url.with_path(dir.join(file))
                 .open(clock.clone())
-                .map_err(|e| open_deno_kv_model::KvError::Storage {
-                    source: Arc::new(std::io::Error::other(e.to_string())),
+                .map_err(|e| match e {
+                    // The store's own answer (a file it cannot open, a newer schema) as itself.
+                    open_deno_kv::Error::Kv(err) => err,
+                    other => open_deno_kv_model::KvError::storage(other),
                 })
         },
     )

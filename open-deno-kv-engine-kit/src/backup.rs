@@ -23,6 +23,9 @@
 use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 
+mod import;
+
+pub use import::{ImportRow, ImportWrites, import_each, import_each_async};
 pub use open_deno_kv_model::backup::*;
 
 use crate::{KvError, Versionstamp};
@@ -101,21 +104,28 @@ where
         })
         .map_err(KvError::storage)?;
     let versionstamp = versionstamp_rx.await.map_err(|_| thread_gone("export"))??;
-    let items = futures::stream::unfold(items_rx, |mut rx| async move {
+    Ok(snapshot_from_channel(versionstamp, items_rx))
+}
+
+/// A snapshot whose items arrive on `items` (from an export's thread or task), ending when its
+/// sender is dropped.
+pub fn snapshot_from_channel(
+    versionstamp: Versionstamp,
+    items: mpsc::Receiver<Result<SnapshotItem, KvError>>,
+) -> Snapshot {
+    let items = futures::stream::unfold(items, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
     })
     .boxed();
-    Ok(Snapshot {
+    Snapshot {
         versionstamp,
         items,
-    })
+    }
 }
 
 /// A thread that ended without an answer (it panicked).
 fn thread_gone(what: &str) -> KvError {
-    KvError::storage(std::io::Error::other(format!(
-        "the {what} thread stopped without an answer"
-    )))
+    KvError::internal(format!("the {what} thread stopped without an answer"))
 }
 
 /// What the async side of [`blocking_import`] passes to the thread.

@@ -20,7 +20,7 @@ pub async fn run_blocking<T: Send + 'static>(
         Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
         Ok(_) => tokio::task::spawn_blocking(work)
             .await
-            .map_err(|e| KvError::storage(std::io::Error::other(e.to_string())))?,
+            .map_err(|e| KvError::internal(format!("the blocking task failed: {e}")))?,
         Err(_) => work(),
     }
 }

@@ -391,9 +391,9 @@ struct CloseOnUnwind<'a, R: GroupRunner> {
 impl<R: GroupRunner> Drop for CloseOnUnwind<'_, R> {
     fn drop(&mut self) {
         if self.armed && std::thread::panicking() {
-            self.core.close(Err(KvError::storage(std::io::Error::other(
+            self.core.close(Err(KvError::internal(
                 "a group panicked while the committer was stopping",
-            ))));
+            )));
         }
     }
 }
@@ -711,9 +711,7 @@ impl<R: GroupRunner> Committer<R> {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         let joined = match standby.map(JoinHandle::join) {
-            Some(Err(_)) => Err(KvError::storage(std::io::Error::other(
-                "the committer's standby thread panicked",
-            ))),
+            Some(Err(_)) => Err(KvError::internal("the committer's standby thread panicked")),
             Some(Ok(())) | None => Ok(()),
         };
         result.and(joined)

@@ -105,14 +105,7 @@ impl MemoryBackend {
 
 impl Engine for MemoryBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::none()
-            .with_queues(true)
-            .with_queue_inspection(true)
-            .with_watch(true)
-            .with_integrity_check(true)
-            .with_beyond_deno(true)
-            .with_backup(true)
-            .with_change_log(true)
+        Capabilities::every_operation()
     }
 
     async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {

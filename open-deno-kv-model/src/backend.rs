@@ -227,6 +227,27 @@ impl Capabilities {
         self.union(needed) == self
     }
 
+    /// Every optional method (queues and their listing, watch, integrity checks, the operations
+    /// beyond Deno KV, backups, the change log), on a store that is not durable and not
+    /// read-only (open-deno-kv-memory; open-deno-kv-postgres adds [`Capabilities::durable`]).
+    ///
+    /// ```
+    /// use open_deno_kv_model::Capabilities;
+    /// let all = Capabilities::every_operation();
+    /// assert!(all.queues && all.watch_range && all.import && all.change_log);
+    /// assert!(!all.durable && !all.read_only);
+    /// ```
+    pub const fn every_operation() -> Self {
+        Capabilities::none()
+            .with_queues(true)
+            .with_queue_inspection(true)
+            .with_watch(true)
+            .with_integrity_check(true)
+            .with_beyond_deno(true)
+            .with_backup(true)
+            .with_change_log(true)
+    }
+
     /// A durable store that offers every optional method (open-deno-kv-sqlite,
     /// open-deno-kv-redb, open-deno-kv-postgres): a read-only open reports
     /// [`Capabilities::read_only`] and consumes no queue, but still lists the queue, watches,

@@ -104,6 +104,15 @@ pub enum KvError {
         /// What did not decode, and where.
         message: String,
     },
+
+    /// This project's own machinery failed, not the storage: a worker thread that panicked or
+    /// stopped without an answer, a backend that broke its contract (a failed check reported for
+    /// a write without checks). A bug to report; the operation may or may not have happened.
+    #[error("internal error: {message}")]
+    Internal {
+        /// What went wrong.
+        message: String,
+    },
 }
 
 impl KvError {
@@ -125,6 +134,13 @@ impl KvError {
     /// An [`KvError::InvalidArgument`] with this message.
     pub fn invalid_argument(message: impl Into<String>) -> Self {
         KvError::InvalidArgument {
+            message: message.into(),
+        }
+    }
+
+    /// An [`KvError::Internal`] with this message.
+    pub fn internal(message: impl Into<String>) -> Self {
+        KvError::Internal {
             message: message.into(),
         }
     }

@@ -204,15 +204,7 @@ fn new_pool(config: &Config, size: usize) -> Result<Pool, PostgresError> {
 
 impl Engine for PostgresBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::none()
-            .with_durable(true)
-            .with_queues(true)
-            .with_queue_inspection(true)
-            .with_watch(true)
-            .with_integrity_check(true)
-            .with_beyond_deno(true)
-            .with_backup(true)
-            .with_change_log(true)
+        Capabilities::every_operation().with_durable(true)
     }
 
     /// Strong reads go to the primary. Eventual reads go to a replica when there is one, in

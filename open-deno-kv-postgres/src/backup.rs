@@ -21,10 +21,11 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Pool, Transaction};
-use futures::StreamExt;
+use open_deno_kv_engine_kit::backup::{ImportWrites, import_each_async, snapshot_from_channel};
 use open_deno_kv_engine_kit::change_log::version_after_import;
 use open_deno_kv_engine_kit::{
-    ImportSummary, KvError, Snapshot, SnapshotItem, Versionstamp, backup::not_empty,
+    ImportSummary, KvError, QueuedMessage, Snapshot, SnapshotItem, StoredEntry, Versionstamp,
+    backup::not_empty,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::types::ToSql;
@@ -62,19 +63,10 @@ pub(crate) async fn export(
             }
         }
     });
-    let versionstamp = versionstamp_rx.await.map_err(|_| {
-        KvError::storage(std::io::Error::other(
-            "the export task stopped without an answer",
-        ))
-    })??;
-    let items = futures::stream::unfold(items_rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    })
-    .boxed();
-    Ok(Snapshot {
-        versionstamp,
-        items,
-    })
+    let versionstamp = versionstamp_rx
+        .await
+        .map_err(|_| KvError::internal("the export task stopped without an answer"))??;
+    Ok(snapshot_from_channel(versionstamp, items_rx))
 }
 
 /// The export's work; returns early (`Ok`) once the consumer is gone.
@@ -181,7 +173,7 @@ pub(crate) async fn import(
 ) -> Result<ImportSummary, KvError> {
     let Snapshot {
         versionstamp,
-        mut items,
+        items,
     } = snapshot;
     let version = i64::try_from(versionstamp.version()).map_err(|_| {
         KvError::invalid_argument("the snapshot's version is beyond PostgreSQL's bigint")
@@ -202,33 +194,14 @@ pub(crate) async fn import(
     }
     let upsert = tx.prepare_cached(&sql.upsert).await.map_err(pg)?;
     let enqueue = tx.prepare_cached(&sql.enqueue).await.map_err(pg)?;
-    let mut summary = ImportSummary::default();
-    let mut columns = EntryColumns::default();
-    while let Some(item) = items.next().await {
-        let item = item?;
-        summary.count(&item);
-        match item {
-            SnapshotItem::Entry(entry) => {
-                let (key, stored) = entry.into_stored();
-                columns.push(&key, &stored);
-                if columns.keys.len() >= IMPORT_BATCH {
-                    insert_entries(&tx, &upsert, std::mem::take(&mut columns)).await?;
-                }
-            }
-            SnapshotItem::Message(message) => {
-                let backoff = codec::backoff_column(&message.backoff_schedule);
-                let ready_at = codec::ms(message.ready_at);
-                let params: [&(dyn ToSql + Sync); 5] = [
-                    &message.id,
-                    &ready_at,
-                    &message.payload,
-                    &message.keys_if_undelivered,
-                    &backoff,
-                ];
-                tx.execute(&enqueue, &params).await.map_err(pg)?;
-            }
-        }
-    }
+    let mut writes = ImportRows {
+        tx: &tx,
+        upsert: &upsert,
+        enqueue: &enqueue,
+        columns: EntryColumns::default(),
+    };
+    let summary = import_each_async(items, &mut writes).await?;
+    let columns = writes.columns;
     insert_entries(&tx, &upsert, columns).await?;
     // Never backwards, and while the change log is on, a gap in its chain: the import is not
     // logged, so the next commit must not name the last record as its predecessor
@@ -249,6 +222,39 @@ pub(crate) async fn import(
     tx.execute(&sql.notify, &notify_params).await.map_err(pg)?;
     tx.commit().await.map_err(pg)?;
     Ok(summary)
+}
+
+/// An import's writes into PostgreSQL: entries batched ([`IMPORT_BATCH`] per statement),
+/// messages one by one.
+struct ImportRows<'t> {
+    tx: &'t Transaction<'t>,
+    upsert: &'t tokio_postgres::Statement,
+    enqueue: &'t tokio_postgres::Statement,
+    columns: EntryColumns,
+}
+
+impl ImportWrites for ImportRows<'_> {
+    async fn entry(&mut self, key: Vec<u8>, stored: StoredEntry) -> Result<(), KvError> {
+        self.columns.push(&key, &stored);
+        if self.columns.keys.len() >= IMPORT_BATCH {
+            insert_entries(self.tx, self.upsert, std::mem::take(&mut self.columns)).await?;
+        }
+        Ok(())
+    }
+
+    async fn message(&mut self, message: QueuedMessage) -> Result<(), KvError> {
+        let backoff = codec::backoff_column(&message.backoff_schedule);
+        let ready_at = codec::ms(message.ready_at);
+        let params: [&(dyn ToSql + Sync); 5] = [
+            &message.id,
+            &ready_at,
+            &message.payload,
+            &message.keys_if_undelivered,
+            &backoff,
+        ];
+        self.tx.execute(self.enqueue, &params).await.map_err(pg)?;
+        Ok(())
+    }
 }
 
 async fn insert_entries(

@@ -27,7 +27,9 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_engine_kit::backup::{ExportSink, ImportFeed, blocking_export, blocking_import};
+use open_deno_kv_engine_kit::backup::{
+    ExportSink, ImportFeed, ImportRow, blocking_export, blocking_import, import_each,
+};
 use open_deno_kv_engine_kit::change_log::version_after_import;
 use open_deno_kv_engine_kit::{
     ImportSummary, KvEntry, KvError, QueuedMessage, Snapshot, SnapshotItem, Versionstamp,
@@ -166,18 +168,10 @@ fn import_into(
     if occupied {
         return Err(not_empty());
     }
-    let mut summary = ImportSummary::default();
-    for item in feed {
-        let item = item?;
-        summary.count(&item);
-        match item {
-            SnapshotItem::Entry(entry) => {
-                let (key, stored) = entry.into_stored();
-                tables.store_entry(&key, Some(&stored)).map_err(fatal)?;
-            }
-            SnapshotItem::Message(message) => tables.insert_ready(&message).map_err(fatal)?,
-        }
-    }
+    let summary = import_each(feed, |row| match row {
+        ImportRow::Entry(key, stored) => tables.store_entry(&key, Some(&stored)).map_err(fatal),
+        ImportRow::Message(message) => tables.insert_ready(&message).map_err(fatal),
+    })?;
     // Never backwards, and a gap in the change log's chain (`version_after_import`): the
     // writer cannot commit while this transaction is open, so the last version that landed is
     // the store's.

@@ -322,9 +322,9 @@ pub(crate) fn commit_write(
     effects: &mut Effects,
 ) -> Step<Option<CommitResult>> {
     let Some(version) = last_version.checked_add(1) else {
-        return Ok(Err(KvError::storage(std::io::Error::other(
+        return Ok(Err(KvError::internal(
             "the versionstamp counter is exhausted",
-        ))));
+        )));
     };
     let versionstamp = Versionstamp::from_version(version, 0);
     let staged = match stage_atomic_write(|key| tables.get_entry(key), write, versionstamp, now) {

@@ -103,6 +103,7 @@ mod backup;
 pub mod ext;
 mod queue;
 mod range;
+mod stream;
 mod tls;
 mod transport;
 mod watch;

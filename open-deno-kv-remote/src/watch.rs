@@ -1,28 +1,23 @@
 //! Watch over the network: one background task per watch reads the frame stream, reconnects
-//! when it ends, and emits only real changes.
+//! when it ends (the loop is [`crate::stream`]'s), and emits only real changes.
 
+use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
-use http_body_util::BodyExt;
+use hyper::Response;
+use hyper::body::Incoming;
 use open_deno_kv_connect::convert::{encode_watch, watch_frame_from_pb};
 use open_deno_kv_connect::frames::{Frame, FrameDecoder, WatchFrame};
 use open_deno_kv_connect::prost::Message;
 use open_deno_kv_engine_kit::watch::WatchDiff;
 use open_deno_kv_engine_kit::{KvEntry, KvError, WatchKeyOutput, WatchStream};
-use tokio::sync::mpsc;
 
-use crate::transport::{Inner, RemoteError, Replay, protocol};
-
-type Emission = Result<Vec<WatchKeyOutput>, KvError>;
-
-const FIRST_RECONNECT: Duration = Duration::from_millis(200);
-const MAX_RECONNECT: Duration = Duration::from_secs(5);
+use crate::stream::{self, FrameStream, Read};
+use crate::transport::{Inner, Replay, Session, protocol};
 
 /// Starts watching `keys` (already validated).
 pub(crate) fn watch(inner: Arc<Inner>, keys: Vec<Vec<u8>>) -> Result<WatchStream, KvError> {
-    let runtime = tokio::runtime::Handle::try_current().map_err(|_| RemoteError::NoRuntime)?;
     if keys.is_empty() {
         // Nothing can change: one empty emission, then the stream lasts until close.
         let first = futures::stream::once(async { Ok(Vec::new()) });
@@ -32,18 +27,19 @@ pub(crate) fn watch(inner: Arc<Inner>, keys: Vec<Vec<u8>>) -> Result<WatchStream
         .filter_map(|()| async { None });
         return Ok(first.chain(until_closed).boxed());
     }
-    let (sender, receiver) = mpsc::channel::<Emission>(8);
-    runtime.spawn(run(inner, keys, sender));
-    Ok(
-        futures::stream::unfold(receiver, |mut receiver| async move {
-            receiver.recv().await.map(|item| (item, receiver))
-        })
-        .boxed(),
-    )
+    let body = encode_watch(&keys).encode_to_vec();
+    let state = State {
+        body,
+        current: vec![None; keys.len()],
+        diff: WatchDiff::new(),
+    };
+    stream::spawn(inner, state)
 }
 
-/// What the consumer has seen, to turn frames into emissions.
+/// A key watch: its request, and what the consumer has seen, to turn frames into emissions.
 struct State {
+    /// The `watch` request's body.
+    body: Vec<u8>,
     /// Every key's current entry, from the frames so far.
     current: Vec<Option<KvEntry>>,
     /// What was last emitted.
@@ -70,79 +66,31 @@ impl State {
     }
 }
 
-/// The watch task: ends when the backend closes, the consumer drops the stream, or an error was
-/// delivered.
-async fn run(inner: Arc<Inner>, keys: Vec<Vec<u8>>, sender: mpsc::Sender<Emission>) {
-    let body = encode_watch(&keys).encode_to_vec();
-    let mut state = State {
-        current: vec![None; keys.len()],
-        diff: WatchDiff::new(),
-    };
-    let mut backoff = FIRST_RECONNECT;
-    loop {
-        let answer = tokio::select! {
-            () = inner.wait_closed() => return,
-            () = sender.closed() => return,
-            answer = inner.call("watch", body.clone(), Replay::Safe, inner.options.request_timeout) => answer,
-        };
-        let (session, response) = match answer {
-            Ok(answer) => answer,
-            Err(KvError::Closed) => return,
-            Err(err) => {
-                let _ = sender.send(Err(err)).await;
-                return;
-            }
-        };
-        let mut stream = response.into_body();
+impl FrameStream for State {
+    type Event = Vec<WatchKeyOutput>;
+
+    fn open(
+        &self,
+        inner: &Inner,
+    ) -> impl Future<Output = Result<(Arc<Session>, Response<Incoming>), KvError>> + Send {
+        inner.call(
+            "watch",
+            self.body.clone(),
+            Replay::Safe,
+            inner.options.request_timeout,
+        )
+    }
+
+    fn begin(&mut self, session: &Session) -> FrameDecoder {
         // The request asked for the expiry times if the server offers them (see `Inner::call`).
-        let mut decoder = FrameDecoder::new(session.extensions.expiry);
-        loop {
-            let next = tokio::select! {
-                () = inner.wait_closed() => return,
-                () = sender.closed() => return,
-                next = tokio::time::timeout(inner.options.watch_idle_timeout, stream.frame()) => next,
-            };
-            match next {
-                // Silent too long, ended, or broken: reconnect.
-                Err(_) | Ok(None) | Ok(Some(Err(_))) => break,
-                Ok(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(data) => decoder.push(&data),
-                    Err(_) => continue, // trailers
-                },
-            }
-            loop {
-                let frame = match decoder.next_frame() {
-                    Ok(None) => break,
-                    Ok(Some(Frame::KeepAlive)) => {
-                        backoff = FIRST_RECONNECT;
-                        continue;
-                    }
-                    Ok(Some(Frame::Output(frame))) => frame,
-                    Err(err) => {
-                        let _ = sender.send(Err(protocol(err))).await;
-                        return;
-                    }
-                };
-                backoff = FIRST_RECONNECT;
-                match state.apply(frame) {
-                    Ok(None) => {}
-                    Ok(Some(emission)) => {
-                        if sender.send(Ok(emission)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(err) => {
-                        let _ = sender.send(Err(err)).await;
-                        return;
-                    }
-                }
-            }
-        }
-        tokio::select! {
-            () = inner.wait_closed() => return,
-            () = sender.closed() => return,
-            () = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(MAX_RECONNECT);
+        FrameDecoder::new(session.extensions.expiry)
+    }
+
+    fn next(&mut self, decoder: &mut FrameDecoder) -> Result<Option<Read<Self::Event>>, KvError> {
+        Ok(match decoder.next_frame().map_err(protocol)? {
+            None => None,
+            Some(Frame::KeepAlive) => Some(Read::KeepAlive),
+            Some(Frame::Output(frame)) => Some(Read::Frame(self.apply(frame)?)),
+        })
     }
 }

@@ -57,7 +57,9 @@ use crate::ext::{
     SnapshotWriter, snapshot_items,
 };
 use crate::metrics::Endpoint;
-use crate::response::{Failure, ResponseBody, bytes_response, kv_failure, protobuf_response};
+use crate::response::{
+    Failure, ResponseBody, bytes_response, kv_failure, protobuf_response, too_many_streams,
+};
 use crate::shared::Shared;
 
 /// The backup and change log endpoints, after `<endpoint>`.
@@ -187,16 +189,10 @@ async fn export(
     shared: &Shared,
     messages_only: bool,
 ) -> Result<Response<ResponseBody>, Failure> {
-    let slot = shared.budgets.watch().ok_or_else(|| {
-        Failure::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!(
-                "Too many watches and exports on this server (the cap is {}); close some and \
-                 try again.",
-                shared.config.resources.max_watches
-            ),
-        )
-    })?;
+    let slot = shared
+        .budgets
+        .watch()
+        .ok_or_else(|| too_many_streams(shared, "watches and exports"))?;
     let snapshot = if messages_only {
         // The queue only: listed as such, not filtered out of a read of the whole store.
         let messages = backend

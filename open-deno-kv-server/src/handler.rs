@@ -26,7 +26,7 @@ use crate::range::RangeMethod;
 use crate::request::{authorize, read_body};
 use crate::response::{
     Failure, PROTOBUF, ResponseBody, bytes_response, internal, kv_failure, method_not_allowed,
-    text_response,
+    text_response, too_many_streams,
 };
 use crate::shared::Shared;
 
@@ -387,15 +387,10 @@ fn watch(
         .limits
         .validate_watch(&keys)
         .map_err(|e| kv_failure(shared, &e))?;
-    let slot = shared.budgets.watch().ok_or_else(|| {
-        Failure::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!(
-                "Too many watches on this server (the cap is {}); close some and try again.",
-                shared.config.resources.max_watches
-            ),
-        )
-    })?;
+    let slot = shared
+        .budgets
+        .watch()
+        .ok_or_else(|| too_many_streams(shared, "watches"))?;
     let stream = if keys.is_empty() {
         None
     } else {

@@ -35,7 +35,7 @@ use open_deno_kv_model::Backend;
 use prost::Message;
 
 use crate::ext::{self, RangeCountResponse, RangeRequest};
-use crate::response::{Failure, ResponseBody, kv_failure, protobuf_response};
+use crate::response::{Failure, ResponseBody, kv_failure, protobuf_response, too_many_streams};
 use crate::shared::Shared;
 
 /// The range endpoints, after `<endpoint>`.
@@ -101,16 +101,10 @@ pub(crate) async fn handle(
             ))
         }
         RangeMethod::Watch => {
-            let slot = shared.budgets.watch().ok_or_else(|| {
-                Failure::new(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    format!(
-                        "Too many watches on this server (the cap is {}); close some and try \
-                         again.",
-                        shared.config.resources.max_watches
-                    ),
-                )
-            })?;
+            let slot = shared
+                .budgets
+                .watch()
+                .ok_or_else(|| too_many_streams(shared, "watches"))?;
             let stream = backend
                 .watch_range(range)
                 .map_err(|e| kv_failure(shared, &e))?;

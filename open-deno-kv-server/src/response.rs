@@ -146,6 +146,19 @@ pub(crate) fn kv_failure(shared: &Shared, err: &KvError) -> Failure {
     }
 }
 
+/// The refusal of a stream over the cap of open watch streams
+/// ([`crate::ResourceLimits::max_watches`]): 429, naming the cap. `what` names what holds the
+/// slots ("watches", or "watches and exports" where an export takes one too).
+pub(crate) fn too_many_streams(shared: &Shared, what: &str) -> Failure {
+    Failure::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        format!(
+            "Too many {what} on this server (the cap is {}); close some and try again.",
+            shared.config.resources.max_watches
+        ),
+    )
+}
+
 /// A failure of the server's side: 500, counted as a storage error, and logged with its cause
 /// when the server logs errors (the text says nothing of the cause to the client).
 pub(crate) fn internal(shared: &Shared, err: &KvError) -> Failure {

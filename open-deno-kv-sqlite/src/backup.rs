@@ -16,7 +16,9 @@
 use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_engine_kit::backup::{ExportSink, ImportFeed, blocking_export, blocking_import};
+use open_deno_kv_engine_kit::backup::{
+    ExportSink, ImportFeed, ImportRow, blocking_export, blocking_import, import_each,
+};
 use open_deno_kv_engine_kit::change_log::version_after_import;
 use open_deno_kv_engine_kit::{
     ImportSummary, KvError, Snapshot, SnapshotItem, Versionstamp, WriteTransaction,
@@ -101,18 +103,10 @@ fn import_into(
     if occupied {
         return Err(not_empty());
     }
-    let mut summary = ImportSummary::default();
-    for item in feed {
-        let item = item?;
-        summary.count(&item);
-        match item {
-            SnapshotItem::Entry(entry) => {
-                let (key, stored) = entry.into_stored();
-                SqlTransaction { conn: &tx }.put(&key, stored)?;
-            }
-            SnapshotItem::Message(message) => insert_queued(&tx, &message)?,
-        }
-    }
+    let summary = import_each(feed, |row| match row {
+        ImportRow::Entry(key, stored) => SqlTransaction { conn: &tx }.put(&key, stored),
+        ImportRow::Message(message) => insert_queued(&tx, &message),
+    })?;
     // Never backwards, and a gap in the change log's chain (`version_after_import`).
     let current = last_commit(&tx)?;
     let logging = crate::change_log::tables_exist(&tx)?;

@@ -199,7 +199,7 @@ impl AtomicOperation {
     /// operation is deleted with the range, a set after it stays. One mutation whatever the
     /// number of entries. Not part of Deno KV: a backend without
     /// [`Capabilities::range_delete`](open_deno_kv_model::Capabilities) refuses the commit with
-    /// [`crate::Error::Unsupported`].
+    /// [`KvError::Unsupported`](crate::KvError::Unsupported).
     pub fn delete_range(self, selector: Selector) -> Self {
         self.try_step(|op| {
             op.write

@@ -1,7 +1,7 @@
 //! What reads return: entries with decoded keys.
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_model::{Key, KvValue, Versionstamp, decode_key};
+use open_deno_kv_model::{Key, KvError, KvValue, Versionstamp, decode_key};
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
@@ -98,10 +98,12 @@ impl MaybeEntry {
 
 /// Decodes a key read from storage; a key that does not decode means a foreign or damaged store.
 pub(crate) fn decode_stored_key(bytes: &[u8]) -> Result<Key> {
-    decode_key(bytes).map_err(|reason| Error::Corrupt {
-        message: format!(
-            "stored key {} does not decode: {reason}",
-            hex::encode(bytes)
-        ),
+    decode_key(bytes).map_err(|reason| {
+        Error::Kv(KvError::Corrupt {
+            message: format!(
+                "stored key {} does not decode: {reason}",
+                hex::encode(bytes)
+            ),
+        })
     })
 }

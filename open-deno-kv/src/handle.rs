@@ -7,7 +7,7 @@ use open_deno_kv_engine_kit::SystemClock;
 use open_deno_kv_model::change_log::ChangeLogStatus;
 use open_deno_kv_model::queue::QueuedMessage;
 use open_deno_kv_model::{
-    AtomicWrite, Backend, Clock, CommitResult, Consistency, Key, RangeCount, ReadRange,
+    AtomicWrite, Backend, Clock, CommitResult, Consistency, Key, KvError, RangeCount, ReadRange,
     SnapshotRead, encode_key,
 };
 
@@ -166,7 +166,7 @@ impl Kv {
     /// Deletes every entry the selector covers in one commit with one versionstamp, however
     /// many there are (the engines delete the range natively: one SQL `DELETE`, one range drain).
     /// Not part of Deno KV: a backend without it (an older `kv serve`, Deno Deploy) refuses with
-    /// [`Error::Unsupported`] and deletes nothing. To combine it with checks or other mutations,
+    /// [`KvError::Unsupported`] and deletes nothing. To combine it with checks or other mutations,
     /// use [`AtomicOperation::delete_range`].
     ///
     /// ```
@@ -189,13 +189,13 @@ impl Kv {
 
     /// How many entries the selector covers, and how many bytes their keys and values take,
     /// from one snapshot and without reading the values out. Expired entries are not counted.
-    /// Not part of Deno KV ([`Error::Unsupported`] where the backend cannot count).
+    /// Not part of Deno KV ([`KvError::Unsupported`] where the backend cannot count).
     pub async fn count(&self, selector: Selector) -> Result<RangeCount> {
         Ok(self.backend.count_range(selector.key_range()?).await?)
     }
 
     /// Watches every key the selector covers: see [`RangeWatch`]. Not part of Deno KV
-    /// ([`Error::Unsupported`] where the backend cannot).
+    /// ([`KvError::Unsupported`] where the backend cannot).
     pub fn watch_range(&self, selector: Selector) -> Result<RangeWatch> {
         Ok(RangeWatch::new(
             self.backend.watch_range(selector.key_range()?)?,
@@ -205,7 +205,7 @@ impl Kv {
     /// Switches the store's change log on, keeping every commit's effects for `retention`, so
     /// that a backup can later be rolled forward to any commit within it (`kv restore --at`,
     /// [`open_deno_kv_model::change_log::restore`]). Calling it again changes the retention.
-    /// The setting is stored in the database. Not part of Deno KV ([`Error::Unsupported`] where
+    /// The setting is stored in the database. Not part of Deno KV ([`KvError::Unsupported`] where
     /// the backend keeps no log: SQLite, redb and PostgreSQL do).
     ///
     /// ```
@@ -284,7 +284,7 @@ impl Kv {
 
     /// Every queued message, waiting or being delivered, without taking any (for tools that
     /// inspect or copy a store). Backends that cannot list their queue refuse with
-    /// [`Error::Unsupported`].
+    /// [`KvError::Unsupported`].
     pub async fn queued_messages(&self) -> Result<Vec<QueuedMessage>> {
         Ok(self.backend.queued_messages().await?)
     }
@@ -297,7 +297,7 @@ impl Kv {
     }
 
     /// Closes the store: listeners and watches end, later calls fail with
-    /// [`Error::Closed`]. Durable backends have everything acknowledged on disk.
+    /// [`KvError::Closed`]. Durable backends have everything acknowledged on disk.
     pub async fn close(&self) -> Result<()> {
         Ok(self.backend.close().await?)
     }
@@ -306,7 +306,7 @@ impl Kv {
     async fn commit_unchecked(&self, operation: AtomicOperation) -> Result<CommitResult> {
         match operation.commit().await? {
             CommitOutcome::Committed { versionstamp } => Ok(CommitResult { versionstamp }),
-            CommitOutcome::CheckFailed => Err(Error::storage(std::io::Error::other(
+            CommitOutcome::CheckFailed => Err(Error::Kv(KvError::internal(
                 "the backend reported a failed check for a write without checks",
             ))),
         }
@@ -320,7 +320,7 @@ impl Kv {
 }
 
 fn missing_output(asked: usize, got: usize) -> Error {
-    Error::storage(std::io::Error::other(format!(
+    Error::Kv(KvError::internal(format!(
         "the backend answered {got} of {asked} ranges"
     )))
 }

@@ -15,8 +15,8 @@ use common::deno_value;
 use futures::{StreamExt, TryStreamExt};
 use num_bigint::BigInt;
 use open_deno_kv::{
-    CommitOutcome, DeliveryFailure, EnqueueOptions, Entry, Error, IntoValue, Json, Kv, KvValue,
-    ListOptions, ListenOptions, Selector, key,
+    CommitOutcome, DeliveryFailure, EnqueueOptions, Entry, Error, IntoValue, Json, Kv, KvError,
+    KvValue, ListOptions, ListenOptions, Selector, key,
 };
 use open_deno_kv_memory::{MemoryBackend, MemoryStore};
 use open_deno_kv_model::{Clock, ManualClock};
@@ -88,7 +88,7 @@ async fn get_many_answers_in_order_and_refuses_more_than_ten() -> open_deno_kv::
 
     let eleven: Vec<open_deno_kv::Key> = (0..11).map(|i| key!["k", i]).collect();
     match kv.get_many(eleven).await {
-        Err(Error::Limit(limit)) => {
+        Err(Error::Kv(KvError::Limit(limit))) => {
             assert_eq!(limit.to_string(), "Too many ranges (max 10)")
         }
         other => panic!("expected Deno's range limit, got {other:?}"),
@@ -256,7 +256,7 @@ async fn a_bad_key_in_an_atomic_operation_writes_nothing() -> open_deno_kv::Resu
         .set(key![too_big], 2u64)
         .commit()
         .await;
-    assert!(matches!(result, Err(Error::InvalidKey { .. })));
+    assert!(matches!(result, Err(Error::Kv(KvError::InvalidKey { .. }))));
     assert!(!kv.get(key!["ok"]).await?.exists());
     Ok(())
 }
@@ -402,7 +402,7 @@ async fn sqlite_urls_open_durable_files_that_reopen() -> open_deno_kv::Result<()
     let read_only = Kv::open(&format!("{url}?read_only")).await?;
     assert!(matches!(
         read_only.set(key!["x"], 1u64).await,
-        Err(Error::ReadOnly)
+        Err(Error::Kv(KvError::ReadOnly))
     ));
     read_only.close().await?;
 
@@ -569,7 +569,7 @@ async fn an_integer_a_javascript_number_would_round_is_refused_not_rounded()
     let (kv, _) = memory_kv();
     for too_big in [1i64 << 53, -(1i64 << 53), i64::MAX] {
         match kv.set(key!["n"], too_big).await {
-            Err(Error::InvalidArgument { message }) => {
+            Err(Error::Kv(KvError::InvalidArgument { message })) => {
                 assert!(message.contains("BigInt"), "{message}")
             }
             other => panic!("{too_big}: expected a refusal, got {other:?}"),
@@ -583,7 +583,7 @@ async fn an_integer_a_javascript_number_would_round_is_refused_not_rounded()
         .commit()
         .await;
     assert!(
-        matches!(result, Err(Error::InvalidArgument { .. })),
+        matches!(result, Err(Error::Kv(KvError::InvalidArgument { .. }))),
         "{result:?}"
     );
     assert!(!kv.get(key!["first"]).await?.exists());
@@ -824,7 +824,7 @@ fn kv_open_works_on_a_current_thread_runtime() -> open_deno_kv::Result<()> {
 async fn errors_are_matched_one_level_deep() -> open_deno_kv::Result<()> {
     let (kv, _) = memory_kv();
     match kv.set(key!["big"], vec![0u8; 70_000]).await {
-        Err(Error::Limit(limit)) => {
+        Err(Error::Kv(KvError::Limit(limit))) => {
             assert_eq!(limit.to_string(), "Value too large (max 65536 bytes)")
         }
         other => panic!("expected Deno's value limit, got {other:?}"),
@@ -839,10 +839,13 @@ async fn errors_are_matched_one_level_deep() -> open_deno_kv::Result<()> {
         )
         .err();
     assert!(
-        matches!(err, Some(Error::InvalidArgument { .. })),
+        matches!(err, Some(Error::Kv(KvError::InvalidArgument { .. }))),
         "{err:?}"
     );
     kv.close().await?;
-    assert!(matches!(kv.get(key!["a"]).await, Err(Error::Closed)));
+    assert!(matches!(
+        kv.get(key!["a"]).await,
+        Err(Error::Kv(KvError::Closed))
+    ));
     Ok(())
 }

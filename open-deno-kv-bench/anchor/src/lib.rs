@@ -77,8 +77,7 @@ impl Denokv {
             num_workers: 1,
             batch_timeout: None,
         };
-        let db = Sqlite::new(conn_gen, SqliteNotifier::default(), config)
-            .map_err(|e| KvError::storage(std::io::Error::other(e.to_string())))?;
+        let db = Sqlite::new(conn_gen, SqliteNotifier::default(), config).map_err(storage)?;
         let engine = Denokv {
             db,
             path: path.to_path_buf(),
@@ -105,8 +104,12 @@ impl Denokv {
     }
 }
 
-fn storage(err: impl std::fmt::Display) -> KvError {
-    KvError::storage(std::io::Error::other(err.to_string()))
+/// A failure of denokv or of SQLite under it, kept whole as the source of a
+/// [`KvError::Storage`].
+fn storage(err: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> KvError {
+    KvError::Storage {
+        source: Arc::from(err.into()),
+    }
 }
 
 /// denokv's error as ours: a closed database is [`KvError::Closed`], the rest storage errors.

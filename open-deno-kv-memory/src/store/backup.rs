@@ -14,11 +14,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
+use open_deno_kv_engine_kit::backup::{ImportWrites, import_each_async};
 use open_deno_kv_engine_kit::change_log::version_after_import;
 use open_deno_kv_engine_kit::queue::QueuedMessage;
 use open_deno_kv_engine_kit::{
-    ImportSummary, KvEntry, KvError, Snapshot, SnapshotItem, Versionstamp, backup::not_empty,
+    ImportSummary, KvEntry, KvError, Snapshot, SnapshotItem, StoredEntry, Versionstamp,
+    backup::not_empty,
 };
 use uuid::Uuid;
 
@@ -54,28 +55,15 @@ impl MemoryStore {
         }
         let Snapshot {
             versionstamp,
-            mut items,
+            items,
         } = snapshot;
-        let mut summary = ImportSummary::default();
-        let mut entries = BTreeMap::new();
-        let mut expiries = BTreeSet::new();
-        let mut ready: BTreeMap<(DateTime<Utc>, Uuid), QueuedMessage> = BTreeMap::new();
-        while let Some(item) = items.next().await {
-            let item = item?;
-            summary.count(&item);
-            match item {
-                SnapshotItem::Entry(entry) => {
-                    let (key, stored) = entry.into_stored();
-                    if let Some(at) = stored.expires_at {
-                        expiries.insert((at, key.clone()));
-                    }
-                    entries.insert(key, stored);
-                }
-                SnapshotItem::Message(message) => {
-                    ready.insert((message.ready_at, message.id), message);
-                }
-            }
-        }
+        let mut gathered = Gathered::default();
+        let summary = import_each_async(items, &mut gathered).await?;
+        let Gathered {
+            entries,
+            expiries,
+            ready,
+        } = gathered;
         {
             let mut state = self.lock();
             if !state.is_empty() {
@@ -91,5 +79,28 @@ impl MemoryStore {
         // Watchers of any key, and consumers waiting on an empty queue, look again.
         self.shared.notifier.notify_everything();
         Ok(summary)
+    }
+}
+
+/// An import's items, gathered off the lock before they are installed.
+#[derive(Default)]
+struct Gathered {
+    entries: BTreeMap<Vec<u8>, StoredEntry>,
+    expiries: BTreeSet<(DateTime<Utc>, Vec<u8>)>,
+    ready: BTreeMap<(DateTime<Utc>, Uuid), QueuedMessage>,
+}
+
+impl ImportWrites for Gathered {
+    async fn entry(&mut self, key: Vec<u8>, stored: StoredEntry) -> Result<(), KvError> {
+        if let Some(at) = stored.expires_at {
+            self.expiries.insert((at, key.clone()));
+        }
+        self.entries.insert(key, stored);
+        Ok(())
+    }
+
+    async fn message(&mut self, message: QueuedMessage) -> Result<(), KvError> {
+        self.ready.insert((message.ready_at, message.id), message);
+        Ok(())
     }
 }

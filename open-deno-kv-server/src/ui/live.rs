@@ -20,9 +20,9 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::{BoxStream, SelectAll};
 use http_body_util::{BodyExt, StreamBody};
+use hyper::Response;
 use hyper::body::Frame;
 use hyper::header::{self, HeaderValue};
-use hyper::{Response, StatusCode};
 use open_deno_kv_model::{Backend, KvError, WatchKeyOutput};
 use serde_json::json;
 use tokio::sync::OwnedSemaphorePermit;
@@ -30,7 +30,7 @@ use tokio::sync::watch as signal;
 use tokio::time::{Instant, Interval, MissedTickBehavior, interval_at};
 
 use super::entry::entry_json;
-use crate::response::{Failure, ResponseBody, kv_failure};
+use crate::response::{Failure, ResponseBody, kv_failure, too_many_streams};
 use crate::shared::Shared;
 
 /// The most keys one stream follows (a page of the explorer holds at most 500 rows, but the page
@@ -68,15 +68,10 @@ pub(super) fn watch(
     let mut slots = Vec::new();
     let mut groups = SelectAll::new();
     for chunk in keys.chunks(GROUP) {
-        let slot = shared.budgets.watch().ok_or_else(|| {
-            Failure::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                format!(
-                    "Too many watches on this server (the cap is {}); close some and try again.",
-                    shared.config.resources.max_watches
-                ),
-            )
-        })?;
+        let slot = shared
+            .budgets
+            .watch()
+            .ok_or_else(|| too_many_streams(shared, "watches"))?;
         slots.push(slot);
         let stream = backend
             .watch(chunk.to_vec())
