@@ -25,6 +25,12 @@ pub const TEXT_BAD_MUTATION: &str = "Invalid mutation kind or arguments.";
 pub const TEXT_BAD_EXPIRE_AT: &str = "Invalid mutation expire at.";
 /// denokv: an enqueue deadline that is negative or not a time.
 pub const TEXT_BAD_DEADLINE: &str = "Invalid mutation enqueue deadline.";
+/// This project's servers (not denokv, which has no such answer): an atomic write whose outcome
+/// the store could not learn, answered with status 409 Conflict. Neither Deno's client nor
+/// `@deno/kv` retries a 4xx (both replay a 5xx), so the write is not applied a second time
+/// behind the caller's back; the caller reads what it wrote before trying again.
+pub const TEXT_OUTCOME_UNKNOWN: &str = "The write may or may not have been committed: the \
+     database could not be reached to find out. Read what it wrote before retrying it.";
 
 fn decode_message<M: Message + Default>(body: &[u8]) -> Result<M, ProtocolError> {
     M::decode(body).map_err(|e| ProtocolError::new(format!("Request protobuf is invalid: {e}")))

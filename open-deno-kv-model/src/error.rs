@@ -2,8 +2,9 @@
 //!
 //! Variants are split by what a caller can do about them: fix the input ([`KvError::Limit`],
 //! [`KvError::InvalidKey`], [`KvError::InvalidArgument`], [`KvError::Mutation`]), stop using a
-//! closed handle ([`KvError::Closed`]), pick another backend ([`KvError::Unsupported`]), or treat
-//! the store as failing ([`KvError::Storage`], [`KvError::Corrupt`]).
+//! closed handle ([`KvError::Closed`]), pick another backend ([`KvError::Unsupported`]), find out
+//! whether a write landed before retrying it ([`KvError::OutcomeUnknown`]), or treat the store as
+//! failing ([`KvError::Storage`], [`KvError::Corrupt`]).
 //!
 //! Where Deno has an error text, `to_string()` is exactly that text, so programs and tests that
 //! compare messages see the same words Deno prints. The key involved is kept in a field.
@@ -79,6 +80,24 @@ pub enum KvError {
         source: Arc<dyn StdError + Send + Sync>,
     },
 
+    /// A write whose outcome nobody can tell: it was handed to the store, which then became
+    /// unreachable before it could say whether the write was committed, and stayed unreachable
+    /// for as long as the engine kept trying to find out. The write may or may not have been
+    /// applied. Do not retry it blindly (a `sum` could count twice): read what it wrote — or
+    /// guard the retry with a check — once the store answers again.
+    ///
+    /// Engines that can look the outcome up (open-deno-kv-postgres records every commit) report
+    /// this only after a deadline; a network client reports it when a request was sent and its
+    /// answer lost.
+    #[error(
+        "the write may or may not have been committed: the store could not be reached to \
+         find out ({source})"
+    )]
+    OutcomeUnknown {
+        /// Why the outcome could not be learnt (the engine's error).
+        source: Arc<dyn StdError + Send + Sync>,
+    },
+
     /// Stored data that does not decode (a foreign or damaged file).
     #[error("corrupt data in storage: {message}")]
     Corrupt {
@@ -100,6 +119,14 @@ impl KvError {
     /// Wraps an engine error as [`KvError::Storage`].
     pub fn storage(source: impl StdError + Send + Sync + 'static) -> Self {
         KvError::Storage {
+            source: Arc::new(source),
+        }
+    }
+
+    /// Wraps an engine error as [`KvError::OutcomeUnknown`]: a write that may or may not have
+    /// been committed.
+    pub fn outcome_unknown(source: impl StdError + Send + Sync + 'static) -> Self {
+        KvError::OutcomeUnknown {
             source: Arc::new(source),
         }
     }

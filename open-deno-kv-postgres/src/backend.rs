@@ -21,6 +21,7 @@ use crate::committer::Committer;
 use crate::connect::connect;
 use crate::events::Events;
 use crate::group::{WriteGroup, WriteRequest};
+use crate::outcome::MAX_OUTCOME_WAIT;
 use crate::queue::{Queue, QueueContext};
 use crate::sql::Sql;
 use crate::target::Target;
@@ -106,6 +107,16 @@ impl PostgresBackend {
         if let Some(pool_size) = primary.pool_size.take() {
             options.pool_size = pool_size;
         }
+        if options.commit_outcome_wait > MAX_OUTCOME_WAIT {
+            return Err(PostgresError::InvalidOption {
+                option: "commit_outcome_wait",
+                reason: format!(
+                    "{:?} is longer than the {MAX_OUTCOME_WAIT:?} the commit records are kept for",
+                    options.commit_outcome_wait
+                ),
+            }
+            .into());
+        }
         let sql = Arc::new(Sql::new(&options.schema)?);
         let replica_targets = options
             .replica_urls
@@ -156,6 +167,7 @@ impl PostgresBackend {
             origin.clone(),
             seen_version.clone(),
             identity,
+            options.commit_outcome_wait,
         );
         // The committer's task ends by itself once every handle to it is gone.
         let (committer, _) = Committer::start(group, options.max_group);

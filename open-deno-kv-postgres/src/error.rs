@@ -4,7 +4,8 @@
 //! trait it travels as a [`KvError`]: a database that holds something other than a Deno KV store is
 //! [`KvError::Corrupt`] (as the file engines report a foreign file), everything else is
 //! [`KvError::Storage`] with the `PostgresError` as its source, so a caller can downcast it and
-//! act on the variant — in particular on [`PostgresError::OutcomeUnknown`].
+//! act on the variant. [`PostgresError::OutcomeUnknown`] is the exception: it travels as
+//! [`KvError::OutcomeUnknown`] (with the `PostgresError` as its source), the same for every engine.
 
 use open_deno_kv_engine_kit::KvError;
 use thiserror::Error;
@@ -249,15 +250,48 @@ pub enum PostgresError {
     Pool(String),
 
     /// The connection to the server was lost after the commit was sent and before its answer
-    /// arrived: the write may or may not have been committed. Read the keys it wrote (or check
-    /// its effect another way) before retrying it; a blind retry of a `sum` could apply it twice.
+    /// arrived, and the server could not be asked whether it committed within
+    /// [`crate::PostgresOptions::commit_outcome_wait`]: the write may or may not have been
+    /// committed. Read the keys it wrote (or check its effect another way) before retrying it; a
+    /// blind retry of a `sum` could apply it twice. It travels as
+    /// [`KvError::OutcomeUnknown`], the same for every engine.
     #[error(
-        "the connection to PostgreSQL was lost during the commit: the write may or may not have \
-         been committed ({source})"
+        "the connection to PostgreSQL was lost during the commit ({source}), and the server \
+         could not be asked within {waited:?} whether it committed ({lookup})"
     )]
     OutcomeUnknown {
-        /// The client's error.
+        /// The client's error at the commit.
         source: tokio_postgres::Error,
+        /// How long the committer tried to find out.
+        waited: std::time::Duration,
+        /// The last failure of those tries.
+        lookup: String,
+    },
+
+    /// An option of [`crate::PostgresOptions`] is out of its range; nothing was opened.
+    #[error("invalid option {option}: {reason}")]
+    InvalidOption {
+        /// The option's name.
+        option: &'static str,
+        /// What is accepted.
+        reason: String,
+    },
+
+    /// Notifications do not reach the store's `LISTEN` connection, checked at open: behind a
+    /// connection pooler that lends server connections per transaction or statement (PgBouncer's
+    /// `pool_mode = transaction` or `statement`), a session's `LISTEN` receives nothing, and
+    /// watches and queue consumers would wait forever for other processes' commits. Nothing was
+    /// opened.
+    #[error(
+        "the store's LISTEN connection receives no notifications ({reason}). A connection pooler \
+         in transaction or statement pool mode (PgBouncer's pool_mode = transaction or \
+         statement) does this: LISTEN, and the prepared statements the store keeps on its \
+         connections, need a session of their own. Connect the store to PostgreSQL directly, or \
+         through a pooler in session mode (PgBouncer: pool_mode = session)"
+    )]
+    NotificationsLost {
+        /// What the check saw.
+        reason: String,
     },
 
     /// A broken promise inside this crate (a bug): the operation was not applied.
@@ -310,6 +344,7 @@ impl From<PostgresError> for KvError {
             PostgresError::NotOurs { .. } => KvError::Corrupt {
                 message: err.to_string(),
             },
+            PostgresError::OutcomeUnknown { .. } => KvError::outcome_unknown(err),
             other => KvError::storage(other),
         }
     }

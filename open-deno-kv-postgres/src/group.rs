@@ -5,7 +5,10 @@
 //! BEGIN                                        (READ COMMITTED)
 //! UPDATE kv_meta SET data_version += n         the row lock FIRST: writers queue here, so
 //!                                              versions follow commit order; it returns
-//!                                              the change log's retention too
+//!                                              the change log's retention too, and in the
+//!                                              same statement writes the group's record into
+//!                                              kv_commit_ids: the version and a random id
+//!                                              picked before the transaction (`outcome`)
 //! DELETE the claimed queue messages            (dead letters: only while their lease holds)
 //! SELECT the rows the checks and sums read     a fresh snapshot, taken under the lock
 //! -- in Rust, write i of n against an overlay: open-deno-kv-model's write path with version base+i
@@ -35,9 +38,13 @@
 //! also deletes the oldest records older than the retention (at most [`PRUNE_BATCH`]).
 //!
 //! **Failures.** A connection or server failure before `COMMIT` was sent rolls everything back on
-//! the server, so the group is run again on a new connection (for up to [`RETRY_FOR`]). A failure
-//! after `COMMIT` was sent and before its answer leaves the outcome unknown: every write of the
-//! group gets [`PostgresError::OutcomeUnknown`], and the next group reconnects.
+//! the server, so the group is run again on a new connection (for up to [`RETRY_FOR`]). When the
+//! connection is lost after `COMMIT` was sent and before its answer, the committer looks the
+//! group's record up on a new connection ([`outcome::look_up`]): committed, the writes get
+//! their answers as if the commit had answered; not committed, the group runs again like any
+//! group that surely did not commit. Only when the server cannot be asked within
+//! [`crate::PostgresOptions::commit_outcome_wait`] does every write of the group get
+//! [`PostgresError::OutcomeUnknown`].
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
@@ -62,6 +69,7 @@ use crate::codec::{self, EntryColumns};
 use crate::committer::GroupTransaction;
 use crate::connect::{connect, is_connection_failure};
 use crate::events::{Events, payload};
+use crate::outcome::{self, CommitMark, Outcome};
 use crate::sql::Sql;
 use crate::target::Target;
 
@@ -91,6 +99,8 @@ pub(crate) struct WriteGroup {
     origin: String,
     /// Raised to the last version of every group committed (read-your-writes on replicas).
     committed: Arc<AtomicU64>,
+    /// How long a lost commit's outcome is looked for.
+    outcome_wait: Duration,
     connection: Option<Prepared>,
     /// When the change log is next pruned.
     prune: PruneSchedule,
@@ -114,12 +124,26 @@ struct Prepared {
     notify: Statement,
 }
 
+/// A group whose `COMMIT` was sent: what its callers are told, and what this handle does, once
+/// it is known to have committed.
+struct Sent {
+    answers: Vec<WriteAnswer>,
+    /// The version the store is left at.
+    final_version: i64,
+    /// What this handle's watches and consumers are told.
+    effects: Effects,
+}
+
 /// Why a group did not commit.
 enum GroupFailure {
     /// Nothing was committed; `retry` if running the group again may work.
     NotCommitted { error: PostgresError, retry: bool },
-    /// The commit was sent and its answer lost.
-    Unknown(tokio_postgres::Error),
+    /// The commit was sent and its answer lost: `mark` tells whether it landed.
+    Unknown {
+        source: tokio_postgres::Error,
+        mark: CommitMark,
+        sent: Sent,
+    },
     /// Stored data did not decode; nothing was committed.
     Corrupt(KvError),
 }
@@ -146,7 +170,8 @@ impl From<PostgresError> for GroupFailure {
 
 impl WriteGroup {
     /// The engine for a committer on `target`'s database; it connects on its first group, and
-    /// raises `committed` to the last version of each group it commits.
+    /// raises `committed` to the last version of each group it commits. A group whose commit's
+    /// answer is lost is looked up for `outcome_wait`.
     pub(crate) fn new(
         target: Arc<Target>,
         sql: Arc<Sql>,
@@ -154,6 +179,7 @@ impl WriteGroup {
         origin: String,
         committed: Arc<AtomicU64>,
         identity: DatabaseId,
+        outcome_wait: Duration,
     ) -> Self {
         WriteGroup {
             target,
@@ -161,6 +187,7 @@ impl WriteGroup {
             events,
             origin,
             committed,
+            outcome_wait,
             connection: None,
             prune: PruneSchedule::default(),
             identity,
@@ -178,19 +205,46 @@ impl WriteGroup {
         }
         if slot.is_none() {
             let client = connect(target).await?;
+            // Prepared together: one round trip, not one each (a reconnection after a failover
+            // or a lost commit waits for them).
+            let (
+                bump_version,
+                set_version,
+                log_insert,
+                log_prune,
+                claim_leased,
+                read_keys,
+                upsert,
+                delete,
+                delete_range,
+                enqueue,
+                notify,
+            ) = tokio::try_join!(
+                client.prepare(&sql.bump_version),
+                client.prepare(&sql.set_version),
+                client.prepare(&sql.log_insert),
+                client.prepare(&sql.log_prune),
+                client.prepare(&sql.claim_leased),
+                client.prepare(&sql.read_keys),
+                client.prepare(&sql.upsert),
+                client.prepare(&sql.delete),
+                client.prepare(&sql.delete_range),
+                client.prepare(&sql.enqueue),
+                client.prepare(&sql.notify),
+            )?;
             let prepared = Prepared {
-                bump_version: client.prepare(&sql.bump_version).await?,
-                set_version: client.prepare(&sql.set_version).await?,
-                log_insert: client.prepare(&sql.log_insert).await?,
-                log_prune: client.prepare(&sql.log_prune).await?,
-                claim_leased: client.prepare(&sql.claim_leased).await?,
-                read_keys: client.prepare(&sql.read_keys).await?,
-                upsert: client.prepare(&sql.upsert).await?,
-                delete: client.prepare(&sql.delete).await?,
-                delete_range: client.prepare(&sql.delete_range).await?,
-                enqueue: client.prepare(&sql.enqueue).await?,
-                notify: client.prepare(&sql.notify).await?,
                 client,
+                bump_version,
+                set_version,
+                log_insert,
+                log_prune,
+                claim_leased,
+                read_keys,
+                upsert,
+                delete,
+                delete_range,
+                enqueue,
+                notify,
             };
             *slot = Some(prepared);
         }
@@ -207,10 +261,12 @@ impl WriteGroup {
     ) -> Result<Vec<WriteAnswer>, GroupFailure> {
         let channel = self.sql.channel.clone();
         let origin = self.origin.clone();
+        // Picked before the transaction: only this attempt's transaction can write it.
+        let id = Uuid::new_v4();
         let conn = Self::connection(&mut self.connection, &self.target, &self.sql).await?;
         let tx = conn.client.transaction().await?;
         let count = i64::try_from(items.len()).unwrap_or(i64::MAX);
-        let bumped = tx.query_one(&conn.bump_version, &[&count]).await?;
+        let bumped = tx.query_one(&conn.bump_version, &[&count, &id]).await?;
         let last: i64 = bumped.try_get(0)?;
         let retention_ms: Option<i64> = bumped.try_get(1)?;
         // Versions are positive and only grow; the row holds the last one handed out.
@@ -346,21 +402,35 @@ impl WriteGroup {
         let notify_params: [&(dyn ToSql + Sync); 2] = [&channel, &note];
         let notify = tx.execute(&conn.notify, &notify_params);
         tokio::try_join!(upsert, delete, enqueue, log_insert, notify)?;
-        if let Err(err) = tx.commit().await {
-            return Err(if err.as_db_error().is_some() {
+        let mark = CommitMark { version: last, id };
+        let sent = Sent {
+            answers,
+            final_version,
+            effects: Effects {
+                queue: !outcome.enqueued.is_empty(),
+                changed: outcome.changed,
+            },
+        };
+        if let Err(source) = tx.commit().await {
+            return Err(if source.as_db_error().is_some() {
                 // The server answered: it rolled the transaction back.
-                err.into()
+                source.into()
             } else {
-                GroupFailure::Unknown(err)
+                GroupFailure::Unknown { source, mark, sent }
             });
         }
-        self.committed
-            .fetch_max(u64::try_from(final_version).unwrap_or(0), Ordering::AcqRel);
-        self.events.notifier.notify(&Effects {
-            queue: !outcome.enqueued.is_empty(),
-            changed: outcome.changed,
-        });
-        Ok(answers)
+        Ok(self.committed(sent))
+    }
+
+    /// A group known to have committed: the version it reached, this handle's wake-ups, and
+    /// its callers' answers.
+    fn committed(&self, sent: Sent) -> Vec<WriteAnswer> {
+        self.committed.fetch_max(
+            u64::try_from(sent.final_version).unwrap_or(0),
+            Ordering::AcqRel,
+        );
+        self.events.notifier.notify(&sent.effects);
+        sent.answers
     }
 }
 
@@ -388,9 +458,22 @@ impl GroupTransaction for WriteGroup {
                     }
                     break error.into();
                 }
-                Err(GroupFailure::Unknown(source)) => {
+                Err(GroupFailure::Unknown { source, mark, sent }) => {
                     self.connection = None;
-                    break PostgresError::OutcomeUnknown { source }.into();
+                    let wait = self.outcome_wait;
+                    match outcome::look_up(&self.target, &self.sql, mark, wait).await {
+                        Outcome::Committed => return self.committed(sent),
+                        // Like any group that surely did not commit: run it again.
+                        Outcome::NotCommitted => {}
+                        Outcome::Unknown { last } => {
+                            break PostgresError::OutcomeUnknown {
+                                source,
+                                waited: wait,
+                                lookup: last,
+                            }
+                            .into();
+                        }
+                    }
                 }
                 Err(GroupFailure::Corrupt(error)) => break error,
             }

@@ -1,4 +1,5 @@
-//! The background work of a handle: the expiry sweep and the renewal of held messages' leases.
+//! The background work of a handle: the expiry sweep, the renewal of held messages' leases, and
+//! the pruning of old commit records (see the `outcome` module).
 //!
 //! Expired entries are invisible to reads whether or not they were swept; the sweep only gives
 //! their space back. It needs no version and no lock on the version row: it deletes rows that no
@@ -16,6 +17,7 @@ use tokio::task::JoinHandle;
 
 use crate::codec;
 use crate::error::pg;
+use crate::outcome::{Pruner, SAMPLE_EVERY};
 use crate::queue::Queue;
 use crate::reader::pooled;
 use crate::sql::Sql;
@@ -35,12 +37,17 @@ pub(crate) fn start(
     tokio::spawn(async move {
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
         let mut keepalive = tokio::time::interval(MESSAGE_KEEPALIVE_INTERVAL);
+        let mut sample = tokio::time::interval(SAMPLE_EVERY);
+        let mut pruner = Pruner::default();
         loop {
             // Failures are retried at the next tick: the sweep only reclaims space, and a lease
             // that could not be renewed is renewed at the next one, well before it runs out.
             tokio::select! {
                 _ = sweep.tick() => {
                     let _ = sweep_expired(&pool, &sql, &*clock).await;
+                }
+                _ = sample.tick() => {
+                    let _ = pruner.prune(&pool, &sql).await;
                 }
                 _ = keepalive.tick() => {
                     let Some(queue) = queue.upgrade() else { return };

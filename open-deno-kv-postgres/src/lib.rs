@@ -60,10 +60,21 @@
 //!
 //! The committer reconnects by itself and runs a group again when it surely did not commit (the
 //! failure came before `COMMIT` was sent). When the connection is lost after `COMMIT` was sent and
-//! before its answer, nobody can tell whether the write committed: the write fails with
-//! [`PostgresError::OutcomeUnknown`] (inside [`open_deno_kv_engine_kit::KvError::Storage`]). Read back what it
-//! wrote before retrying it; a blind retry of a `sum` could count twice. Reads, queue
-//! operations and the listener reconnect by themselves too.
+//! before its answer, it finds out whether the group committed (`outcome.rs`): each group writes
+//! a row with a random id in its own transaction, which a new connection looks up once the lost
+//! transaction has ended. Committed, the writes get their answers; not committed, the group runs
+//! again. Only when the server cannot be asked within
+//! [`PostgresOptions::commit_outcome_wait`] does a write fail with
+//! [`open_deno_kv_engine_kit::KvError::OutcomeUnknown`] (its source a [`PostgresError::OutcomeUnknown`]):
+//! read back what it wrote before retrying it; a blind retry of a `sum` could count twice. Reads,
+//! queue operations and the listener reconnect by themselves too.
+//!
+//! ## Behind a connection pooler
+//!
+//! PgBouncer in session mode works. A pooler that lends server connections per transaction or
+//! statement cannot carry the store's `LISTEN` nor its prepared statements: the store checks at
+//! open that a notification reaches its listener, and refuses such a pooler with
+//! [`PostgresError::NotificationsLost`], which names the pool mode and the fix.
 
 mod backend;
 mod backup;
@@ -78,6 +89,7 @@ mod housekeeping;
 mod integrity;
 mod listener;
 mod options;
+mod outcome;
 mod queue;
 mod reader;
 mod refusal;

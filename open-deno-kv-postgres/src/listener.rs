@@ -7,6 +7,13 @@
 //! consumer. When the connection is lost, the listener reconnects by itself and then wakes
 //! everything once, since notifications sent meanwhile are lost: a watch may re-read for nothing,
 //! but never misses a change. `LISTEN` only works on the primary (a standby refuses it).
+//!
+//! **Poolers.** `LISTEN` belongs to a session: behind a pooler that lends server connections per
+//! transaction (PgBouncer's `pool_mode = transaction` or `statement`), the session that ran it is
+//! handed to other clients and its notifications never reach this connection — watches and
+//! consumers of other processes' commits would wait forever, silently. So the store checks at open
+//! that a notification it sends reaches its listener ([`PROBE_WAIT`]), and refuses to open with
+//! [`PostgresError::NotificationsLost`] otherwise.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +25,7 @@ use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, Client, Notification};
 
 use crate::PostgresError;
+use crate::connect::connect;
 use crate::events::{Events, parse_payload};
 use crate::target::Target;
 
@@ -28,16 +36,58 @@ struct Listening {
     notifications: mpsc::UnboundedReceiver<Notification>,
 }
 
+/// How long the probe notification sent at open may take to arrive.
+pub(crate) const PROBE_WAIT: Duration = Duration::from_secs(5);
+
 /// Starts listening on `channel` (the first connection is made before this returns, so no
-/// commit after it is missed) and keeps listening on a task until the handle closes.
+/// commit after it is missed), checks that a notification sent on another connection arrives,
+/// and keeps listening on a task until the handle closes.
 pub(crate) async fn start(
     target: Arc<Target>,
     channel: String,
     origin: String,
     events: Arc<Events>,
 ) -> Result<JoinHandle<()>, PostgresError> {
-    let first = listen(&target, &channel).await?;
+    let mut first = listen(&target, &channel).await?;
+    probe(&target, &channel, &origin, &mut first).await?;
     Ok(tokio::spawn(run(first, target, channel, origin, events)))
+}
+
+/// Sends a notification from another connection and waits for it on `listening` (see the module
+/// docs). Its payload names this handle as the sender and nothing as changed, so every listener
+/// skips it.
+async fn probe(
+    target: &Target,
+    channel: &str,
+    origin: &str,
+    listening: &mut Listening,
+) -> Result<(), PostgresError> {
+    let text = format!("{origin} probe");
+    let sender = connect(target).await?;
+    sender
+        .execute("SELECT pg_notify($1, $2)", &[&channel, &text])
+        .await?;
+    let arrived = tokio::time::timeout(PROBE_WAIT, async {
+        while let Some(note) = listening.notifications.recv().await {
+            if note.payload() == text {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    match arrived {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(PostgresError::NotificationsLost {
+            reason: "the LISTEN connection closed before the check's notification arrived"
+                .to_owned(),
+        }),
+        Err(_) => Err(PostgresError::NotificationsLost {
+            reason: format!(
+                "a notification sent on another connection did not arrive within {PROBE_WAIT:?}"
+            ),
+        }),
+    }
 }
 
 async fn listen(target: &Target, channel: &str) -> Result<Listening, PostgresError> {

@@ -44,6 +44,12 @@ pub struct PostgresOptions {
     /// nothing is created, migrated or swept, so a role with only `USAGE` on the schema and
     /// `SELECT` on its tables can open the store. The store must exist.
     pub read_only: bool,
+    /// How long the committer tries to find out whether a group committed when the connection
+    /// was lost during its `COMMIT` (30 s by default, at most 5 minutes). It looks the group's
+    /// record up on new connections; only when the server cannot be asked within this time do
+    /// the group's writes fail with [`crate::PostgresError::OutcomeUnknown`]. Cover a failover
+    /// of your setup (Patroni's is about 10 s with default settings).
+    pub commit_outcome_wait: Duration,
 }
 
 impl Default for PostgresOptions {
@@ -58,6 +64,7 @@ impl Default for PostgresOptions {
             pool_size: 8,
             max_group: 512,
             read_only: false,
+            commit_outcome_wait: Duration::from_secs(30),
         }
     }
 }

@@ -7,6 +7,7 @@
 //! | `kv_meta` | one row: `schema_version`, `data_version`, the last commit version handed out, `change_log_ms`, the change log's retention in ms (NULL: the log is off), and `database_id`, the 16 bytes of the database's identity (see `open_deno_kv_engine_kit::identity`), made with the store; every write transaction locks this row first, and reads the retention from it in the same statement |
 //! | `kv` | entries: `k` (Deno's key encoding, `bytea`: ordered by `memcmp` then length, Deno's order), `v`, `v_encoding` (1 V8, 2 u64 little-endian, 3 bytes: Deno's numbering), `vs` (the 10-byte versionstamp), `expires_at` (ms, or NULL) |
 //! | `kv_queue` | messages: `id`, `ready_at` (ms), `payload`, `keys_if_undelivered`, `backoff_ms` (the intervals left), and while a consumer holds it `lease` (a token) and `deadline` (ms) |
+//! | `kv_commit_ids` | one row per committed group of writes: `version`, the version the group took, and `id`, a random id the committer chose before the transaction (primary key: both, in that order). Written in the group's own transaction, so that when the connection drops during `COMMIT` a fresh connection can tell whether the group landed (see `outcome.rs`); pruned once no lookup can need it |
 //! | `kv_change_log` | the change log (see `open_deno_kv_engine_kit::change_log`): `vs`, the commit's 10-byte versionstamp (primary key: its byte order is commit order), `at`, the commit's time in ms (rounded down; what pruning compares), and `record`, the bytes of `ChangeRecord::encode` (its own layout, in open-deno-kv-model's `change_log/codec.rs`) |
 //!
 //! ## Versions
@@ -16,13 +17,14 @@
 //!   store migrates it in one transaction (under the same advisory lock as the creation): a
 //!   nullable column (a catalogue change, no table rewrite), an empty table, and the version.
 //!   The log stays off until `configure_change_log` switches it on.
-//! - **3**: adds `kv_meta.database_id`. A writable open of an older store migrates it (after
-//!   version 2's step, for a version 1 store) in the same transaction: the column, filled with
-//!   a new random identity, then made `NOT NULL`.
+//! - **3**: adds `kv_meta.database_id` and the table `kv_commit_ids`. A writable open of an older
+//!   store migrates it (after version 2's step, for a version 1 store) in the same transaction:
+//!   the column, filled with a new random identity, then made `NOT NULL`; an empty table; the
+//!   version.
 //!
-//! A build of version 1 refuses a version 2 store untouched: it finds `kv_meta` with a column
+//! A build of version 1 refuses a newer store untouched: it finds `kv_meta` with a column
 //! it does not know and reports the tables as not its own (`KvError::Corrupt`), before reading
-//! the version. So an old build can never commit into a store whose log it would not keep; a
+//! the version; a build of version 2 refuses a version 3 store as [`SchemaTooNew`]. So an old build can never commit into a store whose log it would not keep; a
 //! process of the old build that is still running when a new one migrates the store keeps
 //! writing (its statements still fit) until it is restarted, so upgrade every process before
 //! switching the log on. A build of version 2 refuses a version 3 store as [`SchemaTooNew`]
@@ -55,7 +57,7 @@ const META_V1: Table = (
     ],
 );
 
-/// Every table of a version 1 store (`kv_change_log` absent).
+/// Every table of a version 1 store (`kv_change_log` and `kv_commit_ids` absent).
 const TABLES_V1: [Table; 3] = [TABLES[0], META_V1, TABLES[2]];
 
 /// The `kv_meta` of version 2.
@@ -69,11 +71,11 @@ const META_V2: Table = (
     ],
 );
 
-/// Every table of a version 2 store.
+/// Every table of a version 2 store (`kv_meta` without `database_id`, `kv_commit_ids` absent).
 const TABLES_V2: [Table; 4] = [TABLES[0], META_V2, TABLES[2], TABLES[3]];
 
 /// Every table of a store at [`SCHEMA_VERSION`] and its columns, in order.
-const TABLES: [Table; 4] = [
+const TABLES: [Table; 5] = [
     (
         "kv",
         &[
@@ -110,10 +112,11 @@ const TABLES: [Table; 4] = [
         "kv_change_log",
         &[("vs", "bytea"), ("at", "int8"), ("record", "bytea")],
     ),
+    ("kv_commit_ids", &[("version", "int8"), ("id", "uuid")]),
 ];
 
 /// Makes sure the store's tables exist at [`SCHEMA_VERSION`]: creates them when none of them
-/// exists, migrates an older store, and otherwise checks their shape and version without
+/// exists, migrates a version 1 or 2 store, and otherwise checks their shape and version without
 /// changing anything. Returns the store's identity.
 ///
 /// `read_only`: nothing is created or migrated (a role with only SELECT can open the store);
@@ -188,30 +191,26 @@ pub(crate) async fn ensure(
                 ),
             })
         }
-        Some(1) => {
-            let checked = check_shape(&found, &TABLES_V1).and_then(|()| {
-                if found.contains_key("kv_change_log") {
-                    Err(PostgresError::NotOurs {
-                        reason: "a table kv_change_log is beside a store of version 1".to_owned(),
-                    })
-                } else {
-                    Ok(())
+        Some(old @ (1 | 2)) => {
+            let (tables, newer): (&[Table], &[&str]) = if old == 1 {
+                (&TABLES_V1, &["kv_change_log", "kv_commit_ids"])
+            } else {
+                (&TABLES_V2, &["kv_commit_ids"])
+            };
+            let checked = check_shape(&found, tables).and_then(|()| {
+                match newer.iter().find(|table| found.contains_key(**table)) {
+                    Some(table) => Err(PostgresError::NotOurs {
+                        reason: format!("a table {table} is beside a store of version {old}"),
+                    }),
+                    None => Ok(()),
                 }
             });
             if let Err(err) = checked {
                 tx.rollback().await?;
                 return Err(err);
             }
-            tx.batch_execute(&migrate_to_2(&sql.schema)).await?;
-            tx.batch_execute(&migrate_to_3(&sql.schema)).await?;
-            let id = read_identity(&tx, sql).await?;
-            tx.commit().await?;
-            Ok(id)
-        }
-        Some(2) => {
-            if let Err(err) = check_shape(&found, &TABLES_V2) {
-                tx.rollback().await?;
-                return Err(err);
+            if old == 1 {
+                tx.batch_execute(&migrate_to_2(&sql.schema)).await?;
             }
             tx.batch_execute(&migrate_to_3(&sql.schema)).await?;
             let id = read_identity(&tx, sql).await?;
@@ -254,14 +253,17 @@ fn migrate_to_2(s: &str) -> String {
     )
 }
 
-/// The statements that bring a version 2 store in `s` to version 3: a new identity.
+/// The statements that bring a version 2 store in `s` to version 3 (see the module docs): a new
+/// identity, and the table of commit ids.
 fn migrate_to_3(s: &str) -> String {
     format!(
         "ALTER TABLE \"{s}\".kv_meta ADD COLUMN database_id bytea
            CHECK (length(database_id) = 16);
          UPDATE \"{s}\".kv_meta SET database_id = {id}, schema_version = 3;
-         ALTER TABLE \"{s}\".kv_meta ALTER COLUMN database_id SET NOT NULL;",
-        id = identity_literal(DatabaseId::random())
+         ALTER TABLE \"{s}\".kv_meta ALTER COLUMN database_id SET NOT NULL;
+         {ids}",
+        id = identity_literal(DatabaseId::random()),
+        ids = create_commit_ids(s)
     )
 }
 
@@ -285,6 +287,19 @@ async fn read_identity(tx: &Transaction<'_>, sql: &Sql) -> Result<DatabaseId, Po
         .map_err(|_| PostgresError::NotOurs {
             reason: format!("kv_meta.database_id holds {} bytes", bytes.len()),
         })
+}
+
+/// The statement that creates the table of commit ids in `s`. The key starts with the version,
+/// which grows with every commit: new rows go to the right edge of the index, and pruning
+/// deletes a range from its left edge.
+fn create_commit_ids(s: &str) -> String {
+    format!(
+        "CREATE TABLE \"{s}\".kv_commit_ids (
+           version bigint NOT NULL,
+           id uuid NOT NULL,
+           PRIMARY KEY (version, id)
+         );"
+    )
 }
 
 /// The statement that creates the change log's table in `s`.
@@ -330,8 +345,10 @@ fn create_tables(s: &str) -> String {
          CREATE INDEX kv_queue_ready ON \"{s}\".kv_queue (ready_at, id) WHERE lease IS NULL;
          CREATE INDEX kv_queue_deadline ON \"{s}\".kv_queue (deadline)
            WHERE lease IS NOT NULL;
-         {log}",
+         {log}
+         {ids}",
         log = create_log(s),
+        ids = create_commit_ids(s),
         id = identity_literal(DatabaseId::random()),
     )
 }

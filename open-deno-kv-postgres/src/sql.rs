@@ -17,7 +17,9 @@ pub(crate) struct Sql {
     /// `$1` = how many versions to take; returns the last one and the change log's retention
     /// (ms, NULL when off). Taken FIRST in every write transaction: the row lock orders writers,
     /// so versions follow commit order, and the retention read under it is the one every
-    /// `configure_change_log` that committed before has set.
+    /// `configure_change_log` that committed before has set. The same statement writes the
+    /// group's commit record: the version it took, and the random id `$2` (see the `outcome`
+    /// module), so the record costs no statement of its own.
     pub(crate) bump_version: String,
     /// Sets the last commit version to `$1` (a logged group whose last writes failed gives their
     /// versions back, so the next commit follows the last one logged).
@@ -84,6 +86,14 @@ pub(crate) struct Sql {
     /// Whether the store holds any entry or message.
     pub(crate) any_data: String,
 
+    /// Locks the `kv_meta` row in share mode: waits until the transaction holding it (a group
+    /// whose connection was lost) has ended, committed or rolled back.
+    pub(crate) wait_for_writer: String,
+    /// Whether the group record (`$1`, `$2`) exists.
+    pub(crate) commit_lookup: String,
+    /// Deletes the group records of versions up to `$1`.
+    pub(crate) commit_prune: String,
+
     /// Stores change records given as parallel arrays: versionstamps, times (ms), record bytes.
     pub(crate) log_insert: String,
     /// Deletes the oldest records older than `$1` (ms): of the `$2` oldest, those before the first
@@ -132,13 +142,16 @@ impl Sql {
         let meta = format!("\"{schema}\".kv_meta");
         let queue = format!("\"{schema}\".kv_queue");
         let log = format!("\"{schema}\".kv_change_log");
+        let ids = format!("\"{schema}\".kv_commit_ids");
         let visible = "(expires_at IS NULL OR expires_at >";
         Ok(Sql {
             schema: schema.to_owned(),
             channel: format!("kv_changes_{schema}"),
             bump_version: format!(
-                "UPDATE {meta} SET data_version = data_version + $1 \
-                 RETURNING data_version, change_log_ms"
+                "WITH bumped AS (UPDATE {meta} SET data_version = data_version + $1 \
+                 RETURNING data_version, change_log_ms), \
+                 recorded AS (INSERT INTO {ids} (version, id) SELECT data_version, $2::uuid FROM bumped) \
+                 SELECT data_version, change_log_ms FROM bumped"
             ),
             set_version: format!("UPDATE {meta} SET data_version = $1"),
             read_version: format!("SELECT data_version FROM {meta}"),
@@ -223,6 +236,11 @@ impl Sql {
             any_data: format!(
                 "SELECT EXISTS (SELECT 1 FROM {kv}) OR EXISTS (SELECT 1 FROM {queue})"
             ),
+            wait_for_writer: format!("SELECT data_version FROM {meta} FOR SHARE"),
+            commit_lookup: format!(
+                "SELECT EXISTS (SELECT 1 FROM {ids} WHERE version = $1 AND id = $2)"
+            ),
+            commit_prune: format!("DELETE FROM {ids} WHERE version <= $1"),
             log_insert: format!(
                 "INSERT INTO {log} (vs, at, record) \
                  SELECT * FROM unnest($1::bytea[], $2::int8[], $3::bytea[])"

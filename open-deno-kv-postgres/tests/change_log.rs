@@ -353,7 +353,8 @@ async fn a_version_1_store_is_migrated_on_open() {
     cluster
         .psql(
             "postgres",
-            "DROP TABLE old.kv_change_log; ALTER TABLE old.kv_meta DROP COLUMN change_log_ms; \
+            "DROP TABLE old.kv_change_log; DROP TABLE old.kv_commit_ids; \
+             ALTER TABLE old.kv_meta DROP COLUMN change_log_ms; \
              ALTER TABLE old.kv_meta DROP COLUMN database_id; \
              UPDATE old.kv_meta SET schema_version = 1",
         )
@@ -396,7 +397,7 @@ async fn a_version_2_store_gets_an_identity_on_open() {
     cluster
         .psql(
             "postgres",
-            "ALTER TABLE two.kv_meta DROP COLUMN database_id; \
+            "ALTER TABLE two.kv_meta DROP COLUMN database_id; DROP TABLE two.kv_commit_ids; \
              UPDATE two.kv_meta SET schema_version = 2",
         )
         .unwrap();

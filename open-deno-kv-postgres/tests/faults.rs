@@ -9,13 +9,12 @@ use std::time::{Duration, Instant};
 
 use open_deno_kv_conformance::support;
 use open_deno_kv_engine_kit::{
-    AtomicWrite, Backend, Enqueue, KvValue, Mutation, ReadRange, Versionstamp, key,
+    AtomicWrite, Backend, Enqueue, KvError, KvValue, Mutation, ReadRange, Versionstamp, key,
 };
-use open_deno_kv_postgres::PostgresError;
 use open_deno_kv_postgres::testing::{Shutdown, SilentCutProxy};
 
 mod common;
-use common::{cluster, get, open, open_url, postgres_error, set};
+use common::{cluster, get, open, open_url, set};
 
 /// A read on a pooled connection that died while idle (the pool still takes it for healthy) is
 /// answered on a fresh connection instead of failing; so are a watch's re-read and the queue
@@ -130,14 +129,12 @@ async fn ten_primary_restarts_under_load_lose_and_duplicate_nothing() {
                             log.acked.insert((n, i), done.versionstamp);
                         }
                         Ok(None) => panic!("write {n}/{i} has no checks"),
-                        Err(err) => match postgres_error(&err) {
-                            Some(PostgresError::OutcomeUnknown { .. }) => {
-                                log.unknown.insert((n, i));
-                            }
-                            _ => {
-                                log.failed.insert((n, i));
-                            }
-                        },
+                        Err(KvError::OutcomeUnknown { .. }) => {
+                            log.unknown.insert((n, i));
+                        }
+                        Err(_) => {
+                            log.failed.insert((n, i));
+                        }
                     }
                     i += 1;
                 }

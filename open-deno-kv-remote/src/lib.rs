@@ -47,8 +47,11 @@
 //!   run: the connection could not be made, or the server answered 5xx (KV Connect servers
 //!   answer 5xx only when nothing was committed). If the connection fails *after* the request
 //!   was sent, or no answer comes within [`RemoteOptions::request_timeout`], the outcome is
-//!   unknown and the call fails with [`RemoteError::OutcomeUnknown`]: replaying a `sum` could
-//!   apply it twice. The program can read its keys (or use a check) to find out.
+//!   unknown and the call fails with [`KvError::OutcomeUnknown`](open_deno_kv_engine_kit::KvError::OutcomeUnknown)
+//!   (its source a [`RemoteError::OutcomeUnknown`]): replaying a `sum` could apply it twice.
+//!   The same error comes back when the server itself answers that its store's outcome is
+//!   unknown (this project's servers answer 409 then). The program can read its keys (or use a
+//!   check) to find out.
 //! - **Validation:** every answer is checked: versionstamps must be 10 bytes, LE64 values 8
 //!   bytes, encodings known, one output range per requested range, no more entries than the
 //!   limit, every key inside its range. A bad answer is an error, never a panic. Requests are

@@ -15,6 +15,7 @@ use hyper::{Request, Response, StatusCode, Uri};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use open_deno_kv_connect::convert::TEXT_OUTCOME_UNKNOWN;
 use open_deno_kv_connect::metadata::DatabaseMetadata;
 use open_deno_kv_engine_kit::KvError;
 use tokio::sync::watch;
@@ -108,8 +109,13 @@ pub enum RemoteError {
 }
 
 impl From<RemoteError> for KvError {
+    /// A write whose answer was lost is [`KvError::OutcomeUnknown`] (the error is its source);
+    /// everything else is [`KvError::Storage`].
     fn from(err: RemoteError) -> Self {
-        KvError::storage(err)
+        match err {
+            RemoteError::OutcomeUnknown(_) => KvError::outcome_unknown(err),
+            other => KvError::storage(other),
+        }
     }
 }
 
@@ -635,6 +641,13 @@ fn status_error(url: String, status: StatusCode, text: String) -> KvError {
         StatusCode::BAD_REQUEST if text == KvError::NotEmpty.to_string() => KvError::NotEmpty,
         StatusCode::BAD_REQUEST => KvError::invalid_argument(text),
         StatusCode::NOT_IMPLEMENTED => KvError::Unsupported { feature: "queues" },
+        StatusCode::CONFLICT if text == TEXT_OUTCOME_UNKNOWN => {
+            KvError::outcome_unknown(RemoteError::Status {
+                url,
+                status: status.as_u16(),
+                text,
+            })
+        }
         _ => RemoteError::Status {
             url,
             status: status.as_u16(),
@@ -711,7 +724,25 @@ fn data_request(session: &Session, url: &str, content_type: &str) -> hyper::http
 
 #[cfg(test)]
 mod tests {
-    use super::resolve;
+    use super::{RemoteError, StatusCode, TEXT_OUTCOME_UNKNOWN, resolve, status_error};
+    use open_deno_kv_engine_kit::KvError;
+
+    #[test]
+    fn a_server_that_could_not_learn_the_outcome_is_read_back_as_unknown() {
+        let url = "http://h/v2/atomic_write".to_owned();
+        let err = status_error(
+            url.clone(),
+            StatusCode::CONFLICT,
+            TEXT_OUTCOME_UNKNOWN.into(),
+        );
+        assert!(matches!(err, KvError::OutcomeUnknown { .. }), "{err:?}");
+        // Another 409 is another server's business.
+        let other = status_error(url, StatusCode::CONFLICT, "conflict".into());
+        assert!(matches!(other, KvError::Storage { .. }), "{other:?}");
+        // A write whose answer the client itself lost is the same error.
+        let lost: KvError = RemoteError::OutcomeUnknown("reset".into()).into();
+        assert!(matches!(lost, KvError::OutcomeUnknown { .. }), "{lost:?}");
+    }
 
     #[test]
     fn endpoints_resolve_like_urls() {

@@ -9,6 +9,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};
+use open_deno_kv_connect::convert::TEXT_OUTCOME_UNKNOWN;
 use open_deno_kv_model::{KvError, LimitKind};
 
 use crate::shared::Shared;
@@ -130,6 +131,15 @@ pub(crate) fn kv_failure(shared: &Shared, err: &KvError) -> Failure {
             "The server is temporarially unavailable, try again later.",
         ),
         KvError::Storage { .. } | KvError::Corrupt { .. } => internal(shared, err),
+        // 409, not 5xx: Deno's client replays a 5xx atomic write forever and `@deno/kv` up to 10
+        // times, which would apply a write that did land a second time. Neither retries a 409.
+        KvError::OutcomeUnknown { .. } => {
+            shared.metrics.storage_error();
+            if shared.config.log_errors {
+                tracing::error!(error = %err, "commit outcome unknown: answered 409");
+            }
+            Failure::new(StatusCode::CONFLICT, TEXT_OUTCOME_UNKNOWN)
+        }
         // A kind of error added to open-deno-kv-model later: the caller's fault or the store's, as it says.
         _ if err.is_invalid_input() => Failure::bad_request(err.to_string()),
         _ => internal(shared, err),

@@ -249,6 +249,11 @@ impl TestCluster {
         self.primary.port
     }
 
+    /// The server programs the cluster runs, and the OS user it runs them as.
+    pub fn binaries(&self) -> &ServerBinaries {
+        &self.bin
+    }
+
     /// The cluster's directory (data directories, logs and sockets).
     pub fn dir(&self) -> &Path {
         self.dir.path()
@@ -529,7 +534,7 @@ fn append(path: &Path, text: &str) -> Result<(), PostgresError> {
 
 /// A port nothing listens on right now (the server may still lose a race for it: the caller
 /// retries).
-fn free_port() -> Result<u16, PostgresError> {
+pub(crate) fn free_port() -> Result<u16, PostgresError> {
     let listener =
         TcpListener::bind(("127.0.0.1", 0)).map_err(|e| cluster_error("finding a free port", e))?;
     listener

@@ -7,8 +7,11 @@
 //! [`TestCluster::kill_primary`] and [`TestCluster::promote_replica`] fail over to). Dropping the cluster stops the servers (`pg_ctl -m fast`, then `-m
 //! immediate` if that fails) and removes the directory. Fault tests restart the primary with
 //! [`TestCluster::restart_primary`]; [`SilentCutProxy`] kills connections without telling their
-//! clients. [`PatroniCluster`] starts etcd and three PostgreSQL nodes under Patroni in
-//! synchronous mode, for failover tests.
+//! clients, or at a `COMMIT` ([`CommitCut`]). [`PatroniCluster`] starts etcd and three PostgreSQL
+//! nodes under Patroni in synchronous mode, for failover tests. [`TestPgBouncer`] starts a
+//! PgBouncer (Debian's `pgbouncer`, found in `PGBOUNCER_BIN` or `/usr/sbin`) in front of a
+//! cluster, in session or transaction pool mode, on a free loopback port, with its own
+//! configuration in a temporary directory.
 //!
 //! The server binaries are found in `PG_BIN` when it is set, else in `/usr/lib/postgresql/*/bin` (newest
 //! first), then `pg_config --bindir`. When run as root, the servers run as the unprivileged OS
@@ -30,12 +33,14 @@
 mod binaries;
 mod cluster;
 mod patroni;
+mod pgbouncer;
 mod proxy;
 
 pub use binaries::{SKIP_VARIABLE, ServerBinaries};
 pub use cluster::{ClusterOptions, STORE_ROLE, Shutdown, TestCluster};
 pub use patroni::{PatroniCluster, PatroniSettings};
-pub use proxy::SilentCutProxy;
+pub use pgbouncer::{PoolMode, TestPgBouncer};
+pub use proxy::{CommitCut, SilentCutProxy};
 
 /// A PostgreSQL schema name of `path`'s own (`store_` and a 64-bit FNV-1a hash of the path),
 /// for harnesses that give every store a directory (the crash harness, open-deno-kv-bench): each
