@@ -563,12 +563,26 @@ fn id_of(user: &str, flag: &str) -> Result<u32, PostgresError> {
         .map_err(|_| cluster_error("looking up the server user", format!("id {flag} {user}")))
 }
 
-/// A port nothing listens on right now.
+/// A port nothing listens on right now, outside the range the kernel hands out to clients.
 fn free_port() -> Result<u16, PostgresError> {
-    std::net::TcpListener::bind(("127.0.0.1", 0))
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .map_err(|e| cluster_error("finding a free port", e))
+    // Below Linux's ephemeral range (32768-60999 by default): a port bound to 0 comes from that
+    // range, and so does the local end of every client connection. A node's port is chosen
+    // minutes before its PostgreSQL starts (a replica starts after its base backup) and is free
+    // again while a killed node is down; in the ephemeral range, the store's own connections
+    // to the other nodes took it meanwhile (seen: "could not bind ... Address already in use").
+    const LOW: u16 = 20_000;
+    const SPAN: u16 = 12_768;
+    let start = uuid::Uuid::new_v4().as_u128() % u128::from(SPAN);
+    let start = u16::try_from(start).unwrap_or(0);
+    (0..SPAN)
+        .map(|step| LOW + (start + step) % SPAN)
+        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        .ok_or_else(|| {
+            cluster_error(
+                "finding a free port",
+                format!("every port from {LOW} to {} is taken", LOW + SPAN - 1),
+            )
+        })
 }
 
 /// The last 30 lines of `text`.
