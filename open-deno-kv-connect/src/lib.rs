@@ -30,8 +30,10 @@
 pub mod convert;
 pub mod ext;
 pub mod frames;
+mod framing;
 pub mod metadata;
 pub mod pb;
+mod values;
 
 pub use prost;
 
