@@ -9,7 +9,7 @@ use open_deno_kv_model::{
 };
 use prost::Message;
 
-use crate::ProtocolError;
+use crate::error::ProtocolError;
 use crate::ext::WatchExpiry;
 use crate::frames::WatchFrame;
 use crate::pb;

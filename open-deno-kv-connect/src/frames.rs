@@ -33,7 +33,7 @@
 
 use prost::Message;
 
-use crate::ProtocolError;
+use crate::error::ProtocolError;
 use crate::ext::WatchExpiry;
 pub use crate::framing::{KEEP_ALIVE, encode_payload};
 use crate::pb::WatchOutput;

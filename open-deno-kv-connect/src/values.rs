@@ -4,7 +4,8 @@
 
 use open_deno_kv_model::{KvEntry, KvValue, Versionstamp};
 
-use crate::{ProtocolError, pb};
+use crate::error::ProtocolError;
+use crate::pb;
 
 /// denokv: a check versionstamp that is neither empty nor 10 bytes.
 pub const TEXT_BAD_VERSIONSTAMP: &str = "Invalid versionstamp.";

@@ -47,7 +47,7 @@ use open_deno_kv_model::{
 };
 use prost::Message;
 
-use crate::ProtocolError;
+use crate::error::ProtocolError;
 
 /// The encoded size of items a [`SnapshotWriter`] gathers in one batch before it sends it: far
 /// below a server's request body limit (the most a receiver buffers for one frame), and one
