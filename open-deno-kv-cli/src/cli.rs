@@ -320,6 +320,43 @@ pub enum Command {
         #[arg(value_parser = crate::manual::parse_subcommand)]
         subcommand: Option<String>,
     },
+    /// Run the Deno KV conformance suite against any KV Connect server (kv serve, denokv, a
+    /// server of your own) and report, case by case, what passed, what failed (expected vs
+    /// seen) and what could not run there, and why. Exit code 1 if any case failed.
+    ///
+    /// Every case works under a key prefix of its own (["kv-conformance", RUN, CASE, ...]) and
+    /// deletes it afterwards, so the server may hold other data; but the suite writes, so it
+    /// runs only on an empty server or with --yes-write.
+    Conformance(ConformanceArgs),
+}
+
+/// `kv conformance`.
+#[derive(Debug, Clone, Args)]
+pub struct ConformanceArgs {
+    /// The server's KV Connect URL (what `Deno.openKv` is given): http://HOST:PORT/ or
+    /// https://HOST:PORT/PATH.
+    pub url: String,
+    /// The access token. Read from KV_ACCESS_TOKEN, else from DENO_KV_ACCESS_TOKEN.
+    #[arg(long, env = "KV_ACCESS_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// text: one line per case, failures with their details; json: one JSON document (for CI).
+    #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+    pub format: ReportFormat,
+    /// Run even though the server already holds data (the suite writes, under its own prefix).
+    #[arg(long)]
+    pub yes_write: bool,
+    /// Run only the cases whose name contains this text (e.g. `basics::` or `expiry`).
+    #[arg(long, value_name = "TEXT")]
+    pub filter: Option<String>,
+}
+
+/// `kv conformance --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReportFormat {
+    /// Readable lines.
+    Text,
+    /// One JSON document.
+    Json,
 }
 
 /// `kv serve`.

@@ -11,6 +11,33 @@ pub enum CliError {
     #[error(transparent)]
     Kv(#[from] open_deno_kv::Error),
 
+    /// `kv conformance` pointed at something that is not a KV Connect server it can use (an
+    /// HTML page, a closed port, a wrong token): one line saying why.
+    #[error("{url} is not a KV Connect server this suite can run against: {reason}")]
+    NotKvConnect {
+        /// The URL given.
+        url: String,
+        /// What went wrong, on one line.
+        reason: String,
+    },
+
+    /// `kv conformance` on a server that holds data, without `--yes-write`.
+    #[error(
+        "{url} already holds data; the conformance suite writes (under its own key prefix, \
+         deleted afterwards): pass --yes-write to run it anyway"
+    )]
+    ConformanceNeedsConsent {
+        /// The URL given.
+        url: String,
+    },
+
+    /// `kv conformance` found cases that failed (the report says which).
+    #[error("{failed} conformance case(s) failed")]
+    ConformanceFailed {
+        /// How many.
+        failed: usize,
+    },
+
     /// A key on the command line or in a file that does not parse.
     #[error("bad key {input}: {reason}")]
     BadKey {

@@ -16,6 +16,7 @@ mod backup;
 mod change_log;
 mod cli;
 mod commands;
+mod conformance;
 mod dump;
 mod duration;
 mod error;
@@ -156,5 +157,6 @@ async fn run(db: &str, db_on_command_line: bool, command: Command) -> Result<(),
         Command::Completions { shell } => manual::completions(shell),
         Command::Man { subcommand } => manual::man_page(subcommand.as_deref()),
         Command::Serve(args) => serve::serve(db, args).await,
+        Command::Conformance(args) => conformance::conformance(args).await,
     }
 }

@@ -49,6 +49,11 @@ pub fn trust_ca_file(file: PathBuf) {
     let _ = CA_FILE.set(file);
 }
 
+/// The `--ca` file, if one was given.
+pub fn ca_file() -> Option<PathBuf> {
+    CA_FILE.get().cloned()
+}
+
 /// Parses a database URL, with the `--ca` file for `https://`.
 pub fn parse_url(url: &str) -> Result<BackendUrl, CliError> {
     let parsed: BackendUrl = url.parse().map_err(CliError::Kv)?;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use open_deno_kv_model::{Backend, Capabilities, KvError, ManualClock};
+use open_deno_kv_model::{Backend, Capabilities, Clock, KvError, ManualClock};
 
 /// Everything one test owns: a manual clock (starting at 2024-01-01T00:00:00Z) and a fresh
 /// temporary directory for a durable backend's files. Opening a backend twice on the same context
@@ -74,6 +74,13 @@ pub trait BackendFactory: Send + Sync + 'static {
     fn can_reopen(&self, capabilities: Capabilities) -> bool {
         capabilities.durable
     }
+
+    /// Called once a case has finished (passed, failed or not), after its backend was closed:
+    /// where the store outlives the case (a shared server), the factory deletes what the case
+    /// left. Nothing by default: a local store goes away with its context.
+    async fn finish_case(&self) -> Result<(), KvError> {
+        Ok(())
+    }
 }
 
 /// A factory made of a closure; see [`crate::conformance_main!`].
@@ -119,6 +126,11 @@ pub struct Offered {
     pub capabilities: Capabilities,
     /// Whether opening twice on one context gives the same data.
     pub can_reopen: bool,
+    /// Whether the backend takes its time from the context's [`ManualClock`], so that
+    /// [`Env::advance`] moves the store's time. When it does not (a server elsewhere), each
+    /// context's clock starts at the real time and a case that moves the clock stops as
+    /// [`crate::NotRunnable`].
+    pub manual_clock: bool,
 }
 
 impl Offered {
@@ -148,8 +160,14 @@ impl Env {
         self.ctx.clock()
     }
 
-    /// Moves the clock forward.
+    /// Moves the clock forward. Where the backend's time is not the context's clock
+    /// ([`Offered::manual_clock`] is false), the case stops here as not runnable.
     pub fn advance(&self, by: Duration) {
+        if !self.offered.manual_clock {
+            crate::NotRunnable::stop(
+                "needs a manual clock: it moves time forward, and a server's clock cannot be moved",
+            );
+        }
         self.ctx.clock().advance(by);
     }
 
@@ -163,6 +181,9 @@ impl Env {
     /// A new, empty backend on a new context (for tests that need many fresh stores).
     pub async fn fresh(&self) -> Result<Env, KvError> {
         let ctx = Arc::new(TestContext::new()?);
+        if !self.offered.manual_clock {
+            ctx.clock().set(self.clock().now());
+        }
         let kv = self.factory.open(&ctx).await?;
         Ok(Env {
             kv,
@@ -229,23 +250,61 @@ impl Case {
 /// that never emits).
 pub const CASE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Runs one case on a fresh context and runtime. `Err` carries the failure message.
+/// What became of one case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// It ran to its end.
+    Passed,
+    /// An assertion failed (the message: usually what was expected and what was seen), it
+    /// timed out, or the backend could not be opened.
+    Failed(String),
+    /// It stopped as [`crate::NotRunnable`] here: the reason.
+    NotRun(String),
+}
+
+/// Runs one case on a fresh context and runtime. `Err` carries the failure message (or the
+/// reason it could not run).
 pub fn run_case(
     case: &Case,
     factory: &Arc<dyn BackendFactory>,
     offered: Offered,
 ) -> Result<(), String> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    match run_case_outcome(case, factory, offered) {
+        Outcome::Passed => Ok(()),
+        Outcome::Failed(message) => Err(message),
+        Outcome::NotRun(reason) => Err(format!("could not run: {reason}")),
+    }
+}
+
+/// Runs one case on a fresh context and runtime, and says what became of it; then lets the
+/// factory clean up ([`BackendFactory::finish_case`]). A panic (a failed assertion) is caught
+/// and becomes [`Outcome::Failed`] with its message; a [`crate::NotRunnable`] panic becomes
+/// [`Outcome::NotRun`].
+pub fn run_case_outcome(
+    case: &Case,
+    factory: &Arc<dyn BackendFactory>,
+    offered: Offered,
+) -> Outcome {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start a tokio runtime: {e}"))?;
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return Outcome::Failed(format!("cannot start a tokio runtime: {e}")),
+    };
     let outcome = runtime.block_on(async {
-        let ctx = Arc::new(TestContext::new().map_err(|e| e.to_string())?);
-        let kv = factory
-            .open(&ctx)
-            .await
-            .map_err(|e| format!("opening the backend failed: {e}"))?;
+        let ctx = match TestContext::new() {
+            Ok(ctx) => Arc::new(ctx),
+            Err(e) => return Outcome::Failed(e.to_string()),
+        };
+        if !offered.manual_clock {
+            ctx.clock().set(chrono::Utc::now());
+        }
+        let kv = match factory.open(&ctx).await {
+            Ok(kv) => kv,
+            Err(e) => return Outcome::Failed(format!("opening the backend failed: {e}")),
+        };
         let env = Env {
             kv: kv.clone(),
             ctx,
@@ -254,12 +313,20 @@ pub fn run_case(
         };
         let body = AssertUnwindSafe((case.run)(env)).catch_unwind();
         let result = match tokio::time::timeout(case.timeout, body).await {
-            Err(_) => Err(format!("timed out after {:?}", case.timeout)),
-            Ok(Err(panic)) => Err(panic_message(&*panic)),
-            Ok(Ok(())) => Ok(()),
+            Err(_) => Outcome::Failed(format!("timed out after {:?}", case.timeout)),
+            Ok(Err(panic)) => match panic.downcast_ref::<crate::NotRunnable>() {
+                Some(not_runnable) => Outcome::NotRun(not_runnable.0.clone()),
+                None => Outcome::Failed(panic_message(&*panic)),
+            },
+            Ok(Ok(())) => Outcome::Passed,
         };
         let _ = kv.close().await;
-        result
+        match factory.finish_case().await {
+            Err(e) if result == Outcome::Passed => {
+                Outcome::Failed(format!("cleaning up after the case failed: {e}"))
+            }
+            _ => result,
+        }
     });
     runtime.shutdown_timeout(Duration::from_secs(1));
     outcome
@@ -292,6 +359,7 @@ pub fn probe_backend(factory: &Arc<dyn BackendFactory>) -> Result<Offered, Strin
         Ok(Offered {
             capabilities: caps,
             can_reopen: factory.can_reopen(caps),
+            manual_clock: true,
         })
     })
 }

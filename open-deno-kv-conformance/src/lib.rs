@@ -19,6 +19,12 @@
 //! });
 //! ```
 //!
+//! Any KV Connect server, in any language, runs the same cases from the command line:
+//! `kv conformance http://HOST:PORT/ --token T` (open-deno-kv-cli) takes [`all_cases`] and runs
+//! each through the KV Connect client with [`run_case_outcome`], confined to a key prefix of its
+//! own by [`Prefixed`] ([`shared_store`]); a case that needs what a remote server cannot give (a
+//! movable clock, Deno's full key budget) stops as [`NotRunnable`] and is reported as not run.
+//!
 //! Durable engines can also run the crash harness ([`crash`]): child processes committing writes
 //! are killed with `SIGKILL` at random moments, and every acknowledged commit must survive,
 //! whole, with its queue message delivered exactly once ([`crash_main!`]).
@@ -31,6 +37,7 @@ pub mod deno;
 pub mod faults;
 mod harness;
 pub mod model;
+pub mod shared_store;
 pub mod support;
 #[cfg(unix)]
 pub mod unprivileged;
@@ -39,9 +46,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 pub use harness::{
-    BackendFactory, CASE_TIMEOUT, Case, Env, FnFactory, Offered, TestContext, probe_backend,
-    run_case,
+    BackendFactory, CASE_TIMEOUT, Case, Env, FnFactory, Offered, Outcome, TestContext,
+    probe_backend, run_case, run_case_outcome,
 };
+pub use shared_store::{NotRunnable, Prefixed};
 
 /// Every case of the suite, scenario and model-based.
 pub fn all_cases() -> Vec<Case> {
