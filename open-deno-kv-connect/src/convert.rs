@@ -4,21 +4,23 @@
 //! text is denokv's where denokv has one (a server answers it with status 400).
 
 use open_deno_kv_model::{
-    AtomicWrite, Check, CommitResult, Enqueue, KvEntry, KvValue, Mutation, MutationKind, ReadRange,
-    ReadRangeOutput, SnapshotRead, Versionstamp, WatchKeyOutput, ms_to_datetime,
+    AtomicWrite, Check, CommitResult, Enqueue, KvEntry, Mutation, MutationKind, ReadRange,
+    ReadRangeOutput, SnapshotRead, WatchKeyOutput, ms_to_datetime,
 };
 use prost::Message;
 
-use crate::ProtocolError;
+use crate::error::ProtocolError;
 use crate::ext::WatchExpiry;
 use crate::frames::WatchFrame;
 use crate::pb;
+use crate::values::versionstamp_from;
+pub use crate::values::{
+    TEXT_BAD_VERSIONSTAMP, entry_from_pb, entry_to_pb, value_from_pb, value_to_pb,
+};
 
 /// denokv: a range limit of 0 or less.
 pub const TEXT_BAD_READ_LIMIT: &str =
     "The read range limit of the snapshot read request is invalid.";
-/// denokv: a check versionstamp that is neither empty nor 10 bytes.
-pub const TEXT_BAD_VERSIONSTAMP: &str = "Invalid versionstamp.";
 /// denokv: a mutation without its value, or of an unknown type.
 pub const TEXT_BAD_MUTATION: &str = "Invalid mutation kind or arguments.";
 /// denokv: `expire_at_ms` below −1.
@@ -34,76 +36,6 @@ pub const TEXT_OUTCOME_UNKNOWN: &str = "The write may or may not have been commi
 
 fn decode_message<M: Message + Default>(body: &[u8]) -> Result<M, ProtocolError> {
     M::decode(body).map_err(|e| ProtocolError::new(format!("Request protobuf is invalid: {e}")))
-}
-
-// ---- values and entries -------------------------------------------------------------------------
-
-/// A wire value as an open-deno-kv-model value. The encoding must be V8, LE64 or BYTES, and an LE64 value
-/// exactly 8 bytes.
-pub fn value_from_pb(value: pb::KvValue) -> Result<KvValue, ProtocolError> {
-    decode_value(value.data, value.encoding)
-}
-
-fn decode_value(data: Vec<u8>, encoding: i32) -> Result<KvValue, ProtocolError> {
-    match pb::ValueEncoding::try_from(encoding) {
-        Ok(pb::ValueEncoding::VeV8) => Ok(KvValue::V8(data)),
-        Ok(pb::ValueEncoding::VeBytes) => Ok(KvValue::Bytes(data)),
-        Ok(pb::ValueEncoding::VeLe64) => {
-            let len = data.len();
-            let raw: [u8; 8] = data.try_into().map_err(|_| {
-                ProtocolError::new(format!("Invalid LE64 value: expected 8 bytes, got {len}."))
-            })?;
-            Ok(KvValue::U64(u64::from_le_bytes(raw)))
-        }
-        _ => Err(ProtocolError::new(format!(
-            "Invalid value encoding: {encoding}."
-        ))),
-    }
-}
-
-/// An open-deno-kv-model value on the wire.
-pub fn value_to_pb(value: &KvValue) -> pb::KvValue {
-    let (data, encoding) = encode_value(value);
-    pb::KvValue { data, encoding }
-}
-
-fn encode_value(value: &KvValue) -> (Vec<u8>, i32) {
-    let (data, encoding) = value.encode();
-    let encoding = match encoding {
-        open_deno_kv_model::ValueEncoding::V8 => pb::ValueEncoding::VeV8,
-        open_deno_kv_model::ValueEncoding::U64 => pb::ValueEncoding::VeLe64,
-        open_deno_kv_model::ValueEncoding::Bytes => pb::ValueEncoding::VeBytes,
-    };
-    (data, encoding as i32)
-}
-
-/// An entry on the wire (the expiry is not part of the protocol).
-pub fn entry_to_pb(entry: &KvEntry) -> pb::KvEntry {
-    let (value, encoding) = encode_value(&entry.value);
-    pb::KvEntry {
-        key: entry.key.clone(),
-        value,
-        encoding,
-        versionstamp: entry.versionstamp.as_bytes().to_vec(),
-    }
-}
-
-/// A wire entry as an open-deno-kv-model entry: the versionstamp must be 10 bytes and the value valid.
-pub fn entry_from_pb(entry: pb::KvEntry) -> Result<KvEntry, ProtocolError> {
-    let versionstamp = versionstamp_from(&entry.versionstamp)?;
-    Ok(KvEntry {
-        key: entry.key,
-        value: decode_value(entry.value, entry.encoding)?,
-        versionstamp,
-        expires_at: None,
-    })
-}
-
-fn versionstamp_from(bytes: &[u8]) -> Result<Versionstamp, ProtocolError> {
-    let raw: [u8; 10] = bytes
-        .try_into()
-        .map_err(|_| ProtocolError::new(TEXT_BAD_VERSIONSTAMP))?;
-    Ok(Versionstamp::from_bytes(raw))
 }
 
 // ---- snapshot_read --------------------------------------------------------------------------------

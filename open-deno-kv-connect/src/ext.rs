@@ -103,7 +103,7 @@ use open_deno_kv_model::{
     AtomicWrite, KvEntry, MutationKind, ReadRangeOutput, WatchKeyOutput, ms_to_datetime,
 };
 
-use crate::ProtocolError;
+use crate::error::ProtocolError;
 
 pub use backup::{
     CHANGE_LOG_READ_BYTES, ChangeLogStatusResponse, ConfigureChangeLogRequest, ExportRequest,

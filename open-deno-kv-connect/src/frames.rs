@@ -33,12 +33,10 @@
 
 use prost::Message;
 
-use crate::ProtocolError;
+use crate::error::ProtocolError;
 use crate::ext::WatchExpiry;
+pub use crate::framing::{KEEP_ALIVE, encode_payload};
 use crate::pb::WatchOutput;
-
-/// A keep-alive frame: length zero, no payload.
-pub const KEEP_ALIVE: [u8; 4] = [0; 4];
 
 /// The largest frame a decoder accepts (Deno's client allows 16 MiB).
 pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
@@ -70,17 +68,6 @@ pub fn encode_frame(frame: &WatchFrame) -> Vec<u8> {
         body.extend_from_slice(&expiry.encode_to_vec());
     }
     encode_payload(&body)
-}
-
-/// Any message framed as a watch stream frames it: its length (4 bytes, little-endian), then
-/// its bytes. The `watch-range/1` stream ([`crate::ext::RangeWatchFrame`]) uses it too.
-pub fn encode_payload(body: &[u8]) -> Vec<u8> {
-    // A frame is bounded far below 4 GiB (10 watched keys, or a split range watch event).
-    let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
-    let mut bytes = Vec::with_capacity(4 + body.len());
-    bytes.extend_from_slice(&len.to_le_bytes());
-    bytes.extend_from_slice(body);
-    bytes
 }
 
 /// A frame's bytes, before they are decoded as a message.

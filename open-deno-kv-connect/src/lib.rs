@@ -28,30 +28,16 @@
 //! ```
 
 pub mod convert;
+mod error;
 pub mod ext;
 pub mod frames;
+mod framing;
 pub mod metadata;
 pub mod pb;
+mod values;
 
+pub use error::ProtocolError;
 pub use prost;
-
-/// A request or response that does not follow the protocol. The text is plain and meant for the
-/// peer (a server answers it with status 400).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct ProtocolError {
-    /// What is wrong.
-    pub message: String,
-}
-
-impl ProtocolError {
-    /// An error with this text.
-    pub fn new(message: impl Into<String>) -> Self {
-        ProtocolError {
-            message: message.into(),
-        }
-    }
-}
 
 /// The README.md of this crate (the page crates.io shows): its Rust example is compiled as a doc
 /// test, so that it stays true.

@@ -11,7 +11,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::ProtocolError;
+use crate::error::ProtocolError;
 
 /// denokv's answer to a body that is missing or not JSON (Deno clients older than 1.38 sent none).
 pub const TEXT_BODY_NOT_JSON: &str =

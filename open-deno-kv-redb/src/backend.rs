@@ -191,11 +191,7 @@ impl Engine for RedbBackend {
             let mut time = ReadTime::new(clock.clone());
             shared.with_entries(|entries| reader::read_watched(entries, keys, &mut time))
         };
-        Ok(blocking_range_watch_stream(
-            range.into_inner(),
-            &self.signal,
-            read,
-        ))
+        Ok(blocking_range_watch_stream(range, &self.signal, read))
     }
 
     /// Closes this handle: its watch streams end, its waiting dequeues return `None`, and the

@@ -7,7 +7,6 @@ use open_deno_kv_model::Limits;
 use crate::ext;
 use crate::resources::ResourceLimits;
 use crate::tls::Tls;
-use crate::ui::Explorer;
 
 /// The largest request body accepted (413 above it): 1 MiB plus 64 KiB. The largest valid
 /// request is an atomic write within Deno's limits: 819 200 bytes of keys and values (check keys
@@ -102,5 +101,29 @@ impl ServerConfig {
             extensions: ext::EXTENSIONS.to_vec(),
             ui: Explorer::Off,
         }
+    }
+}
+
+/// Whether and how the server serves the explorer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Explorer {
+    /// No explorer: `/ui` is a 404 (the default).
+    #[default]
+    Off,
+    /// The explorer lists, opens and follows entries; its writes answer 403 (`kv serve --ui`).
+    ReadOnly,
+    /// The explorer may also edit and delete entries (`kv serve --ui --ui-write`).
+    ReadWrite,
+}
+
+impl Explorer {
+    /// Whether `/ui` is served.
+    pub fn enabled(self) -> bool {
+        self != Explorer::Off
+    }
+
+    /// Whether the explorer's writes are allowed.
+    pub fn writable(self) -> bool {
+        self == Explorer::ReadWrite
     }
 }

@@ -421,17 +421,19 @@ fn close_in_background(backend: Arc<dyn Backend>) {
     });
 }
 
-/// Closes idle `/db/NAME` databases until the server shuts down.
-pub(crate) async fn sweep_idle(shared: Arc<crate::shared::Shared>) {
-    let every = (shared.databases.idle_timeout / 4)
-        .clamp(Duration::from_millis(10), Duration::from_secs(5));
-    let mut shutdown = shared.shutdown.clone();
+/// Closes idle `/db/NAME` databases of `databases` until `shutdown` says stop.
+pub(crate) async fn sweep_idle(
+    databases: &Databases,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let every =
+        (databases.idle_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(5));
     loop {
         tokio::select! {
             () = tokio::time::sleep(every) => {}
             _ = shutdown.wait_for(|stop| *stop) => return,
         }
-        shared.databases.close_idle(Instant::now()).await;
+        databases.close_idle(Instant::now()).await;
     }
 }
 

@@ -148,7 +148,15 @@ async fn route(
 
 /// `GET /metrics`: the exposition, or 500 if it could not be written.
 async fn metrics(shared: &Shared) -> Response<ResponseBody> {
-    match shared.metrics.render(shared).await {
+    let rendered = shared
+        .metrics
+        .render(
+            &shared.budgets,
+            shared.databases.open_databases(),
+            shared.config.resources.metrics_refresh,
+        )
+        .await;
+    match rendered {
         Ok(text) => bytes_response(crate::metrics::CONTENT_TYPE, text.into_bytes()),
         Err(err) => {
             tracing::error!(error = %err, "metrics: cannot encode the exposition");

@@ -74,6 +74,7 @@ mod config;
 mod config_error;
 mod connection;
 pub mod databases;
+mod deliveries;
 pub mod ext;
 mod handler;
 pub mod log_summary;
@@ -91,14 +92,13 @@ mod tls;
 pub mod ui;
 mod watch;
 
-pub use config::{Access, MAX_BODY_BYTES, ServerConfig};
+pub use config::{Access, Explorer, MAX_BODY_BYTES, ServerConfig};
 pub use config_error::{ConfigError, MIN_TOKEN_LEN};
 pub use connection::HTTP2_PING_INTERVAL;
 pub use databases::{DatabaseOpener, Databases, Opened};
 pub use resources::ResourceLimits;
 pub use server::Server;
 pub use tls::{EXPIRY_WARNING, MAX_TLS_FILE_BYTES, Tls, Validity};
-pub use ui::Explorer;
 
 /// The README.md of this crate (the page crates.io shows): its Rust example is compiled as a doc
 /// test, so that it stays true.

@@ -45,7 +45,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 use tokio::time::Instant;
 
-use crate::shared::Shared;
+use crate::resources::Budgets;
 
 /// The content type of the answer (Prometheus text format 0.0.4).
 pub(crate) const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -306,17 +306,20 @@ impl Metrics {
         self.storage_errors.inc();
     }
 
-    /// The exposition: reads the gauges from `shared` (the queue depths at most once per
-    /// `metrics_refresh`), then encodes every family.
-    pub(crate) async fn render(&self, shared: &Shared) -> Result<String, std::fmt::Error> {
+    /// The exposition: reads the gauges from `budgets` and the `open` databases (their queue
+    /// depths at most once per `refresh`, [`crate::ResourceLimits::metrics_refresh`]), then
+    /// encodes every family.
+    pub(crate) async fn render(
+        &self,
+        budgets: &Budgets,
+        open: OpenDatabases,
+        refresh: Duration,
+    ) -> Result<String, std::fmt::Error> {
         let mut queues = self.scraping.lock().await;
         self.connections_open
-            .set(gauge_value(shared.budgets.connections_open()));
-        self.watches_open
-            .set(gauge_value(shared.budgets.watches_open()));
-        let open = shared.databases.open_databases();
+            .set(gauge_value(budgets.connections_open()));
+        self.watches_open.set(gauge_value(budgets.watches_open()));
         self.databases_open.set(gauge_value(open.len()));
-        let refresh = shared.config.resources.metrics_refresh;
         let now = Instant::now();
         if queues
             .read_at

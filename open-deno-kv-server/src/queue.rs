@@ -37,10 +37,9 @@
 //! never reached the client cannot be told from delivered ones: that message comes back when its
 //! lease runs out, as a failed delivery (one back-off interval used).
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -48,11 +47,12 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::StatusCode;
 use hyper::body::{Body, Frame, SizeHint};
-use open_deno_kv_model::{Backend, KvError, QueueMessageHandle};
+use open_deno_kv_model::{Backend, KvError};
 use prost::Message;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use crate::deliveries::Deliveries;
 use crate::ext::{
     DequeueRequest, DequeueResponse, FinishRequest, FinishResponse, KeepAliveRequest,
     KeepAliveResponse,
@@ -77,98 +77,6 @@ impl QueueMethod {
             "/queue/keepalive" => Some(QueueMethod::KeepAlive),
             _ => None,
         }
-    }
-}
-
-struct Held {
-    database: Uuid,
-    handle: Box<dyn QueueMessageHandle>,
-    deadline: Instant,
-    /// Keeps the database open while the message is held (see [`crate::databases`]).
-    _backend: Arc<dyn Backend>,
-}
-
-/// Messages handed out over the network and not yet finished, by delivery token. Clones share
-/// the same table.
-#[derive(Clone)]
-pub(crate) struct Deliveries {
-    held: Arc<Mutex<HashMap<String, Held>>>,
-    lease: Duration,
-}
-
-impl Deliveries {
-    pub(crate) fn new(lease: Duration) -> Self {
-        Deliveries {
-            held: Arc::new(Mutex::new(HashMap::new())),
-            lease,
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Held>> {
-        // Single inserts and removals: a panic cannot leave the map half-updated.
-        self.held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn hold(
-        &self,
-        database: Uuid,
-        backend: Arc<dyn Backend>,
-        handle: Box<dyn QueueMessageHandle>,
-    ) -> String {
-        let token = Uuid::new_v4().simple().to_string();
-        let held = Held {
-            database,
-            handle,
-            deadline: Instant::now() + self.lease,
-            _backend: backend,
-        };
-        self.lock().insert(token.clone(), held);
-        token
-    }
-
-    fn take(&self, database: Uuid, token: &str) -> Option<Box<dyn QueueMessageHandle>> {
-        let mut held = self.lock();
-        if held.get(token)?.database != database {
-            return None;
-        }
-        held.remove(token).map(|h| h.handle)
-    }
-
-    fn renew(&self, database: Uuid, tokens: Vec<String>) -> Vec<String> {
-        let deadline = Instant::now() + self.lease;
-        let mut held = self.lock();
-        tokens
-            .into_iter()
-            .filter(|token| match held.get_mut(token) {
-                Some(h) if h.database == database => {
-                    h.deadline = deadline;
-                    false
-                }
-                _ => true,
-            })
-            .collect()
-    }
-
-    /// Removes the deliveries whose lease has passed (dropped by the caller, outside the lock:
-    /// dropping a handle settles it as failed).
-    fn expired(&self, now: Instant) -> Vec<Box<dyn QueueMessageHandle>> {
-        let mut held = self.lock();
-        let gone: Vec<String> = held
-            .iter()
-            .filter(|(_, h)| h.deadline <= now)
-            .map(|(token, _)| token.clone())
-            .collect();
-        gone.iter()
-            .filter_map(|token| held.remove(token).map(|h| h.handle))
-            .collect()
-    }
-
-    /// Lets go of every delivery (server shutdown): each counts as failed and is retried.
-    pub(crate) fn release_all(&self) {
-        let all: Vec<Held> = self.lock().drain().map(|(_, h)| h).collect();
-        drop(all);
     }
 }
 
@@ -383,10 +291,7 @@ mod tests {
 
         let (kv, body) = held_answer(&deliveries, database).await;
         drop(body);
-        assert!(
-            deliveries.lock().is_empty(),
-            "the delivery is no longer held"
-        );
+        assert!(deliveries.held() == 0, "the delivery is no longer held");
         let queued = kv.queued_messages().await.unwrap();
         assert_eq!(queued.len(), 1);
         assert_eq!(queued[0].backoff_schedule, vec![1_000], "no retry was used");
@@ -401,10 +306,6 @@ mod tests {
         let frame = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
         assert!(frame.is_some());
         drop(body);
-        assert_eq!(
-            deliveries.lock().len(),
-            1,
-            "sent: held until finished or lease"
-        );
+        assert_eq!(deliveries.held(), 1, "sent: held until finished or lease");
     }
 }

@@ -14,6 +14,7 @@ use crate::ResourceLimits;
 use crate::config::{Access, ServerConfig};
 use crate::config_error::{ConfigError, MIN_TOKEN_LEN};
 use crate::databases::{self, Databases};
+use crate::deliveries::Deliveries;
 use crate::shared::Shared;
 use crate::{admission, connection, metrics, queue, resources};
 
@@ -63,7 +64,7 @@ impl Server {
         databases.max_open = self.config.resources.max_open_databases;
         databases.idle_timeout = self.config.resources.database_idle_timeout;
         let shared = Arc::new(Shared {
-            deliveries: queue::Deliveries::new(self.config.queue_lease),
+            deliveries: Deliveries::new(self.config.queue_lease),
             budgets: resources::Budgets::new(&self.config.resources),
             metrics: metrics::Metrics::new(),
             config: self.config,
@@ -79,7 +80,12 @@ impl Server {
             tokio::spawn(async move { admission.warnings.run(shutdown).await })
         };
         let sweeper = tokio::spawn(queue::sweep(shared.clone()));
-        let database_sweeper = tokio::spawn(databases::sweep_idle(shared.clone()));
+        let database_sweeper = {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                databases::sweep_idle(&shared.databases, shared.shutdown.clone()).await;
+            })
+        };
         let mut connections = JoinSet::new();
         tokio::pin!(shutdown);
         loop {

@@ -5,7 +5,8 @@ use tokio::sync::watch as signal;
 
 use crate::config::ServerConfig;
 use crate::databases::Databases;
-use crate::{metrics, queue, resources};
+use crate::deliveries::Deliveries;
+use crate::{metrics, resources};
 
 /// Shared by every connection.
 pub(crate) struct Shared {
@@ -13,7 +14,7 @@ pub(crate) struct Shared {
     pub(crate) databases: Databases,
     pub(crate) shutdown: signal::Receiver<bool>,
     /// Queue messages held by network consumers.
-    pub(crate) deliveries: queue::Deliveries,
+    pub(crate) deliveries: Deliveries,
     /// What clients hold of the [`crate::ResourceLimits`].
     pub(crate) budgets: resources::Budgets,
     /// What the server counts, for `GET /metrics`.

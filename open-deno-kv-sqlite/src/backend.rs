@@ -176,11 +176,7 @@ impl Engine for SqliteBackend {
     fn watch_range(&self, range: ValidatedRange) -> Result<RangeWatchStream, KvError> {
         let (readers, clock) = (self.readers.clone(), self.clock.clone());
         let read = move |keys: &[Vec<u8>]| readers.read_watched(keys, clock.now_ms());
-        Ok(blocking_range_watch_stream(
-            range.into_inner(),
-            &self.signal,
-            read,
-        ))
+        Ok(blocking_range_watch_stream(range, &self.signal, read))
     }
 
     async fn close(&self) -> Result<(), KvError> {

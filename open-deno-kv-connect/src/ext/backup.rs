@@ -47,7 +47,7 @@ use open_deno_kv_model::{
 };
 use prost::Message;
 
-use crate::ProtocolError;
+use crate::error::ProtocolError;
 
 /// The encoded size of items a [`SnapshotWriter`] gathers in one batch before it sends it: far
 /// below a server's request body limit (the most a receiver buffers for one frame), and one
@@ -107,7 +107,7 @@ fn database_from_wire(bytes: Option<Vec<u8>>) -> Result<Option<DatabaseId>, Prot
 impl SnapshotFrame {
     /// The frame with its length prefix ([`crate::frames::encode_payload`]).
     pub fn to_payload(&self) -> Vec<u8> {
-        crate::frames::encode_payload(&self.encode_to_vec())
+        crate::framing::encode_payload(&self.encode_to_vec())
     }
 
     /// The frame that ends an export whose source failed: the reason travels to the client.

@@ -22,8 +22,9 @@ use open_deno_kv_model::{KeyRange, RangeChange, RangeCount, RangeWatchEvent};
 use prost::Message;
 
 use super::{expiry_from_ms, expiry_ms};
-use crate::convert::{entry_from_pb, entry_to_pb};
-use crate::{ProtocolError, pb};
+use crate::error::ProtocolError;
+use crate::pb;
+use crate::values::{entry_from_pb, entry_to_pb};
 
 /// One range delete of an `atomic_write` body (`range-delete/1`, field
 /// [`super::RANGE_DELETE_FIELD`]).

@@ -18,6 +18,7 @@ use tokio::sync::Notify;
 
 use super::{ChangeSignal, Registration, WATCH_READS, WatchReader, WatchedEntry, blocking_reader};
 use crate::{KeyRange, KvError, RangeWatchStream};
+use open_deno_kv_model::ValidatedRange;
 use open_deno_kv_model::watch::{MAX_PENDING_RANGE_CHANGES, RangeChange, RangeWatchEvent};
 
 /// One range watcher as the signal's registry holds it: the range, and what commits noted for
@@ -89,15 +90,15 @@ struct RangeWatchState {
     done: bool,
 }
 
-/// [`range_watch_stream`] for a blocking engine: `read` reads the current entries of the given
-/// keys from one snapshot (the same function the engine's key watches use), run through
-/// [`crate::run_blocking`].
+/// [`range_watch_stream`] for a blocking engine, over a range the checked layer validated:
+/// `read` reads the current entries of the given keys from one snapshot (the same function the
+/// engine's key watches use), run through [`crate::run_blocking`].
 pub fn blocking_range_watch_stream(
-    range: KeyRange,
+    range: ValidatedRange,
     signal: &ChangeSignal,
     read: impl Fn(&[Vec<u8>]) -> Result<Vec<WatchedEntry>, KvError> + Send + Sync + 'static,
 ) -> RangeWatchStream {
-    range_watch_stream(range, blocking_reader(read), signal)
+    range_watch_stream(range.into_inner(), blocking_reader(read), signal)
 }
 
 /// Builds the watch of every key in `range`, woken by `signal` when commits write keys in it;

@@ -8,7 +8,7 @@
 //!   token as the KV Connect API in its `authorization: Bearer` header (never in the URL, so it
 //!   never reaches a log or a proxy's access log); keys travel in request bodies for the same
 //!   reason. The writes (`set`, `delete`) answer 403 unless the explorer is
-//!   [`Explorer::ReadWrite`]; every write carries the versionstamp the page last saw as a check,
+//!   [`crate::Explorer::ReadWrite`]; every write carries the versionstamp the page last saw as a check,
 //!   and a conflict answers 409 with the current entry instead of overwriting it.
 //! - `POST /ui/api/watch`: a server-sent-events stream of the states of the keys on screen
 //!   ([`live`]).
@@ -28,30 +28,6 @@ use hyper::{Method, Request, Response, StatusCode};
 use crate::metrics::Endpoint;
 use crate::response::{Failure, ResponseBody, bytes_response, method_not_allowed, text_response};
 use crate::shared::Shared;
-
-/// Whether and how the server serves the explorer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Explorer {
-    /// No explorer: `/ui` is a 404 (the default).
-    #[default]
-    Off,
-    /// The explorer lists, opens and follows entries; its writes answer 403 (`kv serve --ui`).
-    ReadOnly,
-    /// The explorer may also edit and delete entries (`kv serve --ui --ui-write`).
-    ReadWrite,
-}
-
-impl Explorer {
-    /// Whether `/ui` is served.
-    pub fn enabled(self) -> bool {
-        self != Explorer::Off
-    }
-
-    /// Whether the explorer's writes are allowed.
-    pub fn writable(self) -> bool {
-        self == Explorer::ReadWrite
-    }
-}
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
@@ -118,6 +94,7 @@ pub(crate) async fn handle(request: Request<Incoming>, shared: &Shared) -> Respo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Explorer;
 
     #[test]
     fn the_page_loads_only_its_own_files() {
