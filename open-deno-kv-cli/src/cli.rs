@@ -317,7 +317,7 @@ pub enum Command {
     /// subcommand, its own page, kv-SUBCOMMAND(1) (`kv man get > kv-get.1`).
     Man {
         /// The subcommand whose page to print (default: the page of kv itself).
-        #[arg(value_parser = crate::manual::parse_subcommand)]
+        #[arg(value_parser = parse_subcommand)]
         subcommand: Option<String>,
     },
     /// Run the Deno KV conformance suite against any KV Connect server (kv serve, denokv, a
@@ -555,4 +555,17 @@ pub enum ValueType {
     /// The tagged JSON form of dumps and manifests (any V8 value; it does not hold an error's
     /// stack and cause, or the buffer around a typed array or DataView).
     Tagged,
+}
+
+/// Reads `kv man`'s argument: the name of one of kv's subcommands.
+pub fn parse_subcommand(name: &str) -> Result<String, String> {
+    let command = <Cli as clap::CommandFactory>::command();
+    if command.find_subcommand(name).is_some() {
+        return Ok(name.to_owned());
+    }
+    let names: Vec<&str> = command.get_subcommands().map(|c| c.get_name()).collect();
+    Err(format!(
+        "no subcommand {name:?}; one of: {}",
+        names.join(", ")
+    ))
 }

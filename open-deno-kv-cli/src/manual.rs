@@ -43,16 +43,3 @@ pub fn man_page(subcommand: Option<&str>) -> Result<(), CliError> {
     stdout.write_all(&out).map_err(stdout_error)?;
     stdout.flush().map_err(stdout_error)
 }
-
-/// Reads `kv man`'s argument: the name of one of kv's subcommands.
-pub fn parse_subcommand(name: &str) -> Result<String, String> {
-    let command = Cli::command();
-    if command.find_subcommand(name).is_some() {
-        return Ok(name.to_owned());
-    }
-    let names: Vec<&str> = command.get_subcommands().map(|c| c.get_name()).collect();
-    Err(format!(
-        "no subcommand {name:?}; one of: {}",
-        names.join(", ")
-    ))
-}

@@ -11,8 +11,6 @@ use open_deno_kv::Kv;
 use open_deno_kv_model::num_bigint::BigInt;
 use open_deno_kv_model::{Key, KeyPart};
 
-use crate::error::CliError;
-
 /// How many near keys are looked up at most: Deno's limit of keys in one `getMany`.
 const MAX_NEAR_KEYS: usize = 10;
 
@@ -104,7 +102,7 @@ pub fn near_keys(key: &Key) -> Vec<NearKey> {
 }
 
 /// The first of [`near_keys`] that holds an entry, looked up in one read.
-pub async fn find_near(kv: &Kv, key: &Key) -> Result<Option<NearKey>, CliError> {
+pub async fn find_near(kv: &Kv, key: &Key) -> Result<Option<NearKey>, open_deno_kv::Error> {
     let near = near_keys(key);
     if near.is_empty() {
         return Ok(None);

@@ -125,12 +125,12 @@ impl PostgresBackend {
             .collect::<Result<Vec<_>, PostgresError>>()?;
         let target = Arc::new(Target::new(primary));
         let mut client = connect(&target).await?;
-        refusal::require_primary(&client, &target).await?;
+        refusal::require_primary(&client, target.config()).await?;
         let identity = schema::ensure(&mut client, &sql, options.read_only)
             .await
-            .map_err(|err| refusal::privilege(err, &target, &sql.schema))?;
+            .map_err(|err| refusal::privilege(err, target.config(), &sql.schema))?;
         if !options.read_only {
-            refusal::require_write_privileges(&client, &target, &sql.schema).await?;
+            refusal::require_write_privileges(&client, target.config(), &sql.schema).await?;
         }
         drop(client);
 

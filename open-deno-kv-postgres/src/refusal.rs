@@ -6,20 +6,26 @@ use std::error::Error as _;
 
 use rustls::{AlertDescription, CertificateError};
 
+use tokio_postgres::Config;
+
 use crate::PostgresError;
-use crate::target::{Target, rustls_error};
+use crate::tls::SslMode;
 
 /// The message tokio-postgres gives when `sslmode` requires TLS and the server answers the TLS
 /// request with "no" (the server has `ssl = off`).
 const NO_TLS: &str = "server does not support TLS";
 
-/// The refusal `err` as the variant naming its cause ([`PostgresError::Connect`] when none fits).
-pub(crate) fn classify(err: tokio_postgres::Error, target: &Target) -> PostgresError {
-    let config = target.config();
+/// The refusal `err` of a connection made with `config` in `ssl_mode`, as the variant naming its
+/// cause ([`PostgresError::Connect`] when none fits).
+pub(crate) fn classify(
+    err: tokio_postgres::Error,
+    config: &Config,
+    ssl_mode: SslMode,
+) -> PostgresError {
     let server = crate::url::servers(config);
     let user = config.get_user().unwrap_or_default().to_owned();
     if let Some(tls) = rustls_error(&err) {
-        return tls_refusal(tls, target, server);
+        return tls_refusal(tls, config, server);
     }
     if let Some(db) = err.as_db_error() {
         let message = db.message().to_owned();
@@ -46,7 +52,7 @@ pub(crate) fn classify(err: tokio_postgres::Error, target: &Target) -> PostgresE
     if cause == NO_TLS {
         return PostgresError::TlsUnavailable {
             server,
-            sslmode: target.ssl_mode().name().to_owned(),
+            sslmode: ssl_mode.name().to_owned(),
         };
     }
     // target_session_attrs=read-write found no primary among the hosts.
@@ -73,12 +79,12 @@ pub(crate) fn classify(err: tokio_postgres::Error, target: &Target) -> PostgresE
 }
 
 /// A refused TLS handshake.
-fn tls_refusal(tls: &rustls::Error, target: &Target, server: String) -> PostgresError {
+fn tls_refusal(tls: &rustls::Error, config: &Config, server: String) -> PostgresError {
     match tls {
         rustls::Error::InvalidCertificate(
             CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
         ) => PostgresError::TlsWrongHost {
-            host: first_host(target),
+            host: first_host(config),
             reason: tls.to_string(),
         },
         rustls::Error::InvalidCertificate(_) => PostgresError::TlsUntrusted {
@@ -104,9 +110,9 @@ fn tls_refusal(tls: &rustls::Error, target: &Target, server: String) -> Postgres
 }
 
 /// The first host of the URL, for a host name mismatch.
-fn first_host(target: &Target) -> String {
+fn first_host(config: &Config) -> String {
     use tokio_postgres::config::Host;
-    match target.config().get_hosts().first() {
+    match config.get_hosts().first() {
         Some(Host::Tcp(name)) => name.clone(),
         Some(Host::Unix(path)) => path.display().to_string(),
         None => String::new(),
@@ -155,12 +161,12 @@ impl PostgresError {
 /// Refuses a standby: the store writes (schema, commits, queues, LISTEN) on the primary.
 pub(crate) async fn require_primary(
     client: &tokio_postgres::Client,
-    target: &Target,
+    config: &Config,
 ) -> Result<(), PostgresError> {
     let row = client.query_one("SELECT pg_is_in_recovery()", &[]).await?;
     if row.try_get::<_, bool>(0)? {
         return Err(PostgresError::NotPrimary {
-            server: crate::url::servers(target.config()),
+            server: crate::url::servers(config),
         });
     }
     Ok(())
@@ -168,7 +174,7 @@ pub(crate) async fn require_primary(
 
 /// `err` as [`PostgresError::PermissionDenied`] when the server refused a privilege (SQLSTATE
 /// 42501) to the store's role in `schema`; otherwise unchanged.
-pub(crate) fn privilege(err: PostgresError, target: &Target, schema: &str) -> PostgresError {
+pub(crate) fn privilege(err: PostgresError, config: &Config, schema: &str) -> PostgresError {
     match err {
         PostgresError::Postgres(ref source)
             if source
@@ -180,7 +186,7 @@ pub(crate) fn privilege(err: PostgresError, target: &Target, schema: &str) -> Po
                 .map(|db| db.message().to_owned())
                 .unwrap_or_default();
             PostgresError::PermissionDenied {
-                user: target.config().get_user().unwrap_or_default().to_owned(),
+                user: config.get_user().unwrap_or_default().to_owned(),
                 schema: schema.to_owned(),
                 message,
             }
@@ -193,7 +199,7 @@ pub(crate) fn privilege(err: PostgresError, target: &Target, schema: &str) -> Po
 /// opened without `read_only`), at once rather than at its first write.
 pub(crate) async fn require_write_privileges(
     client: &tokio_postgres::Client,
-    target: &Target,
+    config: &Config,
     schema: &str,
 ) -> Result<(), PostgresError> {
     let tables: Vec<String> = ["kv", "kv_meta", "kv_queue", "kv_change_log"]
@@ -217,11 +223,28 @@ pub(crate) async fn require_write_privileges(
         .map(|row| row.try_get(0))
         .collect::<Result<_, _>>()?;
     Err(PostgresError::PermissionDenied {
-        user: target.config().get_user().unwrap_or_default().to_owned(),
+        user: config.get_user().unwrap_or_default().to_owned(),
         schema: schema.to_owned(),
         message: format!(
             "no SELECT, INSERT, UPDATE and DELETE on {}; open with read_only to only read",
             missing.join(", ")
         ),
     })
+}
+
+/// The rustls error inside `err`, if the TLS handshake failed.
+pub(crate) fn rustls_error(err: &tokio_postgres::Error) -> Option<&rustls::Error> {
+    let mut cause = err.source();
+    while let Some(current) = cause {
+        if let Some(found) = current.downcast_ref::<rustls::Error>() {
+            return Some(found);
+        }
+        if let Some(io) = current.downcast_ref::<std::io::Error>()
+            && let Some(found) = io.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>())
+        {
+            return Some(found);
+        }
+        cause = current.source();
+    }
+    None
 }

@@ -2,8 +2,6 @@
 //! configuration and the TLS connector — for every connection of a handle: the committer's, the
 //! listener's and the pools'.
 
-use std::error::Error as _;
-
 use futures::future::BoxFuture;
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{Client, Config, Connection, Socket};
@@ -46,7 +44,7 @@ impl Target {
     ) -> Result<(Client, Connection<Socket, Stream>), PostgresError> {
         self.connect_client()
             .await
-            .map_err(|err| refusal::classify(err, self))
+            .map_err(|err| refusal::classify(err, self.config(), self.ssl_mode()))
     }
 
     /// [`Target::connect`] with the client's own error. With `sslmode=prefer`, a failed TLS
@@ -68,24 +66,7 @@ impl Target {
 
 /// Whether `err` is rustls refusing the handshake (as opposed to the server or the network).
 pub(crate) fn is_handshake_failure(err: &tokio_postgres::Error) -> bool {
-    rustls_error(err).is_some()
-}
-
-/// The rustls error inside `err`, if the TLS handshake failed.
-pub(crate) fn rustls_error(err: &tokio_postgres::Error) -> Option<&rustls::Error> {
-    let mut cause = err.source();
-    while let Some(current) = cause {
-        if let Some(found) = current.downcast_ref::<rustls::Error>() {
-            return Some(found);
-        }
-        if let Some(io) = current.downcast_ref::<std::io::Error>()
-            && let Some(found) = io.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>())
-        {
-            return Some(found);
-        }
-        cause = current.source();
-    }
-    None
+    refusal::rustls_error(err).is_some()
 }
 
 /// The pools connect through the same TLS (and `prefer`'s fallback) as [`Target::connect`].
