@@ -202,10 +202,16 @@ pub(crate) async fn require_write_privileges(
     config: &Config,
     schema: &str,
 ) -> Result<(), PostgresError> {
-    let tables: Vec<String> = ["kv", "kv_meta", "kv_queue", "kv_change_log"]
-        .iter()
-        .map(|table| format!("\"{schema}\".{table}"))
-        .collect();
+    let tables: Vec<String> = [
+        "kv",
+        "kv_meta",
+        "kv_queue",
+        "kv_change_log",
+        "kv_commit_ids",
+    ]
+    .iter()
+    .map(|table| format!("\"{schema}\".{table}"))
+    .collect();
     let rows = client
         .query(
             // A list of privileges asks whether ANY is held: each is asked on its own.

@@ -82,8 +82,8 @@ async fn two_stores_in_two_schemas_of_one_database_are_independent() {
         .unwrap();
     assert_eq!(
         tables.lines().count(),
-        8,
-        "four tables in each schema: {tables}"
+        10,
+        "five tables in each schema: {tables}"
     );
 }
 
