@@ -96,8 +96,21 @@ fn patroni_leader_killed_five_times_loses_no_acknowledged_write() {
         let killed_node = cluster
             .kill_leader()
             .unwrap_or_else(|e| panic!("round {round}: killing the leader: {e}"));
-        ledger
-            .wait_until_all_acknowledge_after(killed + Duration::from_secs(1), SERVE_AGAIN_WITHIN);
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ledger.wait_until_all_acknowledge_after(
+                killed + Duration::from_secs(1),
+                SERVE_AGAIN_WITHIN,
+            )
+        }));
+        if let Err(panic) = served {
+            // Which node died, and what etcd and Patroni said meanwhile: a failure in CI must
+            // say why the cluster did not serve again.
+            eprintln!(
+                "round {round}: node{killed_node} was killed; the cluster's last log lines:\n{}",
+                cluster.log_tails()
+            );
+            std::panic::resume_unwind(panic);
+        }
         // Every server acknowledged a write that needed the new leader: its recovery is over.
         let end = Instant::now();
         done.push(Round {

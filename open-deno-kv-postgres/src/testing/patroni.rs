@@ -485,7 +485,8 @@ tags:
         }
     }
 
-    fn log_tails(&self) -> String {
+    /// The last lines of etcd's log and of every node's, for a failure message.
+    pub fn log_tails(&self) -> String {
         let mut out = format!("--- etcd ---\n{}", self.etcd_log());
         for (index, node) in self.nodes.iter().enumerate() {
             out.push_str(&format!(
