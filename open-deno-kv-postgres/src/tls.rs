@@ -184,11 +184,8 @@ impl TlsParams {
             }
             // libpq: with a root certificate, `require` (and `prefer`) check the chain as
             // `verify-ca` does.
-            (_, Some(roots)) => Arc::new(ChainOnly {
-                roots: Arc::new(roots),
-                provider: provider.clone(),
-            }),
-            (_, None) => Arc::new(Unchecked {
+            (_, roots) => Arc::new(WithoutHostName {
+                roots: roots.map(Arc::new),
                 provider: provider.clone(),
             }),
         };
@@ -319,15 +316,21 @@ fn read_key(path: &str) -> Result<PrivateKeyDer<'static>, PostgresError> {
     })
 }
 
-/// `verify-ca` (and `require`/`prefer` with an `sslrootcert`): the certificate chain must lead
-/// to a trusted CA; the host name is not checked.
+/// Every mode but `verify-full`: the host name is not checked.
+///
+/// - With `roots` (`verify-ca`, and `require`/`prefer` with an `sslrootcert`), the certificate
+///   chain must lead to a trusted CA.
+/// - Without (`prefer` and `require` without an `sslrootcert`, as libpq), the connection is
+///   encrypted but the certificate is not checked (the handshake's own signature still is), so
+///   an active attacker on the path can pose as the server. The docs say so; `verify-full` is
+///   the mode that prevents it.
 #[derive(Debug)]
-struct ChainOnly {
-    roots: Arc<RootCertStore>,
+struct WithoutHostName {
+    roots: Option<Arc<RootCertStore>>,
     provider: Arc<CryptoProvider>,
 }
 
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for WithoutHostName {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -336,69 +339,16 @@ impl ServerCertVerifier for ChainOnly {
         _ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let cert = ParsedCertificate::try_from(end_entity)?;
-        verify_server_cert_signed_by_trust_anchor(
-            &cert,
-            &self.roots,
-            intermediates,
-            now,
-            self.provider.signature_verification_algorithms.all,
-        )?;
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
-/// `prefer` and `require` without an `sslrootcert`, as libpq: encrypted, but the certificate is
-/// not checked (the handshake's own signature still is), so an active attacker on the path can
-/// pose as the server. Say so in the docs; `verify-full` is the mode that prevents it.
-#[derive(Debug)]
-struct Unchecked {
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for Unchecked {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
+        if let Some(roots) = &self.roots {
+            let cert = ParsedCertificate::try_from(end_entity)?;
+            verify_server_cert_signed_by_trust_anchor(
+                &cert,
+                roots,
+                intermediates,
+                now,
+                self.provider.signature_verification_algorithms.all,
+            )?;
+        }
         Ok(ServerCertVerified::assertion())
     }
 
