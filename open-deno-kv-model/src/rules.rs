@@ -19,6 +19,8 @@
 //! assert_eq!(sum.unwrap(), KvValue::U64(1));
 //! ```
 
+use std::cmp::Ordering;
+
 use num_bigint::BigInt;
 use thiserror::Error;
 
@@ -210,44 +212,18 @@ pub fn apply_sum(
     };
 
     let result = match (stored, operand) {
-        (SumOperand::Number(a), SumOperand::Number(b)) => {
-            let (min, max) = (as_number(min), as_number(max));
-            let mut sum = a + b;
-            if let Some(lo) = min.filter(|lo| sum < *lo) {
-                sum = if bounds.clamp {
-                    lo
-                } else {
-                    return Err(MutationError::SumOutOfRange);
-                };
-            }
-            if let Some(hi) = max.filter(|hi| sum > *hi) {
-                sum = if bounds.clamp {
-                    hi
-                } else {
-                    return Err(MutationError::SumOutOfRange);
-                };
-            }
-            SumOperand::Number(sum)
-        }
-        (SumOperand::BigInt(a), SumOperand::BigInt(b)) => {
-            let (min, max) = (as_bigint(min), as_bigint(max));
-            let mut sum = a + b;
-            if let Some(lo) = min.filter(|lo| sum < *lo) {
-                sum = if bounds.clamp {
-                    lo
-                } else {
-                    return Err(MutationError::SumOutOfRange);
-                };
-            }
-            if let Some(hi) = max.filter(|hi| sum > *hi) {
-                sum = if bounds.clamp {
-                    hi
-                } else {
-                    return Err(MutationError::SumOutOfRange);
-                };
-            }
-            SumOperand::BigInt(sum)
-        }
+        (SumOperand::Number(a), SumOperand::Number(b)) => SumOperand::Number(within_bounds(
+            a + b,
+            as_number(min),
+            as_number(max),
+            bounds.clamp,
+        )?),
+        (SumOperand::BigInt(a), SumOperand::BigInt(b)) => SumOperand::BigInt(within_bounds(
+            a + b,
+            as_bigint(min),
+            as_bigint(max),
+            bounds.clamp,
+        )?),
         (SumOperand::U64(a), SumOperand::U64(b)) => SumOperand::U64(a.wrapping_add(b)),
         (stored, operand) => {
             return Err(MutationError::MixedSum {
@@ -257,6 +233,26 @@ pub fn apply_sum(
         }
     };
     result.into_value()
+}
+
+/// A sum checked against its bounds: clamped to the bound it crossed when `clamp`, refused as
+/// [`MutationError::SumOutOfRange`] otherwise. Numbers and bigints follow the same rule.
+fn within_bounds<T: PartialOrd>(
+    mut sum: T,
+    min: Option<T>,
+    max: Option<T>,
+    clamp: bool,
+) -> Result<T, MutationError> {
+    // The minimum first, then the maximum, so that with min > max a clamped sum ends at max.
+    for (bound, crossed) in [(min, Ordering::Less), (max, Ordering::Greater)] {
+        if let Some(bound) = bound.filter(|b| sum.partial_cmp(b) == Some(crossed)) {
+            if !clamp {
+                return Err(MutationError::SumOutOfRange);
+            }
+            sum = bound;
+        }
+    }
+    Ok(sum)
 }
 
 fn as_number(bound: Option<SumOperand>) -> Option<f64> {
