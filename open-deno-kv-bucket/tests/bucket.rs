@@ -1,4 +1,6 @@
 //! The shipper and the reader together, against memory and directory targets.
+// Helpers of a test binary outside `#[test]` functions: a failure is the test failing.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -8,9 +10,7 @@ use std::time::Duration;
 use common::*;
 use open_deno_kv::{EnqueueOptions, Selector, key};
 use open_deno_kv_bucket::layout::{LOGS, SIDES};
-use open_deno_kv_bucket::{
-    BucketError, BucketReader, RestoreAt, Shipper, SnapshotReason, Target,
-};
+use open_deno_kv_bucket::{BucketError, BucketReader, RestoreAt, Shipper, SnapshotReason, Target};
 use open_deno_kv_engine_kit::SystemClock;
 use open_deno_kv_model::{Clock, ManualClock};
 
@@ -23,7 +23,9 @@ async fn some_commits(kv: &open_deno_kv::Kv, history: &mut History, round: u64) 
         .await
         .unwrap();
     history.record(&*backend).await;
-    kv.set(key!["bytes"], vec![1u8, 2, round as u8]).await.unwrap();
+    kv.set(key!["bytes"], vec![1u8, 2, round as u8])
+        .await
+        .unwrap();
     history.record(&*backend).await;
     kv.delete(key!["a", round.wrapping_sub(1)]).await.unwrap();
     history.record(&*backend).await;
@@ -52,14 +54,25 @@ async fn every_recovery_point_restores_the_state_the_store_had() {
         assert!(report.snapshots.is_empty());
     }
     let reader = BucketReader::new(target);
-    assert_eq!(reader.database().await.unwrap(), backend.change_log_status().await.unwrap().database);
+    assert_eq!(
+        reader.database().await.unwrap(),
+        backend.change_log_status().await.unwrap().database
+    );
     let points = reader.recovery_points().await.unwrap();
     assert_eq!(points.len(), history.0.len(), "{points:#?}");
     for point in &points {
         let expected = &history.0[&point.versionstamp];
-        let restored = reader.restore(RestoreAt::Commit(point.versionstamp)).await.unwrap();
+        let restored = reader
+            .restore(RestoreAt::Commit(point.versionstamp))
+            .await
+            .unwrap();
         assert_eq!(restored.versionstamp, point.versionstamp);
-        assert_eq!(&items(restored).await, expected, "at {}", point.versionstamp);
+        assert_eq!(
+            &items(restored).await,
+            expected,
+            "at {}",
+            point.versionstamp
+        );
     }
     // The latest, and into another store.
     let (target_backend, _) = memory_store(clock.clone());
@@ -73,9 +86,16 @@ async fn every_recovery_point_restores_the_state_the_store_had() {
         points.last().unwrap().versionstamp.version() + 5,
         0,
     );
-    let err = reader.restore(RestoreAt::Commit(missing)).await.unwrap_err();
+    let err = reader
+        .restore(RestoreAt::Commit(missing))
+        .await
+        .unwrap_err();
     assert!(matches!(err, BucketError::NoSuchPoint { .. }), "{err}");
-    assert!(err.to_string().contains(&points.last().unwrap().versionstamp.to_string()), "{err}");
+    assert!(
+        err.to_string()
+            .contains(&points.last().unwrap().versionstamp.to_string()),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -85,13 +105,21 @@ async fn a_restarted_shipper_resumes_where_the_bucket_ends() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("file://{}/bucket/", dir.path().display());
     let mut history = History::default();
-    let shipper = Shipper::new(backend.clone(), Target::parse(&url).unwrap(), config(clock.clone()));
+    let shipper = Shipper::new(
+        backend.clone(),
+        Target::parse(&url).unwrap(),
+        config(clock.clone()),
+    );
     shipper.ship_until_caught_up().await.unwrap();
     some_commits(&kv, &mut history, 1).await;
     shipper.ship_until_caught_up().await.unwrap();
     drop(shipper);
     some_commits(&kv, &mut history, 2).await;
-    let again = Shipper::new(backend.clone(), Target::parse(&url).unwrap(), config(clock.clone()));
+    let again = Shipper::new(
+        backend.clone(),
+        Target::parse(&url).unwrap(),
+        config(clock.clone()),
+    );
     let report = again.ship_until_caught_up().await.unwrap();
     assert!(report.snapshots.is_empty(), "{report:?}");
     assert_eq!(report.commits, 5);
@@ -114,7 +142,9 @@ async fn a_log_that_no_longer_continues_the_bucket_makes_a_new_snapshot() {
     // Commits the log does not record: switched off, then on again.
     kv.disable_change_log().await.unwrap();
     kv.set(key!["unlogged"], 2u64).await.unwrap();
-    kv.enable_change_log(Duration::from_secs(3600)).await.unwrap();
+    kv.enable_change_log(Duration::from_secs(3600))
+        .await
+        .unwrap();
     kv.set(key!["after"], 3u64).await.unwrap();
     let report = shipper.ship_until_caught_up().await.unwrap();
     assert_eq!(report.snapshots.len(), 1, "{report:?}");
@@ -191,7 +221,10 @@ async fn an_unreachable_bucket_reports_lag_then_catches_up_with_nothing_skipped(
     let reader = BucketReader::new(target);
     let points = reader.recovery_points().await.unwrap();
     for (stamp, expected) in &history.0 {
-        assert!(points.iter().any(|p| p.versionstamp == *stamp), "{stamp} skipped");
+        assert!(
+            points.iter().any(|p| p.versionstamp == *stamp),
+            "{stamp} skipped"
+        );
         let restored = reader.restore(RestoreAt::Commit(*stamp)).await.unwrap();
         assert_eq!(&items(restored).await, expected);
     }
@@ -317,7 +350,9 @@ async fn a_bucket_without_this_programs_objects_is_read_as_deno_deploy_writes_it
     let mut history = History::default();
     for round in 0..2 {
         kv.set(key!["a", round], round).await.unwrap();
-        kv.set_expiring(key!["e"], "v", Duration::from_secs(60)).await.unwrap();
+        kv.set_expiring(key!["e"], "v", Duration::from_secs(60))
+            .await
+            .unwrap();
         kv.delete(key!["x"]).await.unwrap();
         history.record(&*backend).await;
         shipper.ship_until_caught_up().await.unwrap();
@@ -327,7 +362,13 @@ async fn a_bucket_without_this_programs_objects_is_read_as_deno_deploy_writes_it
     let all: Vec<_> = store.list(None).try_collect().await.unwrap();
     for meta in all {
         if !meta.location.as_ref().starts_with("db/odkv/") {
-            let bytes = store.get(&meta.location).await.unwrap().bytes().await.unwrap();
+            let bytes = store
+                .get(&meta.location)
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap();
             deploy.put(&meta.location, bytes.into()).await.unwrap();
         }
     }
@@ -349,7 +390,10 @@ fn unknown_schemes_and_missing_credentials_are_refused_naming_the_url() {
     // SAFETY of the test: no other test of this binary reads these variables.
     if std::env::var("AWS_ACCESS_KEY_ID").is_err() {
         let err = Target::parse("s3://bucket/prefix/").unwrap_err();
-        assert!(matches!(err, BucketError::MissingCredentials { .. }), "{err}");
+        assert!(
+            matches!(err, BucketError::MissingCredentials { .. }),
+            "{err}"
+        );
         assert!(err.to_string().contains("s3://bucket/prefix/"), "{err}");
     }
     assert!(Target::parse("file://relative/dir").is_err());

@@ -89,7 +89,10 @@ pub fn config(clock: Arc<dyn Clock>) -> ShipperConfig {
 /// A memory target, and the store behind it.
 pub fn memory_target() -> (Target, Arc<object_store::memory::InMemory>) {
     let store = Arc::new(object_store::memory::InMemory::new());
-    (Target::from_store(store.clone(), "db/", "memory://test/db/"), store)
+    (
+        Target::from_store(store.clone(), "db/", "memory://test/db/"),
+        store,
+    )
 }
 
 /// An object store that fails every request while `failing` is set.
