@@ -363,6 +363,13 @@ impl Shipper {
                 .max(last_segment),
         };
         if let Some(latest) = latest {
+            // An interrupted snapshot may have written its manifest but not yet `differential`
+            // or the move of the generation before it.
+            if crate::inventory::differential(&self.target).await? != Some(latest.versionstamp) {
+                self.target
+                    .put_bytes(DIFFERENTIAL, latest.versionstamp.to_string().into_bytes())
+                    .await?;
+            }
             self.archive_before(&inventory, latest).await?;
         }
         match progress.shipped {
@@ -471,8 +478,18 @@ impl Shipper {
                     break;
                 }
             }
-            if !batch.is_empty() {
-                self.ship_segment(progress, &batch, report).await?;
+            // A page holds up to 1,000 commits of up to 800 KiB each: segments are cut by size
+            // too, so no object (nor the memory to build it) grows past about SEGMENT_BYTES.
+            let mut start = 0;
+            let mut bytes = 0;
+            for (index, record) in batch.iter().enumerate() {
+                bytes += record_bytes(record);
+                if bytes >= SEGMENT_BYTES || index + 1 == batch.len() {
+                    self.ship_segment(progress, &batch[start..=index], report)
+                        .await?;
+                    start = index + 1;
+                    bytes = 0;
+                }
             }
             if let Some(reason) = then {
                 self.snapshot(progress, reason, report).await?;
@@ -686,6 +703,23 @@ impl Shipper {
             status.failing_since = status.failing_since.or(Some(now));
         });
     }
+}
+
+/// About the most bytes of keys and values one segment holds (a single larger commit makes a
+/// segment of its own): 16 MiB.
+const SEGMENT_BYTES: usize = 16 << 20;
+
+/// The bytes of keys and values a record carries, as a segment holds them.
+fn record_bytes(record: &ChangeRecord) -> usize {
+    record
+        .changes
+        .writes
+        .iter()
+        .map(|(key, state)| {
+            key.len() + state.as_ref().map_or(0, |entry| entry.value.encoded_len()) + 32
+        })
+        .sum::<usize>()
+        + 64
 }
 
 /// How many pages of the log a lag count reads at most (so at most 100,000 commits are
