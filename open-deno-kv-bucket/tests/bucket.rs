@@ -169,10 +169,7 @@ async fn a_log_that_no_longer_continues_the_bucket_makes_a_new_snapshot() {
 async fn an_unreachable_bucket_reports_lag_then_catches_up_with_nothing_skipped() {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let (backend, kv) = memory_store(clock.clone());
-    let flaky = Arc::new(Flaky {
-        inner: Arc::new(object_store::memory::InMemory::new()),
-        failing: false.into(),
-    });
+    let flaky = Arc::new(Flaky::new(Arc::new(object_store::memory::InMemory::new())));
     let target = Target::from_store(flaky.clone(), "p", "memory://flaky/p/");
     let mut config = config(clock.clone());
     config.segment_interval = Duration::from_millis(20);
@@ -397,4 +394,91 @@ fn unknown_schemes_and_missing_credentials_are_refused_naming_the_url() {
         assert!(err.to_string().contains("s3://bucket/prefix/"), "{err}");
     }
     assert!(Target::parse("file://relative/dir").is_err());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shipper_stopped_between_any_two_writes_loses_nothing_on_the_next_start() {
+    use futures::TryStreamExt;
+    use object_store::ObjectStore;
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::at_test_epoch());
+    let mut config = config(clock.clone());
+    // Several range objects per snapshot, so a snapshot can stop half-way.
+    config.snapshot_range_bytes = 64;
+    // Every number of writes a pass can get through before it stops, until one gets through all.
+    for allowed in 0.. {
+        let (backend, kv) = memory_store(clock.clone());
+        let flaky = Arc::new(Flaky::new(Arc::new(object_store::memory::InMemory::new())));
+        let target = Target::from_store(flaky.clone(), "p", "memory://crash/p/");
+        let mut history = History::default();
+        for i in 0..6u64 {
+            kv.set(key!["k", i], i).await.unwrap();
+        }
+        let shipper = Shipper::new(backend.clone(), target.clone(), config.clone());
+        shipper.ship_until_caught_up().await.unwrap();
+        some_commits(&kv, &mut history, 1).await;
+        kv.set(key!["r", 1], 1u64).await.unwrap();
+        kv.delete_range(Selector::prefix(key!["r"])).await.unwrap();
+        history.record(&*backend).await;
+        some_commits(&kv, &mut history, 2).await;
+        flaky.allow_puts(allowed);
+        let stopped = shipper.ship_until_caught_up().await;
+        flaky.allow_puts(-1);
+        let again = Shipper::new(backend.clone(), target.clone(), config.clone());
+        again.ship_until_caught_up().await.unwrap();
+        let reader = BucketReader::new(target.clone());
+        let points = reader.recovery_points().await.unwrap();
+        let last = state(&*backend).await;
+        assert_eq!(
+            points.last().unwrap().versionstamp,
+            last.0,
+            "after {allowed} writes"
+        );
+        let restored = reader.restore(RestoreAt::Latest).await.unwrap();
+        assert_eq!(items(restored).await, last.1, "after {allowed} writes");
+        for point in &points {
+            if let Some(expected) = history.0.get(&point.versionstamp) {
+                let restored = reader
+                    .restore(RestoreAt::Commit(point.versionstamp))
+                    .await
+                    .unwrap();
+                assert_eq!(&items(restored).await, expected, "after {allowed} writes");
+            }
+        }
+        // What denokv sees: only the newest snapshot's ranges.
+        let visible: Vec<_> = flaky
+            .list(Some(&target.path("snapshots")))
+            .try_collect()
+            .await
+            .unwrap();
+        let summary = reader.summary().await.unwrap();
+        let newest = summary.snapshots.last().unwrap().versionstamp;
+        for meta in &visible {
+            let name = meta.location.filename().unwrap();
+            assert!(
+                name.starts_with(&format!("0001_{:016x}_", newest.version())),
+                "{name} is not of the newest snapshot {newest} (after {allowed} writes)"
+            );
+        }
+        // denokv starts from the newest snapshot.
+        use object_store::ObjectStoreExt;
+        let differential = flaky
+            .get(&target.path("differential"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        assert_eq!(
+            differential,
+            newest.to_string().as_bytes(),
+            "after {allowed} writes"
+        );
+        if stopped.is_ok() {
+            assert!(
+                allowed > 3,
+                "a pass that writes snapshots and segments writes more"
+            );
+            break;
+        }
+    }
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use bytes::Bytes;
 use futures::TryStreamExt;
@@ -95,11 +95,13 @@ pub fn memory_target() -> (Target, Arc<object_store::memory::InMemory>) {
     )
 }
 
-/// An object store that fails every request while `failing` is set.
+/// An object store that fails every request while `failing` is set, and every put once
+/// `puts_left` (when not negative) has run out: a process that dies between two writes.
 #[derive(Debug)]
 pub struct Flaky {
     pub inner: Arc<dyn ObjectStore>,
     pub failing: AtomicBool,
+    pub puts_left: AtomicI64,
 }
 
 impl fmt::Display for Flaky {
@@ -120,6 +122,19 @@ impl Flaky {
         }
     }
 
+    pub fn new(inner: Arc<dyn ObjectStore>) -> Self {
+        Flaky {
+            inner,
+            failing: AtomicBool::new(false),
+            puts_left: AtomicI64::new(-1),
+        }
+    }
+
+    /// Lets `puts` more puts through, then fails every put; `-1`: no limit.
+    pub fn allow_puts(&self, puts: i64) {
+        self.puts_left.store(puts, Ordering::SeqCst);
+    }
+
     pub fn set_failing(&self, yes: bool) {
         self.failing.store(yes, Ordering::SeqCst);
     }
@@ -134,6 +149,15 @@ impl ObjectStore for Flaky {
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         self.check()?;
+        if self.puts_left.load(Ordering::SeqCst) >= 0
+            && self.puts_left.fetch_sub(1, Ordering::SeqCst) <= 0
+        {
+            self.puts_left.store(0, Ordering::SeqCst);
+            return Err(object_store::Error::Generic {
+                store: "flaky",
+                source: "the process died before this write (injected)".into(),
+            });
+        }
         self.inner.put_opts(location, payload, opts).await
     }
 
