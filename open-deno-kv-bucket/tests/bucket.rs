@@ -396,6 +396,23 @@ fn unknown_schemes_and_missing_credentials_are_refused_naming_the_url() {
     assert!(Target::parse("file://relative/dir").is_err());
 }
 
+#[tokio::test]
+async fn a_directory_target_is_created_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a/b");
+    let target = Target::parse(&format!("file://{}/", path.display())).unwrap();
+    assert!(path.is_dir());
+    target.check().await.unwrap();
+    let flaky = Arc::new(Flaky::new(Arc::new(object_store::memory::InMemory::new())));
+    flaky.set_failing(true);
+    let err = Target::from_store(flaky, "x", "memory://down/x/")
+        .check()
+        .await
+        .unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    assert!(err.to_string().contains("memory://down/x/"), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_shipper_stopped_between_any_two_writes_loses_nothing_on_the_next_start() {
     use futures::TryStreamExt;
