@@ -19,8 +19,9 @@
 //!
 //! **The change log.** The shipper reads the store's change log
 //! ([`open_deno_kv_model::Backend::read_change_log`]). If the log is off it switches it on with
-//! [`ShipperConfig::change_log_retention`] (one day by default); a log already on keeps its
-//! retention. The retention must cover the longest outage of the bucket to be bridged without a
+//! [`ShipperConfig::change_log_retention`] (one day by default), and again if someone switches it
+//! off while it ships (the commits in between then make a new snapshot); a log already on keeps
+//! its retention. The retention must cover the longest outage of the bucket to be bridged without a
 //! new snapshot: commits pruned from the log before they were shipped are not lost (a new
 //! snapshot holds them) but their own recovery points are.
 //!
@@ -441,6 +442,18 @@ impl Shipper {
         progress: &mut Progress,
         report: &mut ShipReport,
     ) -> Result<(), BucketError> {
+        if self.backend.change_log_status().await?.retention.is_none() {
+            // Someone switched the log off (`kv log disable`): commits since are not logged, and
+            // the next logged one will not follow the last shipped one, which makes a snapshot.
+            tracing::warn!(
+                target: "open_deno_kv_bucket",
+                url = self.target.url(),
+                "the store's change log was switched off while shipping; switching it on again"
+            );
+            self.backend
+                .configure_change_log(Some(self.config.change_log_retention))
+                .await?;
+        }
         if let (Some(interval), Some(last)) =
             (self.config.snapshot_interval, progress.last_snapshot_at)
             && self.now() - last >= TimeDelta::from_std(interval).unwrap_or(TimeDelta::MAX)

@@ -499,3 +499,49 @@ async fn a_shipper_stopped_between_any_two_writes_loses_nothing_on_the_next_star
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_log_switched_off_under_a_running_shipper_is_switched_on_and_bridged_by_a_snapshot() {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let (backend, kv) = memory_store(clock.clone());
+    let (target, _) = memory_target();
+    let mut config = config(clock.clone());
+    config.segment_interval = Duration::from_millis(10);
+    let shipper = Arc::new(Shipper::new(backend.clone(), target.clone(), config));
+    let mut status = shipper.status();
+    let running = tokio::spawn({
+        let shipper = shipper.clone();
+        async move { shipper.run().await }
+    });
+    let wait = Duration::from_secs(30);
+    tokio::time::timeout(wait, status.wait_for(|s| s.shipped.is_some()))
+        .await
+        .expect("first snapshot (hang guard)")
+        .unwrap();
+    kv.disable_change_log().await.unwrap();
+    kv.set(key!["while off"], 1u64).await.unwrap();
+    tokio::time::timeout(wait, async {
+        while kv.change_log_status().await.unwrap().retention.is_none() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("switched on again (hang guard)");
+    kv.set(key!["after"], 2u64).await.unwrap();
+    let last = state(&*backend).await;
+    let shipped = tokio::time::timeout(wait, status.wait_for(|s| s.shipped == Some(last.0)))
+        .await
+        .expect("shipped (hang guard)")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        shipped.last_snapshot.map(|taken| taken.reason),
+        Some(SnapshotReason::LogGap)
+    );
+    running.abort();
+    let restored = BucketReader::new(target)
+        .restore(RestoreAt::Latest)
+        .await
+        .unwrap();
+    assert_eq!(items(restored).await, last.1);
+}
