@@ -253,9 +253,16 @@ async fn check_target(target: &Target) -> Result<(), BucketError> {
                 || text.contains("ContainerNotFound")
                 || text.contains("The specified bucket does not exist")
             {
+                // The service's own answer follows its status line (S3: an XML document).
+                let detail = text
+                    .split("<?xml")
+                    .next()
+                    .unwrap_or_default()
+                    .trim_end_matches([':', ' '])
+                    .to_owned();
                 Err(BucketError::NoSuchBucket {
                     url: target.url.clone(),
-                    detail: text,
+                    detail,
                 })
             } else {
                 Err(BucketError::Storage {
