@@ -20,6 +20,9 @@ use open_deno_kv_model::change_log::ChangeRecord;
 use open_deno_kv_model::{DatabaseId, KvEntry, KvValue, StagedCommit, StoredEntry, Versionstamp};
 use prost::Message;
 
+/// One change as denokv reads it: versionstamp, kind, key, value, value encoding, expiry.
+type Change = (Vec<u8>, BackupKvMutationKind, Vec<u8>, Vec<u8>, i32, u64);
+
 fn commit(version: u64, writes: Vec<(&[u8], Option<KvValue>)>) -> ChangeRecord {
     let stamp = Versionstamp::from_version(version, 0);
     ChangeRecord {
@@ -66,7 +69,7 @@ fn denokv_reads_our_segments_as_we_mean_them() {
     let encoded = encode_segment(&records, closed).unwrap();
     let theirs = BackupMutationRange::decode(encoded.segment.as_slice()).unwrap();
     assert_eq!(theirs.timestamp_ms, 1_700_000_000_123);
-    let seen: Vec<(Vec<u8>, BackupKvMutationKind, Vec<u8>, Vec<u8>, i32, u64)> = theirs
+    let seen: Vec<Change> = theirs
         .entries
         .iter()
         .map(|entry| {
