@@ -13,6 +13,8 @@
 //! Deploy is read the same way.
 
 mod error;
+mod inventory;
+mod objects;
 pub mod layout;
 mod reader;
 pub mod retention;

@@ -34,13 +34,21 @@
 //! [`Shipper::ship_until_caught_up`] at any await loses nothing the store acknowledged: the next
 //! run resumes from the bucket's end, and re-ships what was not complete.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use open_deno_kv_model::{Backend, Clock, DatabaseId, Versionstamp};
+use chrono::{DateTime, TimeDelta, Utc};
+use futures::StreamExt;
+use open_deno_kv_model::change_log::{ChangeRecord, MAX_READ};
+use open_deno_kv_model::{Backend, Clock, DatabaseId, KvEntry, SnapshotItem, Versionstamp};
 use tokio::sync::watch;
 
+use crate::inventory::{Inventory, load_manifests, shown};
+use crate::layout::{
+    ARCHIVE, DIFFERENTIAL, LOGS, MANIFESTS, RangeRecord, SNAPSHOTS, SnapshotManifest,
+    SnapshotRangeName, encode_segment, encode_snapshot_range, manifest_file,
+};
 use crate::{BucketError, Target};
 
 /// How a [`Shipper`] works. [`ShipperConfig::new`] gives the defaults.
@@ -194,13 +202,484 @@ impl Shipper {
     /// it returns only with an error that retrying cannot cure (another database's bucket, a
     /// store without an export or change log, a corrupt bucket). Cancel-safe.
     pub async fn run(&self) -> Result<(), BucketError> {
-        todo!("{self:?}")
+        let mut progress: Option<Progress> = None;
+        let mut backoff = self.config.retry_initial;
+        loop {
+            let mut report = ShipReport::default();
+            let result = match progress.as_mut() {
+                Some(progress) => self.step(progress, &mut report).await,
+                None => match self.resume(&mut report).await {
+                    Ok(resumed) => {
+                        let shipped = progress.insert(resumed);
+                        self.step(shipped, &mut report).await
+                    }
+                    Err(err) => Err(err),
+                },
+            };
+            match result {
+                Ok(()) => {
+                    backoff = self.config.retry_initial;
+                    if let Some(progress) = &progress {
+                        self.publish_ok(progress).await;
+                    }
+                    self.sleep(self.config.segment_interval).await;
+                }
+                Err(err) if err.is_transient() => {
+                    // What the bucket holds is uncertain after a failed request (a put may have
+                    // landed): the next attempt reads its end again.
+                    let shipped = progress.take().and_then(|progress| progress.shipped);
+                    self.publish_err(&err, shipped).await;
+                    tracing::warn!(
+                        target: "open_deno_kv_bucket",
+                        url = self.target.url(),
+                        retry_in_ms = backoff.as_millis() as u64,
+                        "shipping failed: {err}"
+                    );
+                    self.sleep(backoff).await;
+                    backoff = (backoff * 2).min(self.config.retry_max);
+                }
+                Err(err) => {
+                    self.publish_err(&err, progress.and_then(|progress| progress.shipped))
+                        .await;
+                    return Err(err);
+                }
+            }
+        }
     }
 
     /// One pass, for tests and `kv replicate --once`: resumes (or snapshots), ships every commit
     /// the store's log holds now in segments, and prunes by retention. Fails on the first error,
     /// transient or not (no retry). Cancel-safe.
     pub async fn ship_until_caught_up(&self) -> Result<ShipReport, BucketError> {
-        todo!("{self:?}")
+        let mut report = ShipReport::default();
+        let result = async {
+            let mut progress = self.resume(&mut report).await?;
+            self.step(&mut progress, &mut report).await?;
+            Ok::<_, BucketError>(progress)
+        }
+        .await;
+        match result {
+            Ok(progress) => {
+                self.publish_ok(&progress).await;
+                report.shipped = progress.shipped;
+                Ok(report)
+            }
+            Err(err) => {
+                self.publish_err(&err, None).await;
+                Err(err)
+            }
+        }
     }
+
+    async fn sleep(&self, by: Duration) {
+        let until = self.now() + TimeDelta::from_std(by).unwrap_or(TimeDelta::MAX);
+        self.config.clock.sleep_until(until).await;
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        self.config.clock.now()
+    }
+
+    /// Reads the bucket's end, checks it is this store's, cleans what an interrupted run left,
+    /// and takes a snapshot if the bucket has none or the log does not continue it.
+    async fn resume(&self, report: &mut ShipReport) -> Result<Progress, BucketError> {
+        let capabilities = self.backend.capabilities();
+        if !capabilities.export {
+            return Err(BucketError::Unsupported(
+                "its engine offers no consistent export (snapshot)".into(),
+            ));
+        }
+        if !capabilities.change_log {
+            return Err(BucketError::Unsupported(
+                "its engine keeps no change log".into(),
+            ));
+        }
+        let mut status = self.backend.change_log_status().await?;
+        if status.retention.is_none() {
+            self.backend
+                .configure_change_log(Some(self.config.change_log_retention))
+                .await?;
+            status = self.backend.change_log_status().await?;
+        }
+        let database = status.database;
+        let inventory = Inventory::read(&self.target).await?;
+        if !inventory.is_ours() && !inventory.is_empty() {
+            return Err(BucketError::Unsupported(format!(
+                "{} holds backups this program did not write (a Deno Deploy bucket?): ship to \
+                 another bucket or prefix",
+                self.target.url()
+            )));
+        }
+        let manifests = load_manifests(&self.target, &inventory).await?;
+        if let Some(manifest) = manifests.last()
+            && manifest.database != database
+        {
+            return Err(match manifest.database {
+                Some(bucket) => BucketError::OtherDatabase {
+                    url: self.target.url().to_owned(),
+                    bucket,
+                    store: shown(database),
+                },
+                None => BucketError::Unsupported(format!(
+                    "{} holds backups that name no database: ship to another bucket or prefix",
+                    self.target.url()
+                )),
+            });
+        }
+        // Range objects no manifest lists are a snapshot an interrupted run did not finish;
+        // side objects without their segment, a segment it did not finish.
+        let listed: HashSet<&str> = manifests
+            .iter()
+            .flat_map(|manifest| manifest.ranges.iter().map(|range| range.file.as_str()))
+            .collect();
+        for placed in inventory.ranges.values() {
+            if !listed.contains(placed.file.as_str()) {
+                self.target
+                    .delete_object(&format!("{SNAPSHOTS}{}", placed.file))
+                    .await?;
+                self.target
+                    .delete_object(&format!("{ARCHIVE}{SNAPSHOTS}{}", placed.file))
+                    .await?;
+            }
+        }
+        for side in &inventory.orphan_sides {
+            self.target
+                .delete_object(&format!("{}{side}", crate::layout::SIDES))
+                .await?;
+        }
+        let latest = manifests.last();
+        let last_segment = inventory
+            .segments
+            .iter()
+            .filter(|segment| segment.has_side)
+            .map(|segment| segment.name.last_commit())
+            .max();
+        let mut progress = Progress {
+            database,
+            latest_snapshot: latest.map(|manifest| manifest.versionstamp),
+            last_snapshot_at: latest.map(|manifest| manifest.at),
+            shipped: latest
+                .map(|manifest| manifest.versionstamp)
+                .max(last_segment),
+        };
+        if let Some(latest) = latest {
+            self.archive_before(&inventory, latest).await?;
+        }
+        match progress.shipped {
+            None => self.snapshot(&mut progress, SnapshotReason::First, report).await?,
+            Some(shipped) => {
+                let next = self.backend.read_change_log(shipped, 1).await?;
+                if next.first().is_some_and(|record| record.previous != shipped) {
+                    self.snapshot(&mut progress, SnapshotReason::LogGap, report)
+                        .await?;
+                }
+            }
+        }
+        if let Some(retention) = self.config.retention {
+            report.pruned += self.prune(retention).await?;
+        }
+        Ok(progress)
+    }
+
+    /// Moves what denokv must no longer replay out of its sight: snapshot ranges of older
+    /// snapshots, and segments ending at or before `latest`.
+    async fn archive_before(
+        &self,
+        inventory: &Inventory,
+        latest: &SnapshotManifest,
+    ) -> Result<(), BucketError> {
+        let current: HashSet<&str> = latest.ranges.iter().map(|range| range.file.as_str()).collect();
+        for placed in inventory.ranges.values() {
+            if placed.visible && !current.contains(placed.file.as_str()) {
+                self.target
+                    .move_object(
+                        &format!("{SNAPSHOTS}{}", placed.file),
+                        &format!("{ARCHIVE}{SNAPSHOTS}{}", placed.file),
+                    )
+                    .await?;
+            }
+        }
+        for segment in &inventory.segments {
+            if segment.placed.visible && segment.name.last_commit() <= latest.versionstamp {
+                self.target
+                    .move_object(
+                        &format!("{LOGS}{}", segment.placed.file),
+                        &format!("{ARCHIVE}{LOGS}{}", segment.placed.file),
+                    )
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn prune(&self, retention: Duration) -> Result<u64, BucketError> {
+        let pruned = crate::retention::prune(&self.target, retention, self.now()).await?;
+        Ok(pruned.snapshots + pruned.segments)
+    }
+
+    /// A periodic snapshot if one is due, then every commit the log holds after the last
+    /// shipped one.
+    async fn step(&self, progress: &mut Progress, report: &mut ShipReport) -> Result<(), BucketError> {
+        if let (Some(interval), Some(last)) =
+            (self.config.snapshot_interval, progress.last_snapshot_at)
+            && self.now() - last >= TimeDelta::from_std(interval).unwrap_or(TimeDelta::MAX)
+        {
+            self.snapshot(progress, SnapshotReason::Periodic, report).await?;
+            if let Some(retention) = self.config.retention {
+                report.pruned += self.prune(retention).await?;
+            }
+        }
+        loop {
+            let Some(shipped) = progress.shipped else {
+                self.snapshot(progress, SnapshotReason::First, report).await?;
+                continue;
+            };
+            let page = self.backend.read_change_log(shipped, MAX_READ).await?;
+            let full = page.len() >= MAX_READ;
+            if page.is_empty() {
+                return Ok(());
+            }
+            let mut batch: Vec<ChangeRecord> = Vec::new();
+            let mut then = None;
+            let mut last = shipped;
+            for record in page {
+                if record.previous != last {
+                    then = Some(SnapshotReason::LogGap);
+                    break;
+                }
+                last = record.versionstamp;
+                let ranges = !record.changes.deleted_ranges.is_empty();
+                batch.push(record);
+                if ranges {
+                    then = Some(SnapshotReason::Inexpressible);
+                    break;
+                }
+            }
+            if !batch.is_empty() {
+                self.ship_segment(progress, &batch, report).await?;
+            }
+            if let Some(reason) = then {
+                self.snapshot(progress, reason, report).await?;
+                continue;
+            }
+            if !full {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Uploads `batch` as one segment: its side object first, then the segment (the segment's
+    /// appearance is what makes it shipped).
+    async fn ship_segment(
+        &self,
+        progress: &mut Progress,
+        batch: &[ChangeRecord],
+        report: &mut ShipReport,
+    ) -> Result<(), BucketError> {
+        let encoded = encode_segment(batch, self.now())?;
+        let file = encoded.name.file();
+        self.target
+            .put_bytes(&format!("{}{file}", crate::layout::SIDES), encoded.side)
+            .await?;
+        self.target
+            .put_bytes(&format!("{LOGS}{file}"), encoded.segment)
+            .await?;
+        progress.shipped = Some(encoded.name.last_commit());
+        report.segments += 1;
+        report.commits += batch.len() as u64;
+        self.status.send_modify(|status| {
+            status.segments_written += 1;
+            status.commits_shipped += batch.len() as u64;
+            status.shipped = progress.shipped;
+        });
+        Ok(())
+    }
+
+    /// Exports the store and writes it: range objects, the manifest, then `differential`; then
+    /// moves the older generation out of denokv's sight.
+    async fn snapshot(
+        &self,
+        progress: &mut Progress,
+        reason: SnapshotReason,
+        report: &mut ShipReport,
+    ) -> Result<(), BucketError> {
+        let snapshot = self.backend.export_snapshot().await?;
+        let versionstamp = snapshot.versionstamp;
+        let at = self.now();
+        if progress.latest_snapshot == Some(versionstamp) {
+            // Nothing was committed since the last snapshot: it is still current.
+            progress.last_snapshot_at = Some(at);
+            return Ok(());
+        }
+        let mut items = snapshot.items;
+        let mut ranges = Vec::new();
+        let mut batch: Vec<KvEntry> = Vec::new();
+        let mut batch_bytes = 0usize;
+        let mut entries = 0u64;
+        let mut messages = Vec::new();
+        while let Some(item) = items.next().await {
+            match item? {
+                SnapshotItem::Entry(entry) => {
+                    batch_bytes += entry.key.len() + entry.value.encoded_len() + 32;
+                    entries += 1;
+                    batch.push(entry);
+                    if batch_bytes >= self.config.snapshot_range_bytes {
+                        ranges.push(self.write_range(versionstamp, ranges.len(), &batch).await?);
+                        batch.clear();
+                        batch_bytes = 0;
+                    }
+                }
+                SnapshotItem::Message(message) => messages.push(message),
+            }
+        }
+        if !batch.is_empty() || ranges.is_empty() {
+            ranges.push(self.write_range(versionstamp, ranges.len(), &batch).await?);
+        }
+        let manifest = SnapshotManifest {
+            database: progress.database,
+            versionstamp,
+            at,
+            ranges,
+            entries,
+            messages,
+        };
+        self.target
+            .put_bytes(
+                &format!("{MANIFESTS}{}", manifest_file(versionstamp)),
+                manifest.encode(),
+            )
+            .await?;
+        self.target
+            .put_bytes(DIFFERENTIAL, versionstamp.to_string().into_bytes())
+            .await?;
+        let inventory = Inventory::read(&self.target).await?;
+        self.archive_before(&inventory, &manifest).await?;
+        progress.latest_snapshot = Some(versionstamp);
+        progress.last_snapshot_at = Some(at);
+        progress.shipped = Some(progress.shipped.map_or(versionstamp, |shipped| shipped.max(versionstamp)));
+        let taken = SnapshotTaken {
+            versionstamp,
+            at,
+            reason,
+        };
+        report.snapshots.push(taken);
+        self.status.send_modify(|status| {
+            status.last_snapshot = Some(taken);
+            status.shipped = progress.shipped;
+        });
+        match reason {
+            SnapshotReason::First | SnapshotReason::Periodic => tracing::info!(
+                target: "open_deno_kv_bucket",
+                url = self.target.url(),
+                "wrote snapshot {versionstamp} ({reason:?})"
+            ),
+            SnapshotReason::LogGap | SnapshotReason::Inexpressible => tracing::warn!(
+                target: "open_deno_kv_bucket",
+                url = self.target.url(),
+                "wrote a new snapshot {versionstamp}: {}",
+                match reason {
+                    SnapshotReason::LogGap =>
+                        "the store's change log no longer holds the commits after the last \
+                         shipped one",
+                    _ => "a commit deleted a key range, which the layout cannot carry",
+                }
+            ),
+        }
+        Ok(())
+    }
+
+    async fn write_range(
+        &self,
+        versionstamp: Versionstamp,
+        seq: usize,
+        entries: &[KvEntry],
+    ) -> Result<RangeRecord, BucketError> {
+        let name = SnapshotRangeName {
+            format_version: 1,
+            monoseq: versionstamp.version(),
+            seq: seq as u64,
+        };
+        let bytes = encode_snapshot_range(entries);
+        let record = RangeRecord::of(name.file(), &bytes);
+        self.target
+            .put_bytes(&format!("{SNAPSHOTS}{}", name.file()), bytes)
+            .await?;
+        Ok(record)
+    }
+
+    /// How far the bucket is behind the store's log.
+    async fn lag(&self, shipped: Option<Versionstamp>) -> (Option<Versionstamp>, u64, Duration) {
+        let Ok(status) = self.backend.change_log_status().await else {
+            return (None, 0, Duration::ZERO);
+        };
+        let store_last = status.last.map(|mark| mark.versionstamp);
+        let Some(shipped) = shipped else {
+            return (store_last, status.records, Duration::ZERO);
+        };
+        if store_last.is_none_or(|last| last <= shipped) {
+            return (store_last, 0, Duration::ZERO);
+        }
+        let mut count = 0u64;
+        let mut oldest = None;
+        let mut cursor = shipped;
+        // Counted a page at a time, up to a bound: a status must stay cheap.
+        for _ in 0..LAG_PAGES {
+            let Ok(page) = self.backend.read_change_log(cursor, MAX_READ).await else {
+                break;
+            };
+            let Some(last) = page.last() else { break };
+            cursor = last.versionstamp;
+            oldest = oldest.or(page.first().map(|record| record.at));
+            count += page.len() as u64;
+            if page.len() < MAX_READ {
+                break;
+            }
+        }
+        let behind = oldest
+            .and_then(|oldest| (self.now() - oldest).to_std().ok())
+            .unwrap_or(Duration::ZERO);
+        (store_last, count, behind)
+    }
+
+    async fn publish_ok(&self, progress: &Progress) {
+        let (store_last, commits_behind, behind) = self.lag(progress.shipped).await;
+        self.status.send_modify(|status| {
+            status.database = progress.database;
+            status.shipped = progress.shipped;
+            status.store_last = store_last;
+            status.commits_behind = commits_behind;
+            status.behind = behind;
+            status.last_error = None;
+            status.failing_since = None;
+        });
+    }
+
+    async fn publish_err(&self, err: &BucketError, shipped: Option<Versionstamp>) {
+        let shipped = shipped.or(self.status.borrow().shipped);
+        let (store_last, commits_behind, behind) = self.lag(shipped).await;
+        let now = self.now();
+        self.status.send_modify(|status| {
+            status.store_last = store_last.or(status.store_last);
+            status.commits_behind = commits_behind;
+            status.behind = behind;
+            status.last_error = Some(err.to_string());
+            status.failing_since = status.failing_since.or(Some(now));
+        });
+    }
+}
+
+/// How many pages of the log a lag count reads at most (so at most 100,000 commits are
+/// counted; beyond that the status says 100,000).
+const LAG_PAGES: usize = 100;
+
+/// Where a running shipper stands.
+#[derive(Debug, Clone)]
+struct Progress {
+    database: Option<DatabaseId>,
+    /// The last commit the bucket holds.
+    shipped: Option<Versionstamp>,
+    /// The newest snapshot's versionstamp.
+    latest_snapshot: Option<Versionstamp>,
+    /// When it was written.
+    last_snapshot_at: Option<DateTime<Utc>>,
 }

@@ -660,3 +660,26 @@ fn with_side(
     }
     Ok(records)
 }
+
+/// The commits a side object lists (each record without its key writes), for listing recovery
+/// points without reading the segments.
+pub(crate) fn decode_side(side_object: &str, bytes: &[u8]) -> Result<Vec<ChangeRecord>, BucketError> {
+    let proto = SideProto::decode(bytes)
+        .map_err(|err| corrupt(side_object, format!("not a segment side object: {err}")))?;
+    if proto.version != OURS_VERSION {
+        return Err(corrupt(
+            side_object,
+            format!(
+                "side object version {} (this program reads {OURS_VERSION}; cut short?)",
+                proto.version
+            ),
+        ));
+    }
+    proto
+        .commits
+        .iter()
+        .map(|commit| {
+            ChangeRecord::decode(&commit.record).map_err(|err| corrupt(side_object, err.to_string()))
+        })
+        .collect()
+}

@@ -69,7 +69,7 @@
 //! it; commits take their segment's time; no database is named; segments are checked to follow
 //! each other in versionstamp order, which is all such a bucket lets a reader check.
 
-mod codec;
+pub(crate) mod codec;
 mod key_metadata;
 mod names;
 pub mod proto;
