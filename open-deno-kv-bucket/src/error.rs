@@ -123,7 +123,10 @@ impl BucketError {
         match self {
             BucketError::Storage { .. } => true,
             BucketError::Store(err) => {
-                matches!(err, KvError::Storage { .. } | KvError::OutcomeUnknown { .. })
+                matches!(
+                    err,
+                    KvError::Storage { .. } | KvError::OutcomeUnknown { .. }
+                )
             }
             _ => false,
         }

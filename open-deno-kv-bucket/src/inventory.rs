@@ -83,11 +83,7 @@ fn corrupt(target: &Target, name: &str, detail: &str) -> BucketError {
     }
 }
 
-fn place(
-    into: &mut BTreeMap<String, Placed>,
-    listed: Vec<Listed>,
-    visible: bool,
-) {
+fn place(into: &mut BTreeMap<String, Placed>, listed: Vec<Listed>, visible: bool) {
     for item in listed {
         let entry = into.entry(item.file.clone()).or_insert(Placed {
             file: item.file,
@@ -150,9 +146,8 @@ impl Inventory {
             .collect();
         let mut segments = Vec::with_capacity(logs.len());
         for placed in logs.into_values() {
-            let name = SegmentName::parse(&placed.file).ok_or_else(|| {
-                corrupt(target, &placed.name(LOGS), "not a log segment name")
-            })?;
+            let name = SegmentName::parse(&placed.file)
+                .ok_or_else(|| corrupt(target, &placed.name(LOGS), "not a log segment name"))?;
             segments.push(SegmentObject {
                 name,
                 has_side: sides.contains(&placed.file),

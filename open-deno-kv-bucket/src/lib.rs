@@ -14,17 +14,15 @@
 
 mod error;
 mod inventory;
-mod objects;
 pub mod layout;
+mod objects;
 mod reader;
 pub mod retention;
 mod shipper;
 mod target;
 
 pub use error::BucketError;
-pub use reader::{
-    BucketReader, BucketSummary, PointKind, RecoveryPoint, RestoreAt, SnapshotInfo,
-};
+pub use reader::{BucketReader, BucketSummary, PointKind, RecoveryPoint, RestoreAt, SnapshotInfo};
 pub use retention::{PruneReport, prune};
 pub use shipper::{
     ShipReport, Shipper, ShipperConfig, ShipperStatus, SnapshotReason, SnapshotTaken,

@@ -94,13 +94,12 @@ impl Target {
             .list(Some(&prefix))
             .map_err(|err| self.storage(folder, err))
             .try_filter_map(|meta| {
-                let file = meta
-                    .location
-                    .prefix_match(&prefix)
-                    .and_then(|mut parts| match (parts.next(), parts.next()) {
+                let file = meta.location.prefix_match(&prefix).and_then(|mut parts| {
+                    match (parts.next(), parts.next()) {
                         (Some(part), None) => Some(part.as_ref().to_owned()),
                         _ => None,
-                    });
+                    }
+                });
                 futures::future::ready(Ok(file.map(|file| Listed {
                     file,
                     size: meta.size,

@@ -176,7 +176,10 @@ impl BucketReader {
             bases.push(Base::Deploy {
                 versionstamp,
                 at: visible.iter().map(|placed| placed.modified).max(),
-                ranges: visible.iter().map(|placed| placed.name(SNAPSHOTS)).collect(),
+                ranges: visible
+                    .iter()
+                    .map(|placed| placed.name(SNAPSHOTS))
+                    .collect(),
                 bytes: visible.iter().map(|placed| placed.size).sum(),
             });
         }
@@ -323,7 +326,12 @@ impl BucketReader {
                 .get_required(&side, "every segment of this program's buckets has one")
                 .await?;
             let side_full = self.target.full_name(&side);
-            decode_segment(&full, &segment.name, &bytes, Some((&side_full, &side_bytes)))
+            decode_segment(
+                &full,
+                &segment.name,
+                &bytes,
+                Some((&side_full, &side_bytes)),
+            )
         } else {
             decode_segment(&full, &segment.name, &bytes, None)
         }
@@ -420,10 +428,7 @@ impl BucketReader {
                     let placed = plan.inventory.ranges.get(&range.file).ok_or_else(|| {
                         BucketError::MissingObject {
                             object: self.target.full_name(&format!("{SNAPSHOTS}{}", range.file)),
-                            detail: format!(
-                                "the snapshot {} lists it",
-                                manifest.versionstamp
-                            ),
+                            detail: format!("the snapshot {} lists it", manifest.versionstamp),
                         }
                     })?;
                     objects.push((placed.name(SNAPSHOTS), range.clone()));

@@ -50,15 +50,23 @@ pub async fn prune(
         .filter(|manifest| manifest.versionstamp >= floor_stamp)
         .flat_map(|manifest| manifest.ranges.iter().map(|range| range.file.as_str()))
         .collect();
-    for manifest in manifests.iter().filter(|manifest| manifest.versionstamp < floor_stamp) {
+    for manifest in manifests
+        .iter()
+        .filter(|manifest| manifest.versionstamp < floor_stamp)
+    {
         target
-            .delete_object(&format!("{MANIFESTS}{}", manifest_file(manifest.versionstamp)))
+            .delete_object(&format!(
+                "{MANIFESTS}{}",
+                manifest_file(manifest.versionstamp)
+            ))
             .await?;
         for range in &manifest.ranges {
             if kept.contains(range.file.as_str()) {
                 continue;
             }
-            target.delete_object(&format!("{SNAPSHOTS}{}", range.file)).await?;
+            target
+                .delete_object(&format!("{SNAPSHOTS}{}", range.file))
+                .await?;
             target
                 .delete_object(&format!("{ARCHIVE}{SNAPSHOTS}{}", range.file))
                 .await?;
@@ -71,7 +79,9 @@ pub async fn prune(
         }
         let file = &segment.placed.file;
         target.delete_object(&format!("{LOGS}{file}")).await?;
-        target.delete_object(&format!("{ARCHIVE}{LOGS}{file}")).await?;
+        target
+            .delete_object(&format!("{ARCHIVE}{LOGS}{file}"))
+            .await?;
         target.delete_object(&format!("{SIDES}{file}")).await?;
         report.segments += 1;
     }

@@ -366,10 +366,16 @@ impl Shipper {
             self.archive_before(&inventory, latest).await?;
         }
         match progress.shipped {
-            None => self.snapshot(&mut progress, SnapshotReason::First, report).await?,
+            None => {
+                self.snapshot(&mut progress, SnapshotReason::First, report)
+                    .await?
+            }
             Some(shipped) => {
                 let next = self.backend.read_change_log(shipped, 1).await?;
-                if next.first().is_some_and(|record| record.previous != shipped) {
+                if next
+                    .first()
+                    .is_some_and(|record| record.previous != shipped)
+                {
                     self.snapshot(&mut progress, SnapshotReason::LogGap, report)
                         .await?;
                 }
@@ -388,7 +394,11 @@ impl Shipper {
         inventory: &Inventory,
         latest: &SnapshotManifest,
     ) -> Result<(), BucketError> {
-        let current: HashSet<&str> = latest.ranges.iter().map(|range| range.file.as_str()).collect();
+        let current: HashSet<&str> = latest
+            .ranges
+            .iter()
+            .map(|range| range.file.as_str())
+            .collect();
         for placed in inventory.ranges.values() {
             if placed.visible && !current.contains(placed.file.as_str()) {
                 self.target
@@ -419,19 +429,25 @@ impl Shipper {
 
     /// A periodic snapshot if one is due, then every commit the log holds after the last
     /// shipped one.
-    async fn step(&self, progress: &mut Progress, report: &mut ShipReport) -> Result<(), BucketError> {
+    async fn step(
+        &self,
+        progress: &mut Progress,
+        report: &mut ShipReport,
+    ) -> Result<(), BucketError> {
         if let (Some(interval), Some(last)) =
             (self.config.snapshot_interval, progress.last_snapshot_at)
             && self.now() - last >= TimeDelta::from_std(interval).unwrap_or(TimeDelta::MAX)
         {
-            self.snapshot(progress, SnapshotReason::Periodic, report).await?;
+            self.snapshot(progress, SnapshotReason::Periodic, report)
+                .await?;
             if let Some(retention) = self.config.retention {
                 report.pruned += self.prune(retention).await?;
             }
         }
         loop {
             let Some(shipped) = progress.shipped else {
-                self.snapshot(progress, SnapshotReason::First, report).await?;
+                self.snapshot(progress, SnapshotReason::First, report)
+                    .await?;
                 continue;
             };
             let page = self.backend.read_change_log(shipped, MAX_READ).await?;
@@ -556,7 +572,11 @@ impl Shipper {
         self.archive_before(&inventory, &manifest).await?;
         progress.latest_snapshot = Some(versionstamp);
         progress.last_snapshot_at = Some(at);
-        progress.shipped = Some(progress.shipped.map_or(versionstamp, |shipped| shipped.max(versionstamp)));
+        progress.shipped = Some(
+            progress
+                .shipped
+                .map_or(versionstamp, |shipped| shipped.max(versionstamp)),
+        );
         let taken = SnapshotTaken {
             versionstamp,
             at,

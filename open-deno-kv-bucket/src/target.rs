@@ -174,9 +174,13 @@ fn parse_url(text: &str) -> Result<Target, BucketError> {
 /// loopback address).
 fn s3(text: &str, bucket: &str) -> Result<Arc<dyn ObjectStore>, BucketError> {
     let has_keys = env("AWS_ACCESS_KEY_ID").is_some() && env("AWS_SECRET_ACCESS_KEY").is_some();
-    let has_other = ["AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI"]
-        .iter()
-        .any(|name| env(name).is_some());
+    let has_other = [
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    ]
+    .iter()
+    .any(|name| env(name).is_some());
     if !has_keys && !has_other {
         return Err(BucketError::MissingCredentials {
             url: text.to_owned(),
@@ -194,7 +198,10 @@ fn s3(text: &str, bucket: &str) -> Result<Arc<dyn ObjectStore>, BucketError> {
         );
     if let Some(endpoint) = env("AWS_ENDPOINT_URL").or_else(|| env("AWS_ENDPOINT")) {
         let parsed = url::Url::parse(&endpoint).map_err(|err| {
-            invalid(text, format!("AWS_ENDPOINT_URL {endpoint:?} is not a URL: {err}"))
+            invalid(
+                text,
+                format!("AWS_ENDPOINT_URL {endpoint:?} is not a URL: {err}"),
+            )
         })?;
         let loopback = match parsed.host() {
             Some(url::Host::Ipv4(ip)) => ip.is_loopback(),

@@ -6,9 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use open_deno_kv_bucket::{
-    BucketReader, PointKind, RecoveryPoint, RestoreAt, ShipReport, Target,
-};
+use open_deno_kv_bucket::{BucketReader, PointKind, RecoveryPoint, RestoreAt, ShipReport, Target};
 use open_deno_kv_engine_kit::SystemClock;
 use open_deno_kv_model::change_log::{MAX_READ, RestorePoint};
 use open_deno_kv_model::{Clock, Versionstamp};
@@ -141,9 +139,10 @@ pub async fn list(url: &str, format: ReportFormat) -> Result<(), CliError> {
             println!("bucket: {url}");
             println!(
                 "database: {}",
-                summary
-                    .database
-                    .map_or_else(|| "(not named: a Deno Deploy bucket)".to_owned(), |d| d.to_string())
+                summary.database.map_or_else(
+                    || "(not named: a Deno Deploy bucket)".to_owned(),
+                    |d| d.to_string()
+                )
             );
             println!(
                 "snapshots: {}; log segments: {} ({} bytes)",

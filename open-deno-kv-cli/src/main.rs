@@ -141,7 +141,9 @@ async fn run(db: &str, db_on_command_line: bool, command: Command) -> Result<(),
             log,
         } => match (file, from, at, log) {
             (_, Some(from), at, _) => bucket::restore_from(&from, at, db).await,
-            (Some(file), None, Some(at), Some(log)) => backup::restore_at(&file, db, at, &log).await,
+            (Some(file), None, Some(at), Some(log)) => {
+                backup::restore_at(&file, db, at, &log).await
+            }
             (Some(_), None, Some(_), None) => Err(CliError::BadRestorePoint),
             (Some(file), None, None, _) => backup::restore(&file, db).await,
             // clap requires a file or --from.

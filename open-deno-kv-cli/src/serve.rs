@@ -74,7 +74,7 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
             path: dir.clone(),
             source,
         })?;
-        databases = databases.with_opener(opener(&url, dir, clock));
+        databases = databases.with_opener(opener(&url, dir, clock.clone()));
     }
     let resources = resource_limits(&args.limits, raise_open_file_limit())?;
     let shipping = match &args.backup_to {

@@ -21,7 +21,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use open_deno_kv_bucket::{BucketReader, ShipReport, Shipper, ShipperConfig, ShipperStatus, Target};
+use open_deno_kv_bucket::{
+    BucketReader, ShipReport, Shipper, ShipperConfig, ShipperStatus, Target,
+};
 use open_deno_kv_model::{Backend, Clock};
 use open_deno_kv_postgres::ShippingLease;
 use open_deno_kv_server::metrics::{ShippingGauges, ShippingReading};

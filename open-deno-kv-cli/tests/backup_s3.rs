@@ -31,7 +31,10 @@ fn kv_s3(s3: &S3TestServer, dir: &Path, args: &[&str]) -> (bool, String, String)
         .output()
         .unwrap_or_else(|e| panic!("cannot run kv: {e}"));
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(!stderr.contains("panicked"), "kv {args:?} panicked:\n{stderr}");
+    assert!(
+        !stderr.contains("panicked"),
+        "kv {args:?} panicked:\n{stderr}"
+    );
     (
         output.status.success(),
         String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -63,13 +66,29 @@ fn replicate_once_to_s3_and_restore_from_it() {
     let to = s3.url("kv/once/");
     let db = "sqlite:source.sqlite3";
     for n in 0..20 {
-        kv_s3_ok(&s3, dir.path(), &["--db", db, "set", &format!("[\"n\", {n}n]"), &n.to_string()]);
+        kv_s3_ok(
+            &s3,
+            dir.path(),
+            &["--db", db, "set", &format!("[\"n\", {n}n]"), &n.to_string()],
+        );
     }
-    kv_s3_ok(&s3, dir.path(), &["--db", db, "set", "[\"soon\"]", "1", "--expire-in", "1h"]);
-    kv_s3_ok(&s3, dir.path(), &["--db", db, "replicate", "--to", &to, "--once"]);
+    kv_s3_ok(
+        &s3,
+        dir.path(),
+        &["--db", db, "set", "[\"soon\"]", "1", "--expire-in", "1h"],
+    );
+    kv_s3_ok(
+        &s3,
+        dir.path(),
+        &["--db", db, "replicate", "--to", &to, "--once"],
+    );
     let listed = kv_s3_ok(&s3, dir.path(), &["backups", "list", &to]);
     assert!(listed.contains("snapshot"), "{listed}");
-    kv_s3_ok(&s3, dir.path(), &["--db", "redb:restored.redb", "restore", "--from", &to]);
+    kv_s3_ok(
+        &s3,
+        dir.path(),
+        &["--db", "redb:restored.redb", "restore", "--from", &to],
+    );
     assert_eq!(
         entries(&s3, dir.path(), "redb:restored.redb"),
         entries(&s3, dir.path(), db)
@@ -79,7 +98,14 @@ fn replicate_once_to_s3_and_restore_from_it() {
     let (ok, _, err) = kv_s3(
         &s3,
         dir.path(),
-        &["--db", db, "replicate", "--to", "s3://no-such-bucket/kv/", "--once"],
+        &[
+            "--db",
+            db,
+            "replicate",
+            "--to",
+            "s3://no-such-bucket/kv/",
+            "--once",
+        ],
     );
     assert!(!ok && err.contains("no-such-bucket"), "{err}");
 }
@@ -138,7 +164,15 @@ impl Drop for Shipping {
 fn serve_shipping(s3: &S3TestServer, dir: &Path, db: &str, to: &str, log: &Path) -> Shipping {
     let port = free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_kv"))
-        .args(["--db", db, "serve", "--metrics", "--warning-interval", "2", "--addr"])
+        .args([
+            "--db",
+            db,
+            "serve",
+            "--metrics",
+            "--warning-interval",
+            "2",
+            "--addr",
+        ])
         .arg(format!("127.0.0.1:{port}"))
         .args(["--backup-to", to])
         .current_dir(dir)
@@ -174,7 +208,11 @@ fn serve_ships_reports_its_lag_survives_a_frozen_bucket_and_catches_up() {
     let server = serve_shipping(&s3, dir.path(), db, &to, &log);
     let remote = format!("http://127.0.0.1:{}/?token={TOKEN}", server.port);
     for n in 0..5 {
-        kv_s3_ok(&s3, dir.path(), &["--db", &remote, "set", &format!("[\"a\", {n}n]"), "1"]);
+        kv_s3_ok(
+            &s3,
+            dir.path(),
+            &["--db", &remote, "set", &format!("[\"a\", {n}n]"), "1"],
+        );
     }
     let body = wait_for_metrics(server.port, &log, "the bucket to catch up", |body| {
         sample(body, "kv_backup_shipping") == Some(1.0)
@@ -186,28 +224,49 @@ fn serve_ships_reports_its_lag_survives_a_frozen_bucket_and_catches_up() {
     // The bucket freezes: commits go on, the lag grows, the failure is logged and summarised.
     s3.pause().unwrap();
     for n in 0..5 {
-        kv_s3_ok(&s3, dir.path(), &["--db", &remote, "set", &format!("[\"b\", {n}n]"), "2"]);
+        kv_s3_ok(
+            &s3,
+            dir.path(),
+            &["--db", &remote, "set", &format!("[\"b\", {n}n]"), "2"],
+        );
     }
-    wait_for_metrics(server.port, &log, "the shipper to report the failure", |body| {
-        sample(body, "kv_backup_failing") == Some(1.0)
-            && sample(body, "kv_backup_commits_behind").is_some_and(|n| n >= 5.0)
-            && sample(body, "kv_backup_lag_seconds").is_some_and(|s| s > 0.0)
-    });
+    wait_for_metrics(
+        server.port,
+        &log,
+        "the shipper to report the failure",
+        |body| {
+            sample(body, "kv_backup_failing") == Some(1.0)
+                && sample(body, "kv_backup_commits_behind").is_some_and(|n| n >= 5.0)
+                && sample(body, "kv_backup_lag_seconds").is_some_and(|s| s > 0.0)
+        },
+    );
     s3.resume().unwrap();
-    wait_for_metrics(server.port, &log, "shipping to resume and catch up", |body| {
-        sample(body, "kv_backup_failing") == Some(0.0)
-            && sample(body, "kv_backup_commits_behind") == Some(0.0)
-    });
+    wait_for_metrics(
+        server.port,
+        &log,
+        "shipping to resume and catch up",
+        |body| {
+            sample(body, "kv_backup_failing") == Some(0.0)
+                && sample(body, "kv_backup_commits_behind") == Some(0.0)
+        },
+    );
     drop(server);
     let text = std::fs::read_to_string(&log).unwrap();
-    let failures = text.lines().filter(|l| l.contains("WARN") && l.contains("shipping to")).count();
+    let failures = text
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("shipping to"))
+        .count();
     assert!(failures >= 1, "no WARN line for the failure:\n{text}");
     assert!(
         failures <= 2 + (WITHIN.as_secs() / 2) as usize,
         "a WARN line per attempt rather than a summary:\n{text}"
     );
 
-    kv_s3_ok(&s3, dir.path(), &["--db", "redb:restored.redb", "restore", "--from", &to]);
+    kv_s3_ok(
+        &s3,
+        dir.path(),
+        &["--db", "redb:restored.redb", "restore", "--from", &to],
+    );
     assert_eq!(
         entries(&s3, dir.path(), "redb:restored.redb"),
         entries(&s3, dir.path(), db)

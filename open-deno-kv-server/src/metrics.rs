@@ -222,7 +222,7 @@ impl ShippingGauges {
     }
 
     fn register(&self, registry: &mut Registry) {
-        let mut backup = registry.sub_registry_with_prefix("backup");
+        let backup = registry.sub_registry_with_prefix("backup");
         backup.register(
             "shipping",
             "1 while this process ships the store to object storage (holds the shipping lock)",

@@ -43,12 +43,7 @@ pub(crate) fn checksum(bytes: &[u8]) -> Vec<u8> {
 }
 
 /// Checks `bytes` of `object` against the length and checksum recorded for it.
-pub(crate) fn verify(
-    object: &str,
-    bytes: &[u8],
-    len: u64,
-    sum: &[u8],
-) -> Result<(), BucketError> {
+pub(crate) fn verify(object: &str, bytes: &[u8], len: u64, sum: &[u8]) -> Result<(), BucketError> {
     if bytes.len() as u64 != len {
         return Err(corrupt(
             object,
@@ -56,7 +51,10 @@ pub(crate) fn verify(
         ));
     }
     if checksum(bytes) != sum {
-        return Err(corrupt(object, "its bytes are not those written (checksum)"));
+        return Err(corrupt(
+            object,
+            "its bytes are not those written (checksum)",
+        ));
     }
     Ok(())
 }
@@ -122,15 +120,17 @@ pub fn decode_snapshot_range(object: &str, bytes: &[u8]) -> Result<Vec<KvEntry>,
                 ),
             ));
         }
-        let metadata = KeyMetadata::decode(&meta.value).ok_or_else(|| {
-            corrupt(object, format!("bad metadata for key {}", hex::encode(key)))
-        })?;
+        let metadata = KeyMetadata::decode(&meta.value)
+            .ok_or_else(|| corrupt(object, format!("bad metadata for key {}", hex::encode(key))))?;
         let value = KvValue::decode(data.value, i64::from(metadata.value_encoding))
             .map_err(|err| corrupt(object, format!("key {}: {err}", hex::encode(key))))?;
         let expires_at = match metadata.expire_at_ms {
             None => None,
             Some(ms) => Some(ms_to_datetime(ms).ok_or_else(|| {
-                corrupt(object, format!("key {}: expiry out of range", hex::encode(key)))
+                corrupt(
+                    object,
+                    format!("key {}: expiry out of range", hex::encode(key)),
+                )
             })?),
         };
         entries.push(KvEntry {
@@ -351,7 +351,10 @@ pub fn encode_segment(
     closed_at: DateTime<Utc>,
 ) -> Result<EncodedSegment, BucketError> {
     let (Some(first), Some(last)) = (records.first(), records.last()) else {
-        return Err(corrupt("(new segment)", "a segment needs at least one commit"));
+        return Err(corrupt(
+            "(new segment)",
+            "a segment needs at least one commit",
+        ));
     };
     let name = SegmentName {
         format_version: 1,
@@ -525,7 +528,10 @@ fn group_changes(
         let stamp12: [u8; 12] = entry.versionstamp.as_slice().try_into().map_err(|_| {
             corrupt(
                 object,
-                format!("a change versionstamp of {} bytes", entry.versionstamp.len()),
+                format!(
+                    "a change versionstamp of {} bytes",
+                    entry.versionstamp.len()
+                ),
             )
         })?;
         if last12.is_some_and(|last| last >= stamp12) || stamp12 < name.first || stamp12 > name.last
@@ -548,7 +554,10 @@ fn group_changes(
             });
             open = true;
         }
-        let Some(group) = groups.last_mut().filter(|group| group.versionstamp == commit) else {
+        let Some(group) = groups
+            .last_mut()
+            .filter(|group| group.versionstamp == commit)
+        else {
             return Err(corrupt(
                 object,
                 format!(
@@ -558,7 +567,14 @@ fn group_changes(
             ));
         };
         let kind = BackupKvMutationKind::try_from(entry.kind).map_err(|_| {
-            corrupt(object, format!("change {} of unknown kind {}", hex::encode(stamp12), entry.kind))
+            corrupt(
+                object,
+                format!(
+                    "change {} of unknown kind {}",
+                    hex::encode(stamp12),
+                    entry.kind
+                ),
+            )
         })?;
         let state = match kind {
             BackupKvMutationKind::MkClear => None,
@@ -569,8 +585,9 @@ fn group_changes(
                 ));
             }
             _ => {
-                let value = KvValue::decode(entry.value, i64::from(entry.value_encoding))
-                    .map_err(|err| corrupt(object, format!("change {}: {err}", hex::encode(stamp12))))?;
+                let value = KvValue::decode(entry.value, i64::from(entry.value_encoding)).map_err(
+                    |err| corrupt(object, format!("change {}: {err}", hex::encode(stamp12))),
+                )?;
                 let expires_at = match entry.expire_at_ms {
                     0 => None,
                     ms => Some(
@@ -663,7 +680,10 @@ fn with_side(
 
 /// The commits a side object lists (each record without its key writes), for listing recovery
 /// points without reading the segments.
-pub(crate) fn decode_side(side_object: &str, bytes: &[u8]) -> Result<Vec<ChangeRecord>, BucketError> {
+pub(crate) fn decode_side(
+    side_object: &str,
+    bytes: &[u8],
+) -> Result<Vec<ChangeRecord>, BucketError> {
     let proto = SideProto::decode(bytes)
         .map_err(|err| corrupt(side_object, format!("not a segment side object: {err}")))?;
     if proto.version != OURS_VERSION {
@@ -679,7 +699,8 @@ pub(crate) fn decode_side(side_object: &str, bytes: &[u8]) -> Result<Vec<ChangeR
         .commits
         .iter()
         .map(|commit| {
-            ChangeRecord::decode(&commit.record).map_err(|err| corrupt(side_object, err.to_string()))
+            ChangeRecord::decode(&commit.record)
+                .map_err(|err| corrupt(side_object, err.to_string()))
         })
         .collect()
 }

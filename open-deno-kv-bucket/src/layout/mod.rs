@@ -75,11 +75,11 @@ mod names;
 pub mod proto;
 
 pub use codec::{
-    EncodedSegment, RangeRecord, SnapshotManifest, decode_segment, decode_snapshot_range, encode_segment,
-    encode_snapshot_range,
+    EncodedSegment, RangeRecord, SnapshotManifest, decode_segment, decode_snapshot_range,
+    encode_segment, encode_snapshot_range,
 };
 pub use key_metadata::KeyMetadata;
 pub use names::{
-    ARCHIVE, DIFFERENTIAL, LOGS, MANIFESTS, OURS, SIDES, SNAPSHOTS, SegmentName,
-    SnapshotRangeName, change_stamp, commit_of, manifest_file, parse_manifest_file,
+    ARCHIVE, DIFFERENTIAL, LOGS, MANIFESTS, OURS, SIDES, SNAPSHOTS, SegmentName, SnapshotRangeName,
+    change_stamp, commit_of, manifest_file, parse_manifest_file,
 };
