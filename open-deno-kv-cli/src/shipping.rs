@@ -13,7 +13,10 @@
 //! shipping the moment it is lost.
 //!
 //! **Failures** (the bucket unreachable, refusing writes) are retried by the shipper with
-//! back-off, and commits go on meanwhile. The log gets the first failure at once, then at most
+//! back-off, and commits go on meanwhile. The lag is read from the store itself every second
+//! (its change log after the last commit shipped), so it shows even while the shipper waits on
+//! a bucket that does not answer; a shipper that ships nothing for ten segment intervals (at
+//! least ten seconds) while commits wait counts as failing. The log gets the first failure at once, then at most
 //! one summary line per warning interval while it lasts (how long, how many attempts, how far
 //! behind, the last error), and one line when shipping works again: never a line per attempt.
 
@@ -24,6 +27,7 @@ use std::time::Duration;
 use open_deno_kv_bucket::{
     BucketReader, ShipReport, Shipper, ShipperConfig, ShipperStatus, Target,
 };
+use open_deno_kv_model::change_log::MAX_READ;
 use open_deno_kv_model::{Backend, Clock};
 use open_deno_kv_postgres::ShippingLease;
 use open_deno_kv_server::metrics::{ShippingGauges, ShippingReading};
@@ -168,7 +172,7 @@ impl Shipping {
                         self.url()
                     );
                 }
-                () = self.report(status) => {}
+                () = self.report(&*backend, status) => {}
             }
         }
     }
@@ -194,35 +198,104 @@ impl Shipping {
         }
     }
 
-    /// Follows the shipper's status: the gauges after every step, and the failure summaries
-    /// (see the module docs). Returns when the shipper is gone.
-    async fn report(&self, mut status: watch::Receiver<ShipperStatus>) {
+    /// Follows the shipper: its status after every step, and every [`PROBE_INTERVAL`] the
+    /// store's change log after the last commit shipped (a shipper stuck in a request to a
+    /// bucket that does not answer publishes nothing, but the commits waiting still show);
+    /// the gauges and the failure summaries (see the module docs) follow. Returns when the
+    /// shipper is gone.
+    async fn report(&self, backend: &dyn Backend, mut status: watch::Receiver<ShipperStatus>) {
         let mut summary = FailureSummary::new(self.url(), self.warning_interval);
         let mut segments_seen = 0;
+        let mut probe = tokio::time::interval(PROBE_INTERVAL);
         let mut tick = tokio::time::interval(self.warning_interval);
+        let mut health = Health::default();
         loop {
             tokio::select! {
                 changed = status.changed() => {
                     if changed.is_err() {
                         return;
                     }
-                    let now = status.borrow_and_update().clone();
-                    self.record(ShippingReading {
-                        shipping: true,
-                        lag: now.behind,
-                        commits_behind: now.commits_behind,
-                        failing: now.last_error.is_some(),
-                    });
+                    let segments = status.borrow_and_update().segments_written;
                     if let Some(gauges) = &self.gauges {
-                        gauges.segments_written(now.segments_written.saturating_sub(segments_seen));
+                        gauges.segments_written(segments.saturating_sub(segments_seen));
                     }
-                    segments_seen = segments_seen.max(now.segments_written);
-                    summary.step(&now, Instant::now());
+                    segments_seen = segments_seen.max(segments);
                 }
-                _ = tick.tick() => summary.tick(&status.borrow(), Instant::now()),
+                _ = probe.tick() => {}
+                _ = tick.tick() => {
+                    summary.tick(&health, Instant::now());
+                    continue;
+                }
             }
+            let current = status.borrow().clone();
+            health = self.health(backend, &current).await;
+            self.record(ShippingReading {
+                shipping: true,
+                lag: health.behind,
+                commits_behind: health.commits_behind,
+                failing: health.error.is_some(),
+            });
+            summary.step(&health, Instant::now());
         }
     }
+
+    /// How the shipping stands: the shipper's status, with the commits waiting read from the
+    /// store's log after the last one shipped, and a shipper that ships nothing for
+    /// [`Shipping::stall_after`] while commits wait counted as failing.
+    async fn health(&self, backend: &dyn Backend, status: &ShipperStatus) -> Health {
+        let mut health = Health {
+            error: status.last_error.clone(),
+            commits_behind: status.commits_behind,
+            behind: status.behind,
+        };
+        let Some(shipped) = status.shipped else {
+            return health;
+        };
+        // A failed read leaves the shipper's own figures (it reads the same log and will say).
+        if let Ok(waiting) = backend.read_change_log(shipped, MAX_READ).await
+            && let Some(oldest) = waiting.first()
+        {
+            health.commits_behind = health.commits_behind.max(waiting.len() as u64);
+            let waited = (self.config.clock.now() - oldest.at)
+                .to_std()
+                .unwrap_or_default();
+            health.behind = health.behind.max(waited);
+            if health.error.is_none() && health.behind >= self.stall_after() {
+                health.error = Some(format!(
+                    "no commit shipped for {} while {} wait{} (the bucket does not answer, or \
+                     answers too slowly)",
+                    format_duration(round(health.behind)),
+                    health.commits_behind,
+                    if waiting.len() == MAX_READ {
+                        " or more"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+        }
+        health
+    }
+
+    /// How long the oldest waiting commit may wait before shipping counts as failing: ten
+    /// segment intervals, and at least ten seconds (a snapshot of a large store takes a while).
+    fn stall_after(&self) -> Duration {
+        (self.config.segment_interval * 10).max(Duration::from_secs(10))
+    }
+}
+
+/// How often the store's change log is read for the commits waiting to be shipped.
+const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How the shipping stands (see [`Shipping::health`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Health {
+    /// Why it fails, while it does.
+    error: Option<String>,
+    /// Commits acknowledged that the bucket does not hold.
+    commits_behind: u64,
+    /// How long the oldest of them has waited.
+    behind: Duration,
 }
 
 /// The failure lines of one shipper: the first failure at once, a summary per interval while
@@ -230,7 +303,7 @@ impl Shipping {
 struct FailureSummary {
     url: String,
     interval: Duration,
-    /// Since when it fails, and the attempts counted since the last line.
+    /// Since when it fails, and the readings that saw it failing since the last line.
     failing: Option<(Instant, u64)>,
     last_line: Option<Instant>,
     last_error: Option<String>,
@@ -247,9 +320,9 @@ impl FailureSummary {
         }
     }
 
-    /// A status update: a failed attempt, a success, or progress.
-    fn step(&mut self, status: &ShipperStatus, now: Instant) {
-        match (&status.last_error, &mut self.failing) {
+    /// A new reading: failing, working again, or progress.
+    fn step(&mut self, health: &Health, now: Instant) {
+        match (&health.error, &mut self.failing) {
             (Some(error), None) => {
                 tracing::warn!(
                     "shipping to {} failed: {error}; retrying with back-off (commits go on; \
@@ -261,9 +334,8 @@ impl FailureSummary {
                 self.last_line = Some(now);
                 self.last_error = Some(error.clone());
             }
-            // While failing, every update is another attempt that failed.
-            (Some(error), Some((_, attempts))) => {
-                *attempts += 1;
+            (Some(error), Some((_, readings))) => {
+                *readings += 1;
                 self.last_error = Some(error.clone());
             }
             (None, Some((since, _))) => {
@@ -271,7 +343,7 @@ impl FailureSummary {
                     "shipping to {} works again after {} of failures; {} commit(s) behind",
                     self.url,
                     format_duration(round(now.saturating_duration_since(*since))),
-                    status.commits_behind
+                    health.commits_behind
                 );
                 self.failing = None;
                 self.last_error = None;
@@ -281,8 +353,8 @@ impl FailureSummary {
     }
 
     /// The interval's summary, if failing and the last line is an interval old.
-    fn tick(&mut self, status: &ShipperStatus, now: Instant) {
-        let Some((since, attempts)) = &mut self.failing else {
+    fn tick(&mut self, health: &Health, now: Instant) {
+        let Some((since, readings)) = &mut self.failing else {
             return;
         };
         if self
@@ -292,17 +364,17 @@ impl FailureSummary {
             return;
         }
         tracing::warn!(
-            "shipping to {} has failed for {} ({} more failed attempt(s) in the last {}); {} \
+            "shipping to {} has failed for {} ({} failing reading(s) in the last {}); {} \
              commit(s) and {} behind; last error: {}",
             self.url,
             format_duration(round(now.saturating_duration_since(*since))),
-            attempts,
+            readings,
             format_duration(self.interval),
-            status.commits_behind,
-            format_duration(round(status.behind)),
+            health.commits_behind,
+            format_duration(round(health.behind)),
             self.last_error.as_deref().unwrap_or("none")
         );
-        *attempts = 0;
+        *readings = 0;
         self.last_line = Some(now);
     }
 }
@@ -380,12 +452,11 @@ impl ShipLock {
 mod tests {
     use super::*;
 
-    fn failing(error: &str) -> ShipperStatus {
-        ShipperStatus {
-            last_error: Some(error.to_owned()),
+    fn failing(error: &str) -> Health {
+        Health {
+            error: Some(error.to_owned()),
             commits_behind: 7,
             behind: Duration::from_secs(12),
-            ..ShipperStatus::default()
         }
     }
 
@@ -406,10 +477,10 @@ mod tests {
         summary.tick(&failing("refused"), start + Duration::from_secs(10));
         assert_eq!(summary.failing.map(|(_, n)| n), Some(0));
         assert_eq!(summary.last_line, Some(start + Duration::from_secs(10)));
-        summary.step(&ShipperStatus::default(), start + Duration::from_secs(11));
+        summary.step(&Health::default(), start + Duration::from_secs(11));
         assert!(summary.failing.is_none());
         // Healthy: ticks say nothing.
-        summary.tick(&ShipperStatus::default(), start + Duration::from_secs(30));
+        summary.tick(&Health::default(), start + Duration::from_secs(30));
         assert_eq!(summary.last_line, Some(start + Duration::from_secs(10)));
     }
 }
