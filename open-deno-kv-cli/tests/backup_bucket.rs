@@ -316,3 +316,46 @@ fn a_truncated_or_corrupt_segment_is_refused_naming_it_and_nothing_is_restored()
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn two_processes_do_not_ship_one_file_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    std::fs::create_dir(&bucket).unwrap();
+    let to = file_url(&bucket);
+    let db = "sqlite:source.sqlite3";
+    set(dir.path(), db, 1, "1");
+    let log = dir.path().join("replicate.log");
+    let mut shipping = std::process::Command::new(env!("CARGO_BIN_EXE_kv"))
+        .args(["--db", db, "replicate", "--to", &to])
+        .current_dir(dir.path())
+        .env_remove("KV_DB")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    // Once it ships (it says so), the file's lock is taken.
+    let started = std::time::Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("shipping sqlite:")
+    {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "kv replicate never started shipping: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let err = kv_fails(
+        dir.path(),
+        &["--db", db, "replicate", "--to", &to, "--once"],
+    );
+    assert!(err.contains("another process ships"), "{err}");
+    shipping.kill().unwrap();
+    shipping.wait().unwrap();
+    // Its end releases the lock.
+    kv_ok(
+        dir.path(),
+        &["--db", db, "replicate", "--to", &to, "--once"],
+    );
+}

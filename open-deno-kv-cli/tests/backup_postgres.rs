@@ -71,8 +71,8 @@ fn one_server_ships_and_another_takes_over_when_it_is_killed_leaving_no_gap() {
     std::fs::create_dir(&bucket).unwrap();
     let to = format!("file://{}", bucket.display());
     let db = format!("{}?schema=shipped", cluster.store_url());
-    let extra: Vec<&OsStr> = ["--metrics", "--backup-to", &to]
-        .iter()
+    let extra: Vec<&OsStr> = ["--metrics", "--backup-to", to.as_str()]
+        .into_iter()
         .map(OsStr::new)
         .collect();
     let mut servers = vec![Server::start(&db, &extra), Server::start(&db, &extra)];
