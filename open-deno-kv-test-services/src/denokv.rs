@@ -11,7 +11,8 @@ pub const DENOKV_VERSION: &str = "0.14.0";
 
 /// The path of a denokv 0.14 binary: `DENOKV_BIN` if set (and only there), else
 /// `denokv-0.14.0/bin/denokv` in the target directory this test was built into, where
-/// `.ci/denokv-conformance` builds it. Checked to say it is version 0.14.0.
+/// `.ci/denokv-conformance` builds it. Checked to answer as denokv does, and to be 0.14.0 where
+/// cargo's install record beside its `bin/` says which version it is.
 pub fn denokv_binary() -> Result<PathBuf, TestServiceError> {
     let missing = |reason: String| TestServiceError::DenokvMissing { reason };
     let bin = match std::env::var_os("DENOKV_BIN").filter(|bin| !bin.is_empty()) {
@@ -32,16 +33,30 @@ pub fn denokv_binary() -> Result<PathBuf, TestServiceError> {
     if !bin.is_file() {
         return Err(missing(format!("there is no {}", bin.display())));
     }
+    // denokv has no --version: its help must answer, and where `cargo install --root` left its
+    // record beside bin/, the record must name this version.
     let output = Command::new(&bin)
-        .arg("--version")
+        .arg("--help")
         .output()
         .map_err(|e| missing(format!("cannot run {}: {e}", bin.display())))?;
-    let version = String::from_utf8_lossy(&output.stdout);
-    if !version.contains(DENOKV_VERSION) {
+    if !output.status.success()
+        || !String::from_utf8_lossy(&output.stdout).contains("--sqlite-path")
+    {
         return Err(missing(format!(
-            "{} is not denokv {DENOKV_VERSION} (it says {:?})",
-            bin.display(),
-            version.trim()
+            "{} --help does not answer as denokv does",
+            bin.display()
+        )));
+    }
+    if let Some(record) = bin
+        .parent()
+        .and_then(|b| b.parent())
+        .map(|r| r.join(".crates.toml"))
+        && let Ok(text) = std::fs::read_to_string(&record)
+        && !text.contains(&format!("denokv {DENOKV_VERSION} "))
+    {
+        return Err(missing(format!(
+            "{} says it installed another denokv than {DENOKV_VERSION}",
+            record.display()
         )));
     }
     Ok(bin)
