@@ -28,3 +28,9 @@ pub use shipper::{
     ShipReport, Shipper, ShipperConfig, ShipperStatus, SnapshotReason, SnapshotTaken,
 };
 pub use target::Target;
+
+/// The README.md of this crate (the page crates.io shows): its Rust example is compiled as a doc
+/// test, so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

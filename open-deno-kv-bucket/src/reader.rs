@@ -92,6 +92,9 @@ pub struct SnapshotInfo {
     pub bytes: u64,
 }
 
+/// How many objects a reader fetches at once.
+const FETCH_CONCURRENCY: usize = 16;
+
 /// Reads one bucket (see the module documentation).
 #[derive(Debug, Clone)]
 pub struct BucketReader {
@@ -258,11 +261,24 @@ impl BucketReader {
             })
             .collect();
         let mut chain = Chain::new(plan);
-        for segment in &plan.inventory.segments {
-            if segment.name.last_commit() <= oldest {
-                continue;
-            }
-            for record in self.commits_of(plan, segment).await? {
+        let segments: Vec<&SegmentObject> = plan
+            .inventory
+            .segments
+            .iter()
+            .filter(|segment| segment.name.last_commit() > oldest)
+            .collect();
+        let mut reads = futures::stream::iter(segments.iter().copied())
+            .map(|segment| self.commits_of(plan, segment))
+            .buffered(FETCH_CONCURRENCY);
+        for segment in segments.iter().copied() {
+            let commits = reads
+                .next()
+                .await
+                .ok_or_else(|| BucketError::MissingObject {
+                    object: self.target.full_name(&segment.object()),
+                    detail: "its read was lost".into(),
+                })??;
+            for record in commits {
                 let Some(base) = chain.admit(&self.target, segment, &record)? else {
                     continue;
                 };
@@ -358,14 +374,28 @@ impl BucketReader {
         // read while commits went on; the log up to the differential makes them consistent).
         let mut records = Vec::new();
         let mut chain = Chain::new(&plan);
-        for segment in &plan.inventory.segments {
-            let from_start = matches!(base, Base::Deploy { .. });
-            if (!from_start && segment.name.last_commit() <= base_stamp)
-                || segment.name.first_commit() > point.versionstamp
-            {
-                continue;
-            }
-            for record in self.read_segment(&plan, segment).await? {
+        let from_start = matches!(base, Base::Deploy { .. });
+        let segments: Vec<&SegmentObject> = plan
+            .inventory
+            .segments
+            .iter()
+            .filter(|segment| {
+                (from_start || segment.name.last_commit() > base_stamp)
+                    && segment.name.first_commit() <= point.versionstamp
+            })
+            .collect();
+        let mut reads = futures::stream::iter(segments.iter().copied())
+            .map(|segment| self.read_segment(&plan, segment))
+            .buffered(FETCH_CONCURRENCY);
+        for segment in segments.iter().copied() {
+            let commits = reads
+                .next()
+                .await
+                .ok_or_else(|| BucketError::MissingObject {
+                    object: self.target.full_name(&segment.object()),
+                    detail: "its read was lost".into(),
+                })??;
+            for record in commits {
                 if record.versionstamp > point.versionstamp {
                     break;
                 }

@@ -19,8 +19,9 @@
 //!
 //! **The change log.** The shipper reads the store's change log
 //! ([`open_deno_kv_model::Backend::read_change_log`]). If the log is off it switches it on with
-//! [`ShipperConfig::change_log_retention`] (one day by default); a log already on keeps its
-//! retention. The retention must cover the longest outage of the bucket to be bridged without a
+//! [`ShipperConfig::change_log_retention`] (one day by default), and again if someone switches it
+//! off while it ships (the commits in between then make a new snapshot); a log already on keeps
+//! its retention. The retention must cover the longest outage of the bucket to be bridged without a
 //! new snapshot: commits pruned from the log before they were shipped are not lost (a new
 //! snapshot holds them) but their own recovery points are.
 //!
@@ -363,6 +364,13 @@ impl Shipper {
                 .max(last_segment),
         };
         if let Some(latest) = latest {
+            // An interrupted snapshot may have written its manifest but not yet `differential`
+            // or the move of the generation before it.
+            if crate::inventory::differential(&self.target).await? != Some(latest.versionstamp) {
+                self.target
+                    .put_bytes(DIFFERENTIAL, latest.versionstamp.to_string().into_bytes())
+                    .await?;
+            }
             self.archive_before(&inventory, latest).await?;
         }
         match progress.shipped {
@@ -434,6 +442,18 @@ impl Shipper {
         progress: &mut Progress,
         report: &mut ShipReport,
     ) -> Result<(), BucketError> {
+        if self.backend.change_log_status().await?.retention.is_none() {
+            // Someone switched the log off (`kv log disable`): commits since are not logged, and
+            // the next logged one will not follow the last shipped one, which makes a snapshot.
+            tracing::warn!(
+                target: "open_deno_kv_bucket",
+                url = self.target.url(),
+                "the store's change log was switched off while shipping; switching it on again"
+            );
+            self.backend
+                .configure_change_log(Some(self.config.change_log_retention))
+                .await?;
+        }
         if let (Some(interval), Some(last)) =
             (self.config.snapshot_interval, progress.last_snapshot_at)
             && self.now() - last >= TimeDelta::from_std(interval).unwrap_or(TimeDelta::MAX)
@@ -471,8 +491,18 @@ impl Shipper {
                     break;
                 }
             }
-            if !batch.is_empty() {
-                self.ship_segment(progress, &batch, report).await?;
+            // A page holds up to 1,000 commits of up to 800 KiB each: segments are cut by size
+            // too, so no object (nor the memory to build it) grows past about SEGMENT_BYTES.
+            let mut start = 0;
+            let mut bytes = 0;
+            for (index, record) in batch.iter().enumerate() {
+                bytes += record_bytes(record);
+                if bytes >= SEGMENT_BYTES || index + 1 == batch.len() {
+                    self.ship_segment(progress, &batch[start..=index], report)
+                        .await?;
+                    start = index + 1;
+                    bytes = 0;
+                }
             }
             if let Some(reason) = then {
                 self.snapshot(progress, reason, report).await?;
@@ -686,6 +716,23 @@ impl Shipper {
             status.failing_since = status.failing_since.or(Some(now));
         });
     }
+}
+
+/// About the most bytes of keys and values one segment holds (a single larger commit makes a
+/// segment of its own): 16 MiB.
+const SEGMENT_BYTES: usize = 16 << 20;
+
+/// The bytes of keys and values a record carries, as a segment holds them.
+fn record_bytes(record: &ChangeRecord) -> usize {
+    record
+        .changes
+        .writes
+        .iter()
+        .map(|(key, state)| {
+            key.len() + state.as_ref().map_or(0, |entry| entry.value.encoded_len()) + 32
+        })
+        .sum::<usize>()
+        + 64
 }
 
 /// How many pages of the log a lag count reads at most (so at most 100,000 commits are

@@ -246,13 +246,23 @@ async fn check_target(target: &Target) -> Result<(), BucketError> {
         Ok(_) => Ok(()),
         Err(err) => {
             let text = err.to_string();
-            if text.contains("NoSuchBucket")
+            // Listing a prefix finds nothing rather than fail when the bucket exists: a "not
+            // found" is the bucket's (S3 answers 404 NoSuchBucket, Azure ContainerNotFound).
+            if matches!(err, object_store::Error::NotFound { .. })
+                || text.contains("NoSuchBucket")
                 || text.contains("ContainerNotFound")
                 || text.contains("The specified bucket does not exist")
             {
+                // The service's own answer follows its status line (S3: an XML document).
+                let detail = text
+                    .split("<?xml")
+                    .next()
+                    .unwrap_or_default()
+                    .trim_end_matches([':', ' '])
+                    .to_owned();
                 Err(BucketError::NoSuchBucket {
                     url: target.url.clone(),
-                    detail: text,
+                    detail,
                 })
             } else {
                 Err(BucketError::Storage {

@@ -704,3 +704,6 @@ pub(crate) fn decode_side(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests;
