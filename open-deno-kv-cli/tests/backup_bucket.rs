@@ -4,6 +4,8 @@
 //! names, each a clear message and a non-zero exit: an unknown URL scheme, missing credentials,
 //! a bucket of another database, a truncated and a corrupt segment (named).
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::path::Path;

@@ -10,6 +10,8 @@
 //! directory's `denokv-0.14.0/bin/denokv`); missing, the test fails with how to build it unless
 //! `KV_DENOKV_TESTS=skip`. moto likewise, unless `KV_S3_TESTS=skip`.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::collections::BTreeSet;

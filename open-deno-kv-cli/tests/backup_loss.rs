@@ -13,6 +13,8 @@
 //! `KV_LOSS_TRIALS=N` runs N trials and prints their figures (BENCHMARKS.md's command:
 //! `KV_LOSS_TRIALS=10 cargo test --release -p open-deno-kv-cli --test backup_loss -- --nocapture`).
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::collections::BTreeSet;

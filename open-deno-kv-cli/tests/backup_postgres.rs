@@ -6,6 +6,8 @@
 //!
 //! Without PostgreSQL the test fails with what to install, unless `KV_POSTGRES_TESTS=skip`.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::ffi::OsStr;

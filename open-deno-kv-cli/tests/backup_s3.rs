@@ -6,6 +6,8 @@
 //!
 //! Without moto the tests fail with what to install, unless `KV_S3_TESTS=skip`.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::io::{Read, Write};
