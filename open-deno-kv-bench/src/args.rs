@@ -62,7 +62,11 @@ open-deno-kv-bench diagnose-change-log [--sets N] [--rounds N] [--engines sqlite
                         time W1 (N sequential durable sets, default 5,000, 7 rounds) with the
                         change log off and on, per engine, and check the log's record count;
                         an engine without the log is reported as such. postgres runs on a
-                        throwaway cluster unless --postgres-url is given";
+                        throwaway cluster unless --postgres-url is given
+open-deno-kv-bench diagnose-shipping [--sets N] [--rounds N]
+                        time W2 on SQLite (N durable sets over 64 tasks, default 20,000, 5
+                        rounds) without and with a continuous-backup shipper running beside it
+                        (into a local directory), and check the bucket caught up";
 
 /// Options of a run.
 #[derive(Debug, Clone, PartialEq)]

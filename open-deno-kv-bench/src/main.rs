@@ -40,6 +40,7 @@ mod diag;
 mod parent;
 mod ranges;
 mod raw;
+mod shipping;
 
 // The engine-free half — workloads, data, statistics, the child's protocol — is shared with the
 // denokv anchor's binary (open-deno-kv-bench/anchor).
@@ -55,6 +56,7 @@ fn main() {
         Some(("diagnose-commits", rest)) => std::process::exit(diagnose_commits_main(rest)),
         Some(("diagnose-ranges", rest)) => std::process::exit(diagnose_ranges_main(rest)),
         Some(("diagnose-change-log", rest)) => std::process::exit(diagnose_change_log_main(rest)),
+        Some(("diagnose-shipping", rest)) => std::process::exit(diagnose_shipping_main(rest)),
         _ => {}
     }
     let code = match args::parse(&args) {
@@ -121,6 +123,15 @@ fn diagnose_change_log_main(args: &[String]) -> i32 {
             eprintln!("{}", change_log::USAGE);
             2
         }
+    }
+}
+
+/// `diagnose-shipping [--sets N] [--rounds N]`: W2 on SQLite with continuous backup off and on
+/// (see [`shipping`]).
+fn diagnose_shipping_main(args: &[String]) -> i32 {
+    match counts(args, [("--sets", 20_000), ("--rounds", 5)], shipping::USAGE) {
+        Ok([sets, rounds]) => report("diagnose-shipping", shipping::run(sets, rounds)),
+        Err(code) => code,
     }
 }
 

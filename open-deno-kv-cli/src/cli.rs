@@ -74,6 +74,64 @@ pub enum LogAction {
     Disable,
 }
 
+/// What `kv backups` does.
+#[derive(Debug, Subcommand)]
+pub enum BackupsAction {
+    /// The bucket's database, its snapshots, and every recovery point with its time and the
+    /// bytes a restore to it reads (a bucket Deno Deploy wrote too).
+    List {
+        /// The bucket: s3://BUCKET/PREFIX, gs://, az://, file:///DIR.
+        url: String,
+        /// text: readable lines; json: one JSON document.
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
+    },
+    /// How far the bucket is behind the database (--db): the last commit shipped, the commits
+    /// not shipped yet and how long the oldest of them has waited. Exit code 0 either way.
+    Status {
+        /// The bucket: s3://BUCKET/PREFIX, gs://, az://, file:///DIR.
+        url: String,
+        /// text: readable lines; json: one JSON document.
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
+    },
+}
+
+/// How a store is shipped: `kv replicate` and `kv serve --backup-to` take the same flags.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Continuous backup")]
+pub struct ShippingFlags {
+    /// The longest a commit waits in an open log segment while commits arrive, in seconds: the
+    /// most a lost machine loses. Segments are written only while commits arrive.
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub backup_segment_interval: f64,
+    /// Snapshots and segments older than this are pruned from the bucket, keeping every point
+    /// inside it restorable: 7d, 12h, 30d...
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = crate::duration::parse_duration)]
+    pub backup_retention: Duration,
+    /// A new snapshot this often, so a restore replays at most this much log: 1d, 6h...
+    #[arg(long, value_name = "DURATION", default_value = "1d", value_parser = crate::duration::parse_duration)]
+    pub backup_snapshot_interval: Duration,
+}
+
+/// `kv replicate`.
+#[derive(Debug, Clone, Args)]
+pub struct ReplicateArgs {
+    /// The bucket to ship to: s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, az://CONTAINER/PREFIX,
+    /// file:///DIR.
+    #[arg(long, value_name = "URL")]
+    pub to: String,
+    /// Ship every commit made so far, then exit (0 once the bucket holds them all).
+    #[arg(long)]
+    pub once: bool,
+    /// Seconds over which repeated shipping failures are counted and logged as one summary
+    /// line.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub warning_interval: f64,
+    #[command(flatten)]
+    pub shipping: ShippingFlags,
+}
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -235,11 +293,22 @@ pub enum Command {
     /// commit from the backup on; a gap (the log was off, or pruned past the backup) is
     /// refused. Queue deliveries are not logged: a message handled between the backup and the
     /// point is delivered again.
+    ///
+    /// With --from URL, the bucket of continuous backups at URL (see `kv replicate`) instead
+    /// of a file: its latest state, or the one --at names. A gap in the bucket's log, a
+    /// missing, truncated or damaged object (named) is refused, and nothing is written.
+    #[command(group = clap::ArgGroup::new("source").required(true).args(["file", "from"]))]
     Restore {
         /// The backup file (written by `kv backup`, or by `kv dump` of a local database).
-        file: PathBuf,
+        file: Option<PathBuf>,
+        /// Restore from a bucket of continuous backups instead (see `kv replicate`): the
+        /// state at --at (a versionstamp that is one of the bucket's recovery points, or the
+        /// last one at or before a time), or its latest. s3://BUCKET/PREFIX, gs://, az://,
+        /// file:///DIR. A bucket Deno Deploy wrote is read the same way.
+        #[arg(long, value_name = "URL", conflicts_with_all = ["file", "log"])]
+        from: Option<String>,
         /// Restore the state as of this commit (a versionstamp) or time (RFC 3339).
-        #[arg(long, value_name = "VERSIONSTAMP|TIME", requires = "log", value_parser = crate::change_log::parse_point)]
+        #[arg(long, value_name = "VERSIONSTAMP|TIME", value_parser = crate::change_log::parse_point)]
         at: Option<RestorePoint>,
         /// The database whose change log is replayed (read only; usually the one backed up).
         #[arg(long, value_name = "URL", requires = "at")]
@@ -292,6 +361,26 @@ pub enum Command {
     Migrate {
         /// The target database URL.
         target: String,
+    },
+    /// Ship every commit of the database (--db) to object storage, continuously: a snapshot,
+    /// then its change log as log segments, a segment closed at most every
+    /// --backup-segment-interval while commits arrive (not part of Deno KV).
+    ///
+    /// For a store that no `kv serve` fronts (`kv serve --backup-to` ships the store it serves).
+    /// The bucket is in the layout Deno Deploy writes for its continuous backups, which denokv
+    /// 0.14 reads (`denokv --sync-from-s3`, `denokv pitr`). Targets: s3://BUCKET/PREFIX (AWS_*
+    /// variables: credentials, AWS_REGION, AWS_ENDPOINT_URL for an S3-compatible server),
+    /// gs://BUCKET/PREFIX, az://CONTAINER/PREFIX, file:///DIR. The change log is switched on if
+    /// it is off. Only one process ships a store at a time: on PostgreSQL a lock in the
+    /// database, on a SQLite or redb file a lock file beside it; another waits and takes over
+    /// when that one stops. Runs until interrupted, or with --once until the bucket holds
+    /// every commit made so far.
+    Replicate(ReplicateArgs),
+    /// The continuous backups in a bucket: their recovery points, and how far behind a store's
+    /// shipping is.
+    Backups {
+        #[command(subcommand)]
+        action: BackupsAction,
     },
     /// Serve the database (--db) to Deno.openKv("https://HOST:PORT") and other KV Connect
     /// clients, over HTTPS with --tls-cert and --tls-key (HTTP/2 or HTTP/1.1 by ALPN), else
@@ -416,6 +505,15 @@ pub struct ServeArgs {
     /// Resource limits that protect the server from hostile or broken clients.
     #[command(flatten)]
     pub limits: ServeLimits,
+    /// Ship every commit of the database (--db) to this bucket, continuously, as `kv replicate`
+    /// does (see `kv replicate --help`): s3://BUCKET/PREFIX, gs://, az://, file:///DIR. With
+    /// several servers on one PostgreSQL database, one ships at a time and another takes over
+    /// when it stops. The lag shows in GET /metrics (kv_backup_*); failures are logged as one
+    /// WARN line per --warning-interval.
+    #[arg(long, value_name = "URL", help_heading = "Continuous backup")]
+    pub backup_to: Option<String>,
+    #[command(flatten)]
+    pub shipping: ShippingFlags,
 }
 
 /// `kv serve --log-level`.

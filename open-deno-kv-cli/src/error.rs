@@ -120,6 +120,41 @@ pub enum CliError {
         what: String,
     },
 
+    /// `kv restore FILE --at POINT` without `--log`: a backup file is one state; the states after
+    /// it are in a database's change log (`--log`) or a bucket (`--from` instead of the file).
+    #[error(
+        "--at needs where the later commits are: --log DATABASE (its change log, replayed over \
+         the backup file) or --from URL (a bucket of continuous backups, instead of a file)"
+    )]
+    BadRestorePoint,
+
+    /// A bucket of continuous backups refused or failed (an unknown URL scheme, missing
+    /// credentials, another database's backups, a gap, a missing, truncated or corrupt object,
+    /// which the message names).
+    #[error(transparent)]
+    Bucket(#[from] open_deno_kv_bucket::BucketError),
+
+    /// `kv replicate` or `kv serve --backup-to` cannot ship this database (a KV Connect URL:
+    /// ship from the server that holds the store instead).
+    #[error("{db} cannot be shipped to a bucket from here: {reason}")]
+    CannotShip {
+        /// The database URL.
+        db: String,
+        /// Why, and what to do instead.
+        reason: String,
+    },
+
+    /// The lock that keeps two processes from shipping one store could not be taken or
+    /// checked (a lock file that cannot be created, the database refusing the lock's
+    /// connection).
+    #[error("the shipping lock of {db}: {reason}")]
+    ShippingLock {
+        /// The database URL.
+        db: String,
+        /// What failed.
+        reason: String,
+    },
+
     /// `kv serve`'s log output could not be set up.
     #[error("cannot set up the log output: {0}")]
     Logging(String),

@@ -13,6 +13,7 @@
 //! Run `kv --help` for every subcommand.
 
 mod backup;
+mod bucket;
 mod change_log;
 mod cli;
 mod commands;
@@ -29,6 +30,7 @@ mod plain_json;
 mod progress;
 mod ranges;
 mod serve;
+mod shipping;
 mod store;
 
 use std::process::ExitCode;
@@ -36,7 +38,7 @@ use std::process::ExitCode;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};
 
-use crate::cli::{Cli, Command, LogAction};
+use crate::cli::{BackupsAction, Cli, Command, LogAction};
 use crate::commands::ListArgs;
 use crate::error::CliError;
 use crate::store::chosen_database;
@@ -132,9 +134,25 @@ async fn run(db: &str, db_on_command_line: bool, command: Command) -> Result<(),
         }
         Command::Load { input } => commands::load(db, &input).await,
         Command::Backup { file } => backup::backup(db, &file).await,
-        Command::Restore { file, at, log } => match (at, log) {
-            (Some(at), Some(log)) => backup::restore_at(&file, db, at, &log).await,
-            _ => backup::restore(&file, db).await,
+        Command::Restore {
+            file,
+            from,
+            at,
+            log,
+        } => match (file, from, at, log) {
+            (_, Some(from), at, _) => bucket::restore_from(&from, at, db).await,
+            (Some(file), None, Some(at), Some(log)) => {
+                backup::restore_at(&file, db, at, &log).await
+            }
+            (Some(_), None, Some(_), None) => Err(CliError::BadRestorePoint),
+            (Some(file), None, None, _) => backup::restore(&file, db).await,
+            // clap requires a file or --from.
+            (None, None, _, _) => Err(CliError::BadRestorePoint),
+        },
+        Command::Replicate(args) => bucket::replicate(db, args).await,
+        Command::Backups { action } => match action {
+            BackupsAction::List { url, format } => bucket::list(&url, format).await,
+            BackupsAction::Status { url, format } => bucket::status(db, &url, format).await,
         },
         Command::Log { action } => match action {
             LogAction::Status => change_log::status(db).await,

@@ -17,10 +17,12 @@ use std::time::Duration;
 use open_deno_kv::BackendUrl;
 use open_deno_kv_engine_kit::SystemClock;
 use open_deno_kv_model::{Backend, Clock};
+use open_deno_kv_server::metrics::ShippingGauges;
 use open_deno_kv_server::{Access, Databases, Explorer, ResourceLimits, Server, ServerConfig, Tls};
 
 use crate::cli::{ServeArgs, ServeLimits};
 use crate::error::CliError;
+use crate::shipping::Shipping;
 use crate::store::parse_url;
 
 /// Deno's variable for the access token, read when KV_ACCESS_TOKEN and --token are not given.
@@ -72,11 +74,30 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
             path: dir.clone(),
             source,
         })?;
-        databases = databases.with_opener(opener(&url, dir, clock));
+        databases = databases.with_opener(opener(&url, dir, clock.clone()));
     }
+    let resources = resource_limits(&args.limits, raise_open_file_limit())?;
+    let shipping = match &args.backup_to {
+        Some(to) => {
+            let gauges = ShippingGauges::new();
+            let shipping = Shipping::prepare(
+                db,
+                to,
+                &*default,
+                &args.shipping,
+                resources.warning_interval,
+                clock.clone(),
+            )
+            .await?
+            .with_gauges(gauges.clone());
+            Some((shipping, gauges))
+        }
+        None => None,
+    };
     let mut config = ServerConfig::new(access);
+    config.shipping = shipping.as_ref().map(|(_, gauges)| gauges.clone());
     config.ephemeral = args.ephemeral;
-    config.resources = resource_limits(&args.limits, raise_open_file_limit())?;
+    config.resources = resources;
     config.tls = tls.clone();
     config.metrics = args.metrics;
     // --ui-write alone is the explorer, read-write: asking to edit asks for the page.
@@ -140,7 +161,23 @@ pub async fn serve(db: &str, args: ServeArgs) -> Result<(), CliError> {
             (_, true) => ", explorer at /ui (read-write)",
         },
     );
+    // Shipping runs beside the server and stops with it: the shipper is cancel-safe.
+    let shipper = shipping.map(|(shipping, _)| {
+        let backend = default.clone();
+        tokio::spawn(async move {
+            if let Err(err) = shipping.run(backend).await {
+                tracing::error!(
+                    "shipping to {} stopped: {err}; commits are served but no longer shipped",
+                    shipping.url()
+                );
+            }
+        })
+    });
     let outcome = server.serve(listener, shutdown_signal()).await;
+    if let Some(shipper) = shipper {
+        shipper.abort();
+        let _ = shipper.await;
+    }
     tracing::info!("stopped");
     let closed = default.close().await;
     outcome.map_err(serving)?;
@@ -288,7 +325,7 @@ fn reload_on_sighup(tls: Tls) {
 }
 
 /// Completes on Ctrl-C, or SIGTERM on Unix.
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

@@ -294,6 +294,20 @@ pub enum PostgresError {
         reason: String,
     },
 
+    /// A [`ShippingLease`](crate::ShippingLease) is no longer held: its connection was lost or
+    /// the server stopped answering, so the server ended (or will end) its session and another
+    /// process may hold the lease now. Stop the work it guarded and acquire it again.
+    #[error(
+        "the shipping lease of schema {schema:?} is lost ({detail}); another process may ship \
+         now: stop shipping and take the lease again"
+    )]
+    LeaseLost {
+        /// The store's schema.
+        schema: String,
+        /// What the lease's connection said.
+        detail: String,
+    },
+
     /// A broken promise inside this crate (a bug): the operation was not applied.
     #[error("internal error in open-deno-kv-postgres: {message}")]
     Internal {

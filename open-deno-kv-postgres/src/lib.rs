@@ -40,6 +40,10 @@
 //!   transaction, one `INSERT` per group.
 //! - **Backups** (`backup.rs`): an export streams one `REPEATABLE READ` snapshot in keyset pages;
 //!   an import writes a snapshot in one transaction that holds the `kv_meta` row lock.
+//! - **One shipper** (`lease.rs`): [`ShippingLease`], a session-level advisory lock on a
+//!   connection of its own, lets exactly one of the processes sharing a store ship its change
+//!   log to object storage; when that process dies, the server releases the lock and another
+//!   takes over.
 //!
 //! ## Connecting
 //!
@@ -87,6 +91,7 @@ mod events;
 mod group;
 mod housekeeping;
 mod integrity;
+mod lease;
 mod listener;
 mod options;
 mod outcome;
@@ -103,6 +108,7 @@ mod url;
 
 pub use backend::PostgresBackend;
 pub use error::PostgresError;
+pub use lease::ShippingLease;
 pub use options::PostgresOptions;
 
 /// The README.md of this crate (the page crates.io shows): its Rust example is compiled as a doc

@@ -79,6 +79,9 @@ pub struct ServerConfig {
     /// Serve the web explorer at `/ui` ([`ui`](crate::ui)), read-only or read-write ([`Explorer::Off`] by
     /// default). Its data calls need the access token, as the API does.
     pub ui: Explorer,
+    /// The continuous backup's gauges, reported by `GET /metrics` as the `kv_backup_` families
+    /// (see [`metrics`](crate::metrics)); `None` (the default) when nothing ships.
+    pub shipping: Option<crate::metrics::ShippingGauges>,
 }
 
 impl ServerConfig {
@@ -100,6 +103,7 @@ impl ServerConfig {
             tls: None,
             extensions: ext::EXTENSIONS.to_vec(),
             ui: Explorer::Off,
+            shipping: None,
         }
     }
 }

@@ -20,6 +20,14 @@
 //! | `kv_connections_open` | gauge | | client connections open |
 //! | `kv_databases_open` | gauge | | databases open in the server's table |
 //! | `kv_storage_errors_total` | counter | | requests answered 500 for a backend failure |
+//! | `kv_backup_shipping` | gauge | | 1 while this process ships the store to object storage (holds the shipping lock), else 0 |
+//! | `kv_backup_lag_seconds` | gauge | | how long the oldest commit not yet in the bucket has waited (0: caught up) |
+//! | `kv_backup_commits_behind` | gauge | | commits acknowledged that the bucket does not hold yet |
+//! | `kv_backup_failing` | gauge | | 1 while shipping fails (the bucket unreachable or refusing writes), else 0 |
+//! | `kv_backup_segments_total` | counter | | log segments this process wrote to the bucket |
+//!
+//! The `kv_backup_` families are there only when the server is given [`ShippingGauges`]
+//! ([`crate::ServerConfig::shipping`]: `kv serve --backup-to`); whoever ships sets them.
 //!
 //! `/metrics` needs no token, so a scrape must cost little whatever the store holds and however
 //! often it comes. The connection, watch and database gauges are counts the server keeps (its
@@ -169,6 +177,81 @@ fn latency_histogram() -> Histogram {
 }
 
 /// The server's metric families (one set per running server).
+/// The continuous backup's gauges (the `kv_backup_` families): the shipper's owner sets them,
+/// `GET /metrics` reports them. Clones share their values.
+#[derive(Debug, Clone, Default)]
+pub struct ShippingGauges {
+    shipping: Gauge,
+    lag_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    commits_behind: Gauge,
+    failing: Gauge,
+    segments: Counter,
+}
+
+/// One reading of a shipper, for [`ShippingGauges::record`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ShippingReading {
+    /// Whether this process ships (holds the shipping lock).
+    pub shipping: bool,
+    /// How long the oldest commit not yet shipped has waited.
+    pub lag: Duration,
+    /// Commits acknowledged that the bucket does not hold yet.
+    pub commits_behind: u64,
+    /// Whether shipping is failing now.
+    pub failing: bool,
+}
+
+impl ShippingGauges {
+    /// Gauges at zero.
+    pub fn new() -> Self {
+        ShippingGauges::default()
+    }
+
+    /// Sets the gauges to `reading`.
+    pub fn record(&self, reading: ShippingReading) {
+        self.shipping.set(i64::from(reading.shipping));
+        self.lag_seconds.set(reading.lag.as_secs_f64());
+        self.commits_behind
+            .set(i64::try_from(reading.commits_behind).unwrap_or(i64::MAX));
+        self.failing.set(i64::from(reading.failing));
+    }
+
+    /// Counts `n` more segments written.
+    pub fn segments_written(&self, n: u64) {
+        self.segments.inc_by(n);
+    }
+
+    fn register(&self, registry: &mut Registry) {
+        let backup = registry.sub_registry_with_prefix("backup");
+        backup.register(
+            "shipping",
+            "1 while this process ships the store to object storage (holds the shipping lock)",
+            self.shipping.clone(),
+        );
+        backup.register_with_unit(
+            "lag",
+            "How long the oldest commit not yet in the bucket has waited (0: caught up)",
+            Unit::Seconds,
+            self.lag_seconds.clone(),
+        );
+        backup.register(
+            "commits_behind",
+            "Commits acknowledged that the bucket does not hold yet",
+            self.commits_behind.clone(),
+        );
+        backup.register(
+            "failing",
+            "1 while shipping to the bucket fails, else 0",
+            self.failing.clone(),
+        );
+        backup.register(
+            "segments",
+            "Log segments this process wrote to the bucket",
+            self.segments.clone(),
+        );
+    }
+}
+
 pub(crate) struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
@@ -194,8 +277,11 @@ struct QueueDepths {
 }
 
 impl Metrics {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(shipping: Option<&ShippingGauges>) -> Self {
         let mut registry = Registry::with_prefix("kv");
+        if let Some(shipping) = shipping {
+            shipping.register(&mut registry);
+        }
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "requests",

@@ -66,7 +66,7 @@ impl Server {
         let shared = Arc::new(Shared {
             deliveries: Deliveries::new(self.config.queue_lease),
             budgets: resources::Budgets::new(&self.config.resources),
-            metrics: metrics::Metrics::new(),
+            metrics: metrics::Metrics::new(self.config.shipping.as_ref()),
             config: self.config,
             databases,
             shutdown: stopped,
