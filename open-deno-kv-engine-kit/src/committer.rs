@@ -7,9 +7,8 @@
 //! - **Lead.** A caller whose command finds nobody leading becomes the leader and runs the group
 //!   itself, on its own thread: in place on a multi-thread tokio runtime (with
 //!   [`crate::run_blocking`], so the worker's other tasks move on), inline outside tokio. A lone
-//!   write therefore costs no thread hop and no wake-up. On a current-thread runtime only the
-//!   runtime's one task leads, inline (nothing else waits for that thread); with other tasks
-//!   alive there the standby thread leads, so that their writes can queue meanwhile.
+//!   write therefore costs no thread hop and no wake-up. (On a current-thread runtime the standby
+//!   thread leads instead: leading from there would cost a hop to the blocking pool anyway.)
 //! - **Follow.** A caller whose command finds a leader waits for its answer. The leader takes
 //!   every command waiting (up to [`MAX_GROUP`]) as its next group, so commands that arrive while
 //!   a commit is syncing share the next commit and its fsync.
@@ -422,16 +421,12 @@ impl<R: GroupRunner> Committer<R> {
     /// caller can lead without stalling other writers: a task on a multi-thread tokio runtime's
     /// worker (in place, with `block_in_place`), or a thread outside any tokio runtime (inline).
     ///
-    /// The only task of a current-thread runtime leads too, inline: the thread has nothing else
-    /// to run while it commits (a sequential writer, a program with one task), and a hop to the
-    /// standby thread and back would cost two thread wake-ups per write.
-    ///
-    /// Everywhere else the standby thread leads: on a current-thread runtime running other
-    /// tasks, and on the thread that calls a runtime's `block_on` (`#[tokio::main] async fn
-    /// main` joining many writes). Those threads poll many futures by turns; one that led would
-    /// block the thread through the commit, so the other futures could not queue their writes,
-    /// and every write would commit alone. Handed to the standby thread, the writes they queue
-    /// meanwhile form the next group.
+    /// Everywhere else the standby thread leads: on a current-thread runtime, and on the thread
+    /// that calls a multi-thread runtime's `block_on` (`#[tokio::main] async fn main` joining
+    /// many writes). Those threads poll many futures by turns; one that led would block the
+    /// thread through the commit, so the other futures could not queue their writes, and every
+    /// write would commit alone. Handed to the standby thread, the writes they queue meanwhile
+    /// form the next group.
     ///
     /// A command that may run in place ([`Command::may_run_in_place`]: queue bookkeeping) runs
     /// on the caller's thread, whatever drives it, when the committer is idle and the runner
@@ -448,21 +443,17 @@ impl<R: GroupRunner> Committer<R> {
                 Err(declined) => command = declined,
             }
         }
-        let caller = Caller::here();
-        if let Some(lead) = self.core.submit(command, caller != Caller::Follows) {
+        let may_lead = caller_may_lead();
+        if let Some(lead) = self.core.submit(command, may_lead) {
             let core = self.core.clone();
-            if caller == Caller::LeadsInline {
+            // Should the closure never run, dropping it drops `lead`, which hands the lead on.
+            // Either way the command is answered (or its reply dropped, if its group panicked),
+            // so the answer below, not this result, says what happened to it.
+            let _ = run_blocking(move || {
                 core.lead(lead);
-            } else {
-                // Should the closure never run, dropping it drops `lead`, which hands the lead
-                // on. Either way the command is answered (or its reply dropped, if its group
-                // panicked), so the answer below, not this result, says what happened to it.
-                let _ = run_blocking(move || {
-                    core.lead(lead);
-                    Ok(())
-                })
-                .await;
-            }
+                Ok(())
+            })
+            .await;
         }
         answer.await.map_err(|_| KvError::Closed)?
     }
@@ -510,39 +501,15 @@ impl<R: GroupRunner> Committer<R> {
     }
 }
 
-/// Whether and how the calling thread may lead a group (see [`Committer::ask`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Caller {
-    /// It must not block its thread: the standby thread leads.
-    Follows,
-    /// Through [`run_blocking`]: in place on a multi-thread runtime's worker (the worker's
-    /// other tasks move on), inline outside any tokio runtime.
-    LeadsInPlace,
-    /// Inline, blocking its thread: the only task of a current-thread runtime.
-    LeadsInline,
-}
-
-impl Caller {
-    /// The calling thread's case: a task on a multi-thread runtime's worker and any thread
-    /// outside a tokio runtime lead in place; the only task alive on a current-thread runtime
-    /// leads inline (no other task of that runtime can be waiting to queue a write); anything
-    /// else follows.
-    fn here() -> Self {
-        use tokio::runtime::{Handle, RuntimeFlavor};
-        let Ok(handle) = Handle::try_current() else {
-            return Caller::LeadsInPlace;
-        };
+/// Whether the calling thread may lead a group in place (see [`Committer::ask`]): a task on a
+/// multi-thread runtime's worker, or any thread outside a tokio runtime.
+fn caller_may_lead() -> bool {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|handle| handle.runtime_flavor()) {
         // `block_on`'s own future is not a task: only a spawned task has an id.
-        let in_a_task = tokio::task::try_id().is_some();
-        match handle.runtime_flavor() {
-            RuntimeFlavor::MultiThread if in_a_task => Caller::LeadsInPlace,
-            RuntimeFlavor::CurrentThread
-                if in_a_task && handle.metrics().num_alive_tasks() == 1 =>
-            {
-                Caller::LeadsInline
-            }
-            _ => Caller::Follows,
-        }
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::try_id().is_some(),
+        Ok(_) => false,
+        Err(_) => true,
     }
 }
 

@@ -216,85 +216,28 @@ fn on_a_current_thread_runtime_the_standby_thread_leads() {
     committer.stop().unwrap();
 }
 
-/// A command answered with the name of the thread that ran its group.
-struct Where(Reply<String>);
-
-impl Command for Where {
-    fn reject(self, err: KvError) {
-        let _ = self.0.send(Err(err));
-    }
-}
-
-/// A runner that answers each command with its thread's name.
-struct ThreadName;
-
-impl GroupRunner for ThreadName {
-    type Command = Where;
-    fn run_group(&mut self, group: Vec<Where>) {
-        let name = std::thread::current().name().unwrap_or("").to_owned();
-        let mut answers = Answers::default();
-        for Where(reply) in group {
-            answers.hold(Some(reply), Ok(name.clone()));
-        }
-        answers.send(Ok(()));
-    }
-}
-
-/// The only task of a current-thread runtime leads inline: its command runs on the runtime's
-/// own thread, with no hop to the standby thread and back.
-#[test]
-fn on_a_current_thread_runtime_the_only_task_leads_inline() {
-    let committer = Arc::new(Committer::start(ThreadName, "standby").unwrap());
-    let asking = committer.clone();
-    let ran_on = std::thread::Builder::new()
-        .name("runtime".into())
-        .spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap();
-            let task = runtime.spawn(async move { asking.ask(Where).await.unwrap() });
-            runtime.block_on(task).unwrap()
-        })
-        .unwrap()
-        .join()
-        .unwrap();
-    assert_eq!(ran_on, "runtime");
-    committer.stop().unwrap();
-}
-
-/// With another task alive on a current-thread runtime, the standby thread leads: that task may
-/// be about to queue a write of its own, which must not wait for the thread to come back.
-#[test]
-fn on_a_current_thread_runtime_with_other_tasks_the_standby_thread_leads() {
-    let committer = Arc::new(Committer::start(ThreadName, "standby").unwrap());
-    let asking = committer.clone();
-    let ran_on = std::thread::Builder::new()
-        .name("runtime".into())
-        .spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap();
-            let (release, wait) = oneshot::channel::<()>();
-            let other = runtime.spawn(async move {
-                let _ = wait.await;
-            });
-            let task = runtime.spawn(async move { asking.ask(Where).await.unwrap() });
-            let ran_on = runtime.block_on(task).unwrap();
-            let _ = release.send(());
-            runtime.block_on(other).unwrap();
-            ran_on
-        })
-        .unwrap()
-        .join()
-        .unwrap();
-    assert_eq!(ran_on, "standby");
-    committer.stop().unwrap();
-}
-
 /// On a multi-thread runtime a lone caller leads in place: its command runs on the caller's own
 /// worker thread, not on the standby thread.
 #[test]
 fn on_a_multi_thread_runtime_a_lone_caller_leads_in_place() {
+    struct Where(Reply<String>);
+    impl Command for Where {
+        fn reject(self, err: KvError) {
+            let _ = self.0.send(Err(err));
+        }
+    }
+    struct ThreadName;
+    impl GroupRunner for ThreadName {
+        type Command = Where;
+        fn run_group(&mut self, group: Vec<Where>) {
+            let name = std::thread::current().name().unwrap_or("").to_owned();
+            let mut answers = Answers::default();
+            for Where(reply) in group {
+                answers.hold(Some(reply), Ok(name.clone()));
+            }
+            answers.send(Ok(()));
+        }
+    }
     let committer = Arc::new(Committer::start(ThreadName, "standby").unwrap());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
