@@ -87,11 +87,11 @@ pub fn run(keys: usize, scans: usize, rounds: usize) -> Result<()> {
 
 /// [`run`] in `dir`.
 fn measure(dir: &Path, keys: usize, scans: usize, rounds: usize) -> Result<()> {
+    let scan_len = SCAN_LEN.min(keys);
     let table = Arc::new(KeyTable::bench(keys)?);
-    let starts = Arc::new(scan_starts(scans, keys, SCAN_LEN.min(keys)));
+    let starts = Arc::new(scan_starts(scans, keys, scan_len));
     let end = bench_prefix_end()?;
     let warmup = w4_warmup(scans);
-    let scan_len = SCAN_LEN.min(keys);
 
     let raw = RawRedb::create(&dir.join("raw.redb"), Durability::Full)?;
     raw.preload(&table)?;
