@@ -57,6 +57,9 @@ open-deno-kv-bench diagnose-commits [--sets N] [--rounds N]
 open-deno-kv-bench diagnose-ranges [--entries N] [--rounds N]
                         time deleting and counting a prefix of N entries with the range
                         operations against listing it page by page (memory, sqlite, redb)
+open-deno-kv-bench diagnose-scans [--keys N] [--scans N] [--rounds N]
+                        time W4's scans of 100 on open-deno-kv-redb, on the raw redb floor, and
+                        on raw redb answering a page of owned entries, alternating per round
 open-deno-kv-bench diagnose-change-log [--sets N] [--rounds N] [--engines sqlite,redb,postgres]
     [--postgres-url URL]
                         time W1 (N sequential durable sets, default 5,000, 7 rounds) with the

@@ -40,6 +40,7 @@ mod diag;
 mod parent;
 mod ranges;
 mod raw;
+mod scans;
 mod shipping;
 
 // The engine-free half — workloads, data, statistics, the child's protocol — is shared with the
@@ -55,6 +56,7 @@ fn main() {
         Some(("diagnose-memory", rest)) => std::process::exit(diagnose_main(rest)),
         Some(("diagnose-commits", rest)) => std::process::exit(diagnose_commits_main(rest)),
         Some(("diagnose-ranges", rest)) => std::process::exit(diagnose_ranges_main(rest)),
+        Some(("diagnose-scans", rest)) => std::process::exit(diagnose_scans_main(rest)),
         Some(("diagnose-change-log", rest)) => std::process::exit(diagnose_change_log_main(rest)),
         Some(("diagnose-shipping", rest)) => std::process::exit(diagnose_shipping_main(rest)),
         _ => {}
@@ -105,6 +107,17 @@ fn diagnose_ranges_main(args: &[String]) -> i32 {
     let usage = "usage: open-deno-kv-bench diagnose-ranges [--entries N] [--rounds N]";
     match counts(args, [("--entries", 100_000), ("--rounds", 3)], usage) {
         Ok([entries, rounds]) => report("diagnose-ranges", ranges::run(entries, rounds)),
+        Err(code) => code,
+    }
+}
+
+/// `diagnose-scans [--keys N] [--scans N] [--rounds N]`: a W4 scan on open-deno-kv-redb against
+/// the raw redb floor and against raw redb answering a page of owned entries (see [`scans`]).
+fn diagnose_scans_main(args: &[String]) -> i32 {
+    let usage = "usage: open-deno-kv-bench diagnose-scans [--keys N] [--scans N] [--rounds N]";
+    let flags = [("--keys", 100_000), ("--scans", 2_000), ("--rounds", 5)];
+    match counts(args, flags, usage) {
+        Ok([keys, scans, rounds]) => report("diagnose-scans", scans::run(keys, scans, rounds)),
         Err(code) => code,
     }
 }

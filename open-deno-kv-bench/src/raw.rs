@@ -11,6 +11,7 @@
 
 use std::path::Path;
 
+use open_deno_kv_model::{KvEntry, KvValue, Versionstamp};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
@@ -194,6 +195,24 @@ fn record(i: usize) -> Vec<u8> {
     out
 }
 
+/// The entry a record of [`record`]'s shape holds, decoded as a read returns it.
+fn page_entry(key: &[u8], record: &[u8]) -> Result<KvEntry> {
+    let (header, value) = record
+        .split_first_chunk::<RECORD_HEADER>()
+        .ok_or("a raw record is shorter than its header")?;
+    let mut stamp = [0; 10];
+    stamp.copy_from_slice(&header[1..11]);
+    if header[11] != 0 {
+        return Err("a raw record has an expiry".into());
+    }
+    Ok(KvEntry {
+        key: key.to_vec(),
+        value: KvValue::decode(value.to_vec(), i64::from(header[0]))?,
+        versionstamp: Versionstamp::from_bytes(stamp),
+        expires_at: None,
+    })
+}
+
 fn check_record(record: &[u8], i: usize) -> Result<()> {
     check_value(record.get(RECORD_HEADER..).unwrap_or_default(), i)
 }
@@ -313,6 +332,55 @@ impl RawRedb {
             return Err(format!("raw scan from {s} returned {n} rows, expected {scan_len}").into());
         }
         Ok(())
+    }
+
+    /// One scan as a Deno KV read must answer it: a page of owned [`KvEntry`]s (each key and
+    /// value copied out, the record's header decoded into versionstamp and expiry), alive until
+    /// the page is checked and dropped, as W4 checks a backend's. The floor's [`RawRedb::scan`]
+    /// drops each key and value as soon as it is checked instead (see `diagnose-scans`).
+    fn scan_page(&self, keys: &KeyTable, s: usize, scan_len: usize, end: &[u8]) -> Result<()> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(REDB_TABLE)?;
+        let mut page = Vec::with_capacity(scan_len);
+        for item in table.range::<&[u8]>(keys.get(s)..end)?.take(scan_len) {
+            let (k, v) = item?;
+            page.push(page_entry(k.value(), v.value())?);
+        }
+        if page.len() != scan_len {
+            return Err(format!(
+                "raw scan from {s} returned {}, expected {scan_len}",
+                page.len()
+            )
+            .into());
+        }
+        for (n, entry) in page.iter().enumerate() {
+            match &entry.value {
+                KvValue::Bytes(bytes) if entry.key == keys.get(s + n) => check_value(bytes, s + n)?,
+                _ => return Err(format!("raw scan from {s}: entry {n} is wrong").into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// [`RawRedb::scans`] with each scan answered as a page of owned entries
+    /// ([`RawRedb::scan_page`]).
+    pub fn scans_keeping_pages(
+        &self,
+        keys: &KeyTable,
+        starts: &[usize],
+        scan_len: usize,
+        end: &[u8],
+        warmup: usize,
+    ) -> Result<Measured> {
+        for &s in starts.iter().take(warmup) {
+            self.scan_page(keys, s, scan_len, end)?;
+        }
+        let mut chain = Chain::start(starts.len());
+        for &s in starts {
+            self.scan_page(keys, s, scan_len, end)?;
+            chain.tick();
+        }
+        Ok(chain.finish())
     }
 
     /// W4: a read transaction and a range of `scan_len` entries (copied out) per scan.

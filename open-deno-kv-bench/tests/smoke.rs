@@ -267,6 +267,39 @@ fn diagnose_commits_accounts_for_every_page() {
     assert!(!table[3].contains("data_version"), "{report}");
 }
 
+/// `diagnose-scans` times every way in every round (each checks every entry it scans) and
+/// reports each way and every ratio.
+#[test]
+fn diagnose_scans_reports_every_way() {
+    let output = open_deno_kv_bench(&[
+        "diagnose-scans",
+        "--keys",
+        "500",
+        "--scans",
+        "20",
+        "--rounds",
+        "2",
+    ]);
+    assert!(
+        output.status.success(),
+        "diagnose-scans failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = String::from_utf8_lossy(&output.stdout);
+    for way in [
+        "| raw floor (copy, drop) |",
+        "| raw page (owned entries) |",
+        "| open-deno-kv-redb |",
+        "| open-deno-kv-redb / raw floor (copy, drop) |",
+        "| open-deno-kv-redb / raw page (owned entries) |",
+        "| raw page (owned entries) / raw floor (copy, drop) |",
+    ] {
+        assert!(report.contains(way), "no row {way}:\n{report}");
+    }
+    let progress = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(progress.matches("[round ").count(), 6, "{progress}");
+}
+
 /// `diagnose-change-log` on every engine (postgres on a throwaway cluster it starts): each one's
 /// row is there, measured or "log not offered"; SQLite keeps a log, so its row is measured (the
 /// record count after each run with the log on is checked by the command itself).
