@@ -62,7 +62,9 @@ pub struct ShipperConfig {
     /// One day by default: a restore replays at most this much log.
     pub snapshot_interval: Option<Duration>,
     /// Snapshots and segments older than this are pruned, keeping every point inside it
-    /// restorable (`None`: keep everything). Seven days by default.
+    /// restorable (`None`: keep everything). Seven days by default. Pruning runs after each
+    /// snapshot and when the shipper starts, and only ever removes what an older snapshot made
+    /// unnecessary: without periodic snapshots, everything after the last one stays.
     pub retention: Option<Duration>,
     /// The change log retention the shipper switches on when the store's log is off: one day by
     /// default.

@@ -502,24 +502,39 @@ async fn a_shipper_stopped_between_any_two_writes_loses_nothing_on_the_next_star
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_log_switched_off_under_a_running_shipper_is_switched_on_and_bridged_by_a_snapshot() {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    // A manual clock: the shipper sleeps between passes until the test moves time, so the commit
+    // made while the log is off cannot be raced by the shipper switching it on.
+    let manual = Arc::new(ManualClock::at_test_epoch());
+    let clock: Arc<dyn Clock> = manual.clone();
     let (backend, kv) = memory_store(clock.clone());
     let (target, _) = memory_target();
-    let mut config = config(clock.clone());
-    config.segment_interval = Duration::from_millis(10);
-    let shipper = Arc::new(Shipper::new(backend.clone(), target.clone(), config));
+    let shipper = Arc::new(Shipper::new(
+        backend.clone(),
+        target.clone(),
+        config(clock.clone()),
+    ));
     let mut status = shipper.status();
     let running = tokio::spawn({
         let shipper = shipper.clone();
         async move { shipper.run().await }
     });
     let wait = Duration::from_secs(30);
-    tokio::time::timeout(wait, status.wait_for(|s| s.shipped.is_some()))
+    // `database` is published at the end of a pass, just before the shipper sleeps.
+    tokio::time::timeout(wait, status.wait_for(|s| s.database.is_some()))
         .await
-        .expect("first snapshot (hang guard)")
+        .expect("first pass (hang guard)")
         .unwrap();
     kv.disable_change_log().await.unwrap();
     kv.set(key!["while off"], 1u64).await.unwrap();
+    let ticking = tokio::spawn({
+        let manual = manual.clone();
+        async move {
+            loop {
+                manual.advance(Duration::from_secs(1));
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    });
     tokio::time::timeout(wait, async {
         while kv.change_log_status().await.unwrap().retention.is_none() {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -539,6 +554,7 @@ async fn a_log_switched_off_under_a_running_shipper_is_switched_on_and_bridged_b
         Some(SnapshotReason::LogGap)
     );
     running.abort();
+    ticking.abort();
     let restored = BucketReader::new(target)
         .restore(RestoreAt::Latest)
         .await
