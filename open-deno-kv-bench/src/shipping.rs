@@ -24,7 +24,7 @@ use open_deno_kv_bench_harness::spec::Mode;
 use open_deno_kv_bucket::{Shipper, ShipperConfig, Target};
 use open_deno_kv_engine_kit::SystemClock;
 use open_deno_kv_model::Clock;
-use open_deno_kv_sqlite::{SqliteBackend, SqliteOptions};
+use open_deno_kv_sqlite::{FileEngine, SqliteBackend, SqliteOptions};
 
 use crate::data::{KeyTable, Result, bench_prefix_end};
 use crate::stats::median;
@@ -99,8 +99,8 @@ async fn w2(sets: usize, shipping: bool) -> Result<f64> {
     let target = Target::parse(&format!("file://{}", bucket.display()))?;
     let shipper = Arc::new(Shipper::new(kv.clone(), target, ShipperConfig::new(clock)));
     let running = if shipping {
-        let shipper = shipper.clone();
-        let task = tokio::spawn(async move { shipper.run().await });
+        let running = shipper.clone();
+        let task = tokio::spawn(async move { running.run().await });
         // The first snapshot (of an empty store) and the log switched on: the writes start
         // once the shipper tails the log, as they would on a server that has shipped a while.
         let mut status = shipper.status();

@@ -506,7 +506,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub limits: ServeLimits,
     /// Ship every commit of the database (--db) to this bucket, continuously, as `kv replicate`
-    /// does (see `kv replicate --help`): s3://BUCKET/PREFIX, gs://, az://, file:///DIR. With
+    /// does (see `kv replicate --help`): s3://BUCKET/PREFIX, gs://, az://, file:///DIR. Only
+    /// --db's database is shipped, not --db-dir's or --ephemeral ones. With
     /// several servers on one PostgreSQL database, one ships at a time and another takes over
     /// when it stops. The lag shows in GET /metrics (kv_backup_*); failures are logged as one
     /// WARN line per --warning-interval.

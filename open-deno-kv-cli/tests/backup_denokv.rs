@@ -2,7 +2,8 @@
 //! against a bucket that `kv replicate` wrote into moto, serves the same entries as the source
 //! store (keys, value bytes and encodings, versionstamps), read through our KV Connect client
 //! (`kv list --format json` of `http://…`); and `denokv pitr list` shows the bucket's
-//! recovery points (all but the log's first commit, which denokv 0.14 does not list). Expiry travels in the bucket (and a restore from it keeps it, checked here
+//! recovery points (all but the log's first commit, which denokv 0.14 takes as its starting
+//! state and does not list: see the test). Expiry travels in the bucket (and a restore from it keeps it, checked here
 //! too), but denokv 0.14 drops it when it loads a snapshot: its loader writes no expiry, so its
 //! replica serves an entry past its expiry. That is denokv's limit, not the layout's.
 //!
@@ -271,8 +272,12 @@ fn denokv_serves_what_our_shipper_wrote_and_lists_its_recovery_points() {
         unknown.is_empty(),
         "denokv lists points the bucket does not hold: {unknown:?}"
     );
-    // It lists every commit of the log but the first after the snapshot (observed with denokv
-    // 0.14: its list starts one commit later; `kv backups list` has that one too).
+    // It lists every commit of the log but the first after the snapshot. denokv 0.14's first
+    // sync replays the fetched log "until the differential" by applying entries until one ends a
+    // commit at or past it; a Deploy bucket's log overlaps its snapshot, so that is the
+    // differential's own commit, but ours starts right after the snapshot, so denokv's first
+    // state is the log's first commit, applied without an undo entry, and `pitr list` (the
+    // redo and undo entries) never names it. `kv backups list` does.
     let first = commits.iter().next().cloned();
     let missing: Vec<_> = commits
         .difference(&pitr)
