@@ -90,6 +90,7 @@ mod integrity;
 mod listener;
 mod options;
 mod outcome;
+mod pipeline;
 mod queue;
 mod reader;
 mod refusal;
