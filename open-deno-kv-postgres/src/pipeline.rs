@@ -21,11 +21,13 @@ use std::task::Poll;
 pub(crate) type Statement<'a, T> =
     Pin<Box<dyn Future<Output = Result<T, tokio_postgres::Error>> + Send + 'a>>;
 
+/// A statement sent, with its answer if it came with the send.
+type Sent<'a, T> = (Statement<'a, T>, Option<Result<T, tokio_postgres::Error>>);
+
 /// Statements sent one after another without waiting for their answers (see the
 /// [module docs](self)).
 pub(crate) struct Flight<'a, T> {
-    /// Each statement sent, with its answer if it came with the send.
-    sent: Vec<(Statement<'a, T>, Option<Result<T, tokio_postgres::Error>>)>,
+    sent: Vec<Sent<'a, T>>,
 }
 
 impl<'a, T> Flight<'a, T> {
