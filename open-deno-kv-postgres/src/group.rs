@@ -2,6 +2,7 @@
 //! [batching committer](crate::committer).
 //!
 //! ```text
+//! -- first flight (one round trip)
 //! BEGIN                                        (READ COMMITTED)
 //! UPDATE kv_meta SET data_version += n         the row lock FIRST: writers queue here, so
 //!                                              versions follow commit order; it returns
@@ -12,11 +13,18 @@
 //! DELETE the claimed queue messages            (dead letters: only while their lease holds)
 //! SELECT the rows the checks and sums read     a fresh snapshot, taken under the lock
 //! -- in Rust, write i of n against an overlay: open-deno-kv-model's write path with version base+i
-//! INSERT … ON CONFLICT / DELETE / INSERT queue the survivors' final state, pipelined
+//! -- second flight (one round trip, and the WAL flush of the commit)
+//! DELETE ranges / INSERT … ON CONFLICT / DELETE / INSERT queue   the survivors' final state
 //! INSERT kv_change_log … unnest(…)             the records, only while the log is on (below)
 //! pg_notify                                    other processes wake their watches and consumers
-//! COMMIT
+//! COMMIT                                       (ROLLBACK instead, not waited for, when every
+//!                                              write failed its checks)
 //! ```
+//!
+//! Each flight's statements are sent together and run in order (see the `pipeline` module): a
+//! group costs two round trips and one WAL flush, however many writes it holds, and a group whose
+//! checks all fail costs one round trip and no flush. The first flight's read still comes after
+//! the lock, since the server runs a flight's statements one after another.
 //!
 //! Checks, sums and versionstamped keys are decided by open-deno-kv-model ([`stage_atomic_write`]), never
 //! in SQL. A write whose check fails, or whose mutation is refused, gets its own answer and
@@ -38,8 +46,11 @@
 //! also deletes the oldest records older than the retention (at most [`PRUNE_BATCH`]).
 //!
 //! **Failures.** A connection or server failure before `COMMIT` was sent rolls everything back on
-//! the server, so the group is run again on a new connection (for up to [`RETRY_FOR`]). When the
-//! connection is lost after `COMMIT` was sent and before its answer, the committer looks the
+//! the server, so the group is run again on a new connection (for up to [`RETRY_FOR`]). A
+//! statement of the second flight that the server refused aborted the transaction, so the
+//! `COMMIT` behind it rolled back: not committed either. After any failure the connection is
+//! dropped (a transaction left open on it ends with it). When the connection is lost after
+//! `COMMIT` was sent and before every answer of its flight came, the committer looks the
 //! group's record up on a new connection ([`outcome::look_up`]): committed, the writes get
 //! their answers as if the commit had answered; not committed, the group runs again like any
 //! group that surely did not commit. Only when the server cannot be asked within
@@ -53,7 +64,6 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use futures::future::try_join_all;
 use open_deno_kv_engine_kit::change_log::{ChangeRecord, PRUNE_BATCH, PruneSchedule, prune_before};
 use open_deno_kv_engine_kit::queue::QueuedMessage;
 use open_deno_kv_engine_kit::{
@@ -61,7 +71,7 @@ use open_deno_kv_engine_kit::{
     ValidatedWrite, Versionstamp, stage_atomic_write,
 };
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Statement};
+use tokio_postgres::{Client, Row, Statement};
 use uuid::Uuid;
 
 use crate::PostgresError;
@@ -70,6 +80,7 @@ use crate::committer::GroupTransaction;
 use crate::connect::{connect, is_connection_failure};
 use crate::events::{Events, payload};
 use crate::outcome::{self, CommitMark, Outcome};
+use crate::pipeline::Flight;
 use crate::sql::Sql;
 use crate::target::Target;
 
@@ -264,31 +275,67 @@ impl WriteGroup {
         // Picked before the transaction: only this attempt's transaction can write it.
         let id = Uuid::new_v4();
         let conn = Self::connection(&mut self.connection, &self.target, &self.sql).await?;
-        let tx = conn.client.transaction().await?;
+        let client = &conn.client;
         let count = i64::try_from(items.len()).unwrap_or(i64::MAX);
-        let bumped = tx.query_one(&conn.bump_version, &[&count, &id]).await?;
+        let claims: Vec<(Uuid, Uuid)> = items.iter().filter_map(|i| i.claim).collect();
+        let (claim_ids, claim_leases): (Vec<Uuid>, Vec<Uuid>) = claims.iter().copied().unzip();
+        let wanted: Vec<&[u8]> = keys_read(items).into_iter().collect();
+
+        // The first flight: BEGIN, the version bump (the row lock), the claims and the rows the
+        // checks and sums read, in that order: the read runs after the lock is granted, so under
+        // READ COMMITTED its snapshot holds every earlier writer's commit.
+        let mut opening: Flight<'_, Vec<Row>> = Flight::new();
+        opening
+            .send(Box::pin(async move {
+                client.batch_execute("BEGIN").await.map(|()| Vec::new())
+            }))
+            .await?;
+        let (bump, id_ref) = (&conn.bump_version, &id);
+        opening
+            .send(Box::pin(async move {
+                client.query(bump, &[&count, id_ref]).await
+            }))
+            .await?;
+        if !claims.is_empty() {
+            let (claim, ids, leases) = (&conn.claim_leased, &claim_ids, &claim_leases);
+            opening
+                .send(Box::pin(async move {
+                    client.query(claim, &[ids, leases]).await
+                }))
+                .await?;
+        }
+        if !wanted.is_empty() {
+            let (read, keys) = (&conn.read_keys, &wanted);
+            opening
+                .send(Box::pin(async move { client.query(read, &[keys]).await }))
+                .await?;
+        }
+        let mut answers = opening.answers().await.into_iter();
+        let mut next = || answers.next().unwrap_or_else(|| Ok(Vec::new()));
+        next()?; // BEGIN
+        let bumped = next()?;
+        let bumped = bumped.first().ok_or_else(|| PostgresError::Internal {
+            message: "the version bump returned no row".to_owned(),
+        })?;
         let last: i64 = bumped.try_get(0)?;
         let retention_ms: Option<i64> = bumped.try_get(1)?;
         // Versions are positive and only grow; the row holds the last one handed out.
         let base = u64::try_from(last - count).unwrap_or(0);
-
-        let claims: Vec<(Uuid, Uuid)> = items.iter().filter_map(|i| i.claim).collect();
         let claimed: HashSet<Uuid> = if claims.is_empty() {
             HashSet::new()
         } else {
-            let (ids, leases): (Vec<Uuid>, Vec<Uuid>) = claims.iter().copied().unzip();
-            let rows = tx.query(&conn.claim_leased, &[&ids, &leases]).await?;
-            rows.iter()
+            next()?
+                .iter()
                 .map(|row| row.try_get::<_, Uuid>(0))
                 .collect::<Result<_, _>>()?
         };
-
-        let wanted: Vec<&[u8]> = keys_read(items).into_iter().collect();
         let mut state: BTreeMap<Vec<u8>, Option<StoredEntry>> =
             wanted.iter().map(|k| (k.to_vec(), None)).collect();
-        for row in tx.query(&conn.read_keys, &[&wanted]).await? {
-            let (key, entry) = codec::stored_entry(&row).map_err(GroupFailure::Corrupt)?;
-            state.insert(key, Some(entry));
+        if !wanted.is_empty() {
+            for row in next()? {
+                let (key, entry) = codec::stored_entry(&row).map_err(GroupFailure::Corrupt)?;
+                state.insert(key, Some(entry));
+            }
         }
 
         let mut outcome = Staged::new(base, retention_ms.map(|_| self.identity));
@@ -306,66 +353,22 @@ impl WriteGroup {
         let committed_any = answers.iter().any(|answer| matches!(answer, Ok(Some(_))));
         if outcome.is_empty() && claimed.is_empty() && !committed_any {
             // Nothing committed (every write failed a check or was refused): give the version
-            // row back at once. A write that changes nothing (no mutations, or a range delete
-            // of an empty range) still commits: its versionstamp was handed out and the next
-            // commit must get a later one.
-            tx.rollback().await?;
+            // row back. A write that changes nothing (no mutations, or a range delete of an
+            // empty range) still commits: its versionstamp was handed out and the next commit
+            // must get a later one. The ROLLBACK is sent, not waited for: it is on its way
+            // before anything this connection sends next, and a connection that fails before
+            // the server reads it rolls the transaction back all the same.
+            let mut closing: Flight<'_, ()> = Flight::new();
+            let sent = closing
+                .send(Box::pin(client.batch_execute("ROLLBACK")))
+                .await;
+            drop(closing);
+            if sent.is_err() {
+                // The connection failed: the server rolls back, and the next group connects anew.
+                self.connection = None;
+            }
             return Ok(answers);
         }
-        // The ranges go first: the writes kept in `outcome.writes` are those made after them.
-        for range in &outcome.deleted_ranges {
-            tx.execute(&conn.delete_range, &[&range.start, &range.end])
-                .await?;
-        }
-        let mut columns = EntryColumns::default();
-        let mut deleted: Vec<&[u8]> = Vec::new();
-        for (key, entry) in &outcome.writes {
-            match entry {
-                Some(entry) => columns.push(key, entry),
-                None => deleted.push(key),
-            }
-        }
-        let upsert = async {
-            if !columns.is_empty() {
-                tx.execute(
-                    &conn.upsert,
-                    &[
-                        &columns.keys,
-                        &columns.values,
-                        &columns.encodings,
-                        &columns.stamps,
-                        &columns.expiries,
-                    ],
-                )
-                .await?;
-            }
-            Ok::<_, tokio_postgres::Error>(())
-        };
-        let delete = async {
-            if !deleted.is_empty() {
-                tx.execute(&conn.delete, &[&deleted]).await?;
-            }
-            Ok(())
-        };
-        let enqueue = try_join_all(outcome.enqueued.iter().map(|m| {
-            let backoff = codec::backoff_column(&m.backoff_schedule);
-            let ready_at = codec::ms(m.ready_at);
-            let enqueue = &conn.enqueue;
-            let tx = &tx;
-            async move {
-                tx.execute(
-                    enqueue,
-                    &[
-                        &m.id,
-                        &ready_at,
-                        &m.payload,
-                        &m.keys_if_undelivered,
-                        &backoff,
-                    ],
-                )
-                .await
-            }
-        }));
         // The change log: the records, the version of the last one if later writes failed, and
         // a pruning when one is due. Nothing at all while the log is off.
         let mut final_version = last;
@@ -379,29 +382,104 @@ impl WriteGroup {
                 prune_cutoff = Some(codec::ms(prune_before(now, retention)));
             }
         }
-        let log_insert = async {
-            let log = &outcome.log;
-            if !log.stamps.is_empty() {
-                tx.execute(&conn.log_insert, &[&log.stamps, &log.times, &log.records])
-                    .await?;
+        let mut columns = EntryColumns::default();
+        let mut deleted: Vec<&[u8]> = Vec::new();
+        for (key, entry) in &outcome.writes {
+            match entry {
+                Some(entry) => columns.push(key, entry),
+                None => deleted.push(key),
             }
-            if let Some(cutoff) = prune_cutoff {
-                let batch = i64::try_from(PRUNE_BATCH).unwrap_or(i64::MAX);
-                tx.execute(&conn.log_prune, &[&cutoff, &batch]).await?;
-            }
-            if final_version != last {
-                tx.execute(&conn.set_version, &[&final_version]).await?;
-            }
-            Ok::<_, tokio_postgres::Error>(())
-        };
+        }
+        let backoffs: Vec<_> = outcome
+            .enqueued
+            .iter()
+            .map(|m| {
+                (
+                    codec::backoff_column(&m.backoff_schedule),
+                    codec::ms(m.ready_at),
+                )
+            })
+            .collect();
         let note = payload(
             &origin,
             !outcome.writes.is_empty() || !outcome.deleted_ranges.is_empty(),
             !outcome.enqueued.is_empty(),
         );
-        let notify_params: [&(dyn ToSql + Sync); 2] = [&channel, &note];
-        let notify = tx.execute(&conn.notify, &notify_params);
-        tokio::try_join!(upsert, delete, enqueue, log_insert, notify)?;
+        let batch = i64::try_from(PRUNE_BATCH).unwrap_or(i64::MAX);
+
+        // The second flight: every write in order (the range deletes first: the writes kept in
+        // `outcome.writes` are those made after them), the log, the notification and COMMIT.
+        let mut closing: Flight<'_, u64> = Flight::new();
+        for range in &outcome.deleted_ranges {
+            let statement = &conn.delete_range;
+            closing
+                .send(Box::pin(async move {
+                    client.execute(statement, &[&range.start, &range.end]).await
+                }))
+                .await?;
+        }
+        if !columns.is_empty() {
+            let (statement, c) = (&conn.upsert, &columns);
+            closing
+                .send(Box::pin(async move {
+                    let params: [&(dyn ToSql + Sync); 5] =
+                        [&c.keys, &c.values, &c.encodings, &c.stamps, &c.expiries];
+                    client.execute(statement, &params).await
+                }))
+                .await?;
+        }
+        if !deleted.is_empty() {
+            let (statement, keys) = (&conn.delete, &deleted);
+            closing
+                .send(Box::pin(
+                    async move { client.execute(statement, &[keys]).await },
+                ))
+                .await?;
+        }
+        for (m, (backoff, ready_at)) in outcome.enqueued.iter().zip(&backoffs) {
+            let statement = &conn.enqueue;
+            closing
+                .send(Box::pin(async move {
+                    let params: [&(dyn ToSql + Sync); 5] =
+                        [&m.id, ready_at, &m.payload, &m.keys_if_undelivered, backoff];
+                    client.execute(statement, &params).await
+                }))
+                .await?;
+        }
+        let log = &outcome.log;
+        if !log.stamps.is_empty() {
+            let statement = &conn.log_insert;
+            closing
+                .send(Box::pin(async move {
+                    client
+                        .execute(statement, &[&log.stamps, &log.times, &log.records])
+                        .await
+                }))
+                .await?;
+        }
+        if let Some(cutoff) = &prune_cutoff {
+            let (statement, batch) = (&conn.log_prune, &batch);
+            closing
+                .send(Box::pin(async move {
+                    client.execute(statement, &[cutoff, batch]).await
+                }))
+                .await?;
+        }
+        if final_version != last {
+            let (statement, version) = (&conn.set_version, &final_version);
+            closing
+                .send(Box::pin(async move {
+                    client.execute(statement, &[version]).await
+                }))
+                .await?;
+        }
+        let (statement, channel, note) = (&conn.notify, &channel, &note);
+        closing
+            .send(Box::pin(async move {
+                let params: [&(dyn ToSql + Sync); 2] = [channel, note];
+                client.execute(statement, &params).await
+            }))
+            .await?;
         let mark = CommitMark { version: last, id };
         let sent = Sent {
             answers,
@@ -411,13 +489,37 @@ impl WriteGroup {
                 changed: outcome.changed,
             },
         };
-        if let Err(source) = tx.commit().await {
-            return Err(if source.as_db_error().is_some() {
-                // The server answered: it rolled the transaction back.
-                source.into()
-            } else {
-                GroupFailure::Unknown { source, mark, sent }
-            });
+        // From here on the COMMIT may be on its way: a failure whose cause is not an answer of
+        // the server leaves the outcome to be looked up.
+        let commit = closing
+            .send(Box::pin(async move {
+                client.batch_execute("COMMIT").await.map(|()| 0)
+            }))
+            .await;
+        let answers = match commit {
+            Ok(()) => closing.answers().await,
+            Err(source) => return Err(GroupFailure::Unknown { source, mark, sent }),
+        };
+        let mut refused = None;
+        let mut lost = None;
+        for answer in answers {
+            match answer {
+                Ok(_) => {}
+                Err(err) if err.as_db_error().is_some() => {
+                    refused.get_or_insert(err);
+                }
+                Err(err) => {
+                    lost.get_or_insert(err);
+                }
+            }
+        }
+        // A statement the server refused aborted the transaction: its COMMIT was answered as a
+        // rollback. Otherwise an answer lost on the way leaves the outcome unknown.
+        if let Some(err) = refused {
+            return Err(err.into());
+        }
+        if let Some(source) = lost {
+            return Err(GroupFailure::Unknown { source, mark, sent });
         }
         Ok(self.committed(sent))
     }
@@ -443,23 +545,22 @@ impl GroupTransaction for WriteGroup {
         let started = Instant::now();
         let mut pause = Duration::from_millis(20);
         let failed: KvError = loop {
-            match self.try_group(&items).await {
+            let attempt = self.try_group(&items).await;
+            if attempt.is_err() {
+                // A failed attempt may have left a transaction open on the connection (its
+                // flights stop at the first failure): only a new connection is surely clean.
+                self.connection = None;
+            }
+            match attempt {
                 Ok(answers) => return answers,
                 Err(GroupFailure::NotCommitted { retry: true, .. })
                     if started.elapsed() < RETRY_FOR =>
                 {
-                    self.connection = None;
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(1));
                 }
-                Err(GroupFailure::NotCommitted { error, retry }) => {
-                    if retry {
-                        self.connection = None;
-                    }
-                    break error.into();
-                }
+                Err(GroupFailure::NotCommitted { error, .. }) => break error.into(),
                 Err(GroupFailure::Unknown { source, mark, sent }) => {
-                    self.connection = None;
                     let wait = self.outcome_wait;
                     match outcome::look_up(&self.target, &self.sql, mark, wait).await {
                         Outcome::Committed => return self.committed(sent),

@@ -22,10 +22,11 @@
 //! - **Writes** (`group.rs`, `committer.rs`): one committer task per handle runs the writes
 //!   waiting for it in one transaction that locks the `kv_meta` row FIRST, reads what the checks
 //!   and sums need under that lock, runs each write through open-deno-kv-model's write path on an overlay
-//!   (a failed check fails only its own write), writes the survivors, notifies, and commits once.
+//!   (a failed check fails only its own write), writes the survivors, notifies, and commits once,
+//!   in two round trips (`pipeline.rs`: statements sent together run in order).
 //!   The row lock queues writers from every process, so versionstamps follow commit order.
-//! - **Reads** (`reader.rs`): pooled connections; several ranges come from one `REPEATABLE
-//!   READ READ ONLY` snapshot. Expired entries are filtered from the millisecond they expire.
+//! - **Reads** (`reader.rs`): pooled connections, one round trip per read; several ranges come
+//!   from one `REPEATABLE READ READ ONLY` snapshot. Expired entries are filtered from the millisecond they expire.
 //!   Eventual reads may go to replicas ([`PostgresOptions::replica_urls`]); a replica serves a
 //!   handle only once it has replayed that handle's own commits, else the primary answers
 //!   ([`PostgresOptions::read_your_writes`]). A pooled connection found dead is replaced and
@@ -95,6 +96,7 @@ mod lease;
 mod listener;
 mod options;
 mod outcome;
+mod pipeline;
 mod queue;
 mod reader;
 mod refusal;

@@ -1,12 +1,13 @@
 //! Reads from a pool of connections: snapshot reads, watched keys, the queue listing.
 //!
-//! A read of several ranges runs in one `REPEATABLE READ READ ONLY` transaction, so every range
-//! comes from the same snapshot; its range queries are sent together (pipelined). A read of one
-//! range is one statement, which is a snapshot by itself. Expired entries are filtered by the
+//! Every read is one round trip. A read of one range is one statement, which is a snapshot by
+//! itself. A read of several ranges runs in one `REPEATABLE READ READ ONLY` transaction, so
+//! every range comes from the same snapshot, and the transaction's statements — `BEGIN`, the
+//! ranges, `COMMIT` — are sent together (see the `pipeline` module). Expired entries are filtered by the
 //! query, with the handle's clock: invisible from the millisecond they expire, swept or not.
 //!
-//! A read on a replica always runs in such a transaction and also reads the version the replica
-//! has replayed, from the same snapshot: the handle serves it only when that version is new
+//! A read on a replica always runs in such a transaction (one round trip too) and also reads the
+//! version the replica has replayed, from the same snapshot: the handle serves it only when that version is new
 //! enough ([`read_replica`], read-your-writes). A hot standby replays the primary's commits in
 //! commit order, so its snapshot is a consistent prefix of the primary's history: stale, never
 //! torn, and its versionstamps are the primary's.
@@ -16,18 +17,19 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Object, Pool, Transaction};
-use futures::future::try_join_all;
 use open_deno_kv_engine_kit::queue::QueuedMessage;
 use open_deno_kv_engine_kit::{
     KeyRange, KvEntry, KvError, RangeCount, ReadRange, ReadRangeOutput, WatchedEntry,
 };
 use tokio_postgres::IsolationLevel;
+use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use crate::PostgresError;
 use crate::codec;
 use crate::connect::is_lost_connection;
 use crate::error::pg;
+use crate::pipeline::{Flight, Statement};
 use crate::sql::Sql;
 
 /// A connection from `pool`.
@@ -136,8 +138,12 @@ pub(crate) async fn read_replica(
 
 /// [`read_ranges`] on one connection; with the server's last version as of the same snapshot
 /// when `with_version` (else the version returned is 0).
+///
+/// One round trip either way: a lone range is one statement, which is a snapshot by itself;
+/// anything more is one flight (see the `pipeline` module) of `BEGIN ISOLATION LEVEL REPEATABLE
+/// READ READ ONLY`, the version, the ranges and `COMMIT`, sent together.
 async fn read_ranges_on(
-    mut client: Object,
+    client: Object,
     sql: &Sql,
     ranges: &[ReadRange],
     now: DateTime<Utc>,
@@ -147,18 +153,132 @@ async fn read_ranges_on(
     if !with_version && let [range] = ranges {
         return Ok((0, vec![read_range(&client, sql, range, now).await?]));
     }
-    let tx = snapshot(&mut client).await?;
-    let version = async {
-        if with_version {
-            read_version(&tx, sql).await
-        } else {
-            Ok(0)
+    // Prepared first (once per connection: the pool keeps them), so that nothing waits
+    // between the sends below.
+    let version_statement = if with_version {
+        Some(client.prepare_cached(&sql.read_version).await.map_err(pg)?)
+    } else {
+        None
+    };
+    let mut range_statements = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        range_statements.push(
+            client
+                .prepare_cached(range_sql(sql, range))
+                .await
+                .map_err(pg)?,
+        );
+    }
+    let answers = {
+        let client: &tokio_postgres::Client = &client;
+        let mut flight: Flight<'_, Vec<Row>> = Flight::new();
+        let mut sent = flight
+            .send(Box::pin(async move {
+                client
+                    .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    .await
+                    .map(|()| Vec::new())
+            }))
+            .await;
+        if let (Ok(()), Some(statement)) = (&sent, &version_statement) {
+            sent = flight
+                .send(Box::pin(async move { client.query(statement, &[]).await }))
+                .await;
+        }
+        for (range, statement) in ranges.iter().zip(&range_statements) {
+            if sent.is_ok() {
+                sent = flight
+                    .send(range_query(client, statement, range, &now))
+                    .await;
+            }
+        }
+        if sent.is_ok() {
+            sent = flight
+                .send(Box::pin(async move {
+                    client.batch_execute("COMMIT").await.map(|()| Vec::new())
+                }))
+                .await;
+        }
+        match sent {
+            Ok(()) => flight
+                .answers()
+                .await
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>(),
+            Err(err) => Err(err),
         }
     };
-    let outputs = try_join_all(ranges.iter().map(|range| read_range(&tx, sql, range, now)));
-    let (version, outputs) = futures::try_join!(version, outputs)?;
-    tx.commit().await.map_err(pg)?;
+    let mut answers = match answers {
+        Ok(answers) => answers.into_iter(),
+        Err(err) => {
+            // The flight may have stopped inside its transaction: this connection must not go
+            // back to the pool (dropped, it closes, and the server ends the transaction).
+            drop(Object::take(client));
+            return Err(pg(err));
+        }
+    };
+    let mut next = || answers.next().unwrap_or_default();
+    next(); // BEGIN
+    let version = match version_statement {
+        Some(_) => {
+            let rows = next();
+            let row = rows.first().ok_or_else(|| missing("the version"))?;
+            let version: i64 = row.try_get(0).map_err(pg)?;
+            // The version only grows from 0.
+            u64::try_from(version).unwrap_or(0)
+        }
+        None => 0,
+    };
+    let outputs = ranges
+        .iter()
+        .map(|_| entries(&next()))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok((version, outputs))
+}
+
+/// An error for an answer that lacks what its statement always returns.
+fn missing(what: &str) -> KvError {
+    PostgresError::Internal {
+        message: format!("{what} came back without a row"),
+    }
+    .into()
+}
+
+/// The statement text that reads `range`.
+fn range_sql<'a>(sql: &'a Sql, range: &ReadRange) -> &'a str {
+    match (range.point_key(), range.reverse) {
+        (Some(_), _) => &sql.read_point,
+        (None, false) => &sql.read_range,
+        (None, true) => &sql.read_range_reverse,
+    }
+}
+
+/// `range` read with `statement` (prepared from [`range_sql`]) as a statement of a flight.
+fn range_query<'a>(
+    client: &'a tokio_postgres::Client,
+    statement: &'a tokio_postgres::Statement,
+    range: &'a ReadRange,
+    now: &'a i64,
+) -> Statement<'a, Vec<Row>> {
+    Box::pin(async move {
+        match range.point_key() {
+            Some(key) => client.query(statement, &[&key, now]).await,
+            None => {
+                let limit = i64::from(range.limit);
+                let params: [&(dyn ToSql + Sync); 4] = [&range.start, &range.end, now, &limit];
+                client.query(statement, &params).await
+            }
+        }
+    })
+}
+
+/// The entries of one range's rows.
+fn entries(rows: &[Row]) -> Result<ReadRangeOutput, KvError> {
+    let entries = rows
+        .iter()
+        .map(codec::entry)
+        .collect::<Result<Vec<KvEntry>, _>>()?;
+    Ok(ReadRangeOutput { entries })
 }
 
 /// The last version committed, as far as the server `client` is on has it.
@@ -174,36 +294,27 @@ async fn read_version(client: &impl GenericClient, sql: &Sql) -> Result<u64, KvE
     Ok(u64::try_from(version).unwrap_or(0))
 }
 
-/// One range, on a connection or inside a transaction.
+/// One range, in one statement.
 async fn read_range(
     client: &impl GenericClient,
     sql: &Sql,
     range: &ReadRange,
     now: i64,
 ) -> Result<ReadRangeOutput, KvError> {
+    let statement = client
+        .prepare_cached(range_sql(sql, range))
+        .await
+        .map_err(pg)?;
     let rows = match range.point_key() {
-        Some(key) => {
-            let statement = client.prepare_cached(&sql.read_point).await.map_err(pg)?;
-            client.query(&statement, &[&key, &now]).await
-        }
+        Some(key) => client.query(&statement, &[&key, &now]).await,
         None => {
-            let text = if range.reverse {
-                &sql.read_range_reverse
-            } else {
-                &sql.read_range
-            };
-            let statement = client.prepare_cached(text).await.map_err(pg)?;
             let limit = i64::from(range.limit);
             let params: [&(dyn ToSql + Sync); 4] = [&range.start, &range.end, &now, &limit];
             client.query(&statement, &params).await
         }
     }
     .map_err(pg)?;
-    let entries = rows
-        .iter()
-        .map(codec::entry)
-        .collect::<Result<Vec<KvEntry>, _>>()?;
-    Ok(ReadRangeOutput { entries })
+    entries(&rows)
 }
 
 /// The current state of each watched key, in order, as of `now` (one statement: one snapshot).

@@ -7,7 +7,7 @@
 //! cargo install denokv --version 0.14.0 --locked --root /tmp/denokv   # optional, for the comparison
 //! cargo run --release -p open-deno-kv-server --example connect_load -- \
 //!     --kv target/release/kv --denokv /tmp/denokv/bin/denokv [--clients 64] [--connections 8] \
-//!     [--seconds 10] [--keys 10000] [--write-percent 20]
+//!     [--seconds 10] [--keys 10000] [--write-percent 20] [--db URL] [--servers N]
 //! ```
 //!
 //! Each server gets a fresh SQLite file in a temp dir (both store in SQLite, synchronous as each
@@ -15,6 +15,12 @@
 //! `--connections` HTTP/2 connections and loop for `--seconds`: a random point read (a
 //! `snapshot_read` of one key), or with `--write-percent` probability a random single-key set
 //! (an `atomic_write`). Every response must be `200` with a success status, or the run fails.
+//!
+//! `--db URL` makes `kv serve` use that database instead of its fresh SQLite file (any URL `kv
+//! --db` takes, e.g. `postgres://user@host/db?schema=load`); the keys are written over whatever
+//! the store holds. `--servers N` starts N `kv serve` processes on the same database (on one
+//! SQLite file without `--db`) and spreads the connections over them in turn, as a load
+//! balancer would. denokv, when given, still runs alone on its own SQLite file.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -45,6 +51,10 @@ struct Args {
     seconds: u64,
     keys: usize,
     write_percent: u32,
+    /// The database `kv serve` uses (`--db`); a fresh SQLite file when `None`.
+    db: Option<String>,
+    /// How many `kv serve` processes share that database.
+    servers: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -56,6 +66,8 @@ fn parse_args() -> Result<Args, String> {
         seconds: 10,
         keys: 10_000,
         write_percent: 20,
+        db: None,
+        servers: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -72,6 +84,8 @@ fn parse_args() -> Result<Args, String> {
             "--seconds" => args.seconds = number(&value)?.max(1),
             "--keys" => args.keys = number(&value)?.max(1) as usize,
             "--write-percent" => args.write_percent = number(&value)?.min(100) as u32,
+            "--db" => args.db = Some(value),
+            "--servers" => args.servers = number(&value)?.clamp(1, 64) as usize,
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -95,13 +109,15 @@ fn free_port() -> Result<u16, BoxError> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn start_kv(binary: &Path, dir: &Path) -> Result<ServerProcess, BoxError> {
+/// `kv serve` on `db`, or on a SQLite file in `dir` when `db` is `None`.
+fn start_kv(binary: &Path, dir: &Path, db: Option<&str>) -> Result<ServerProcess, BoxError> {
     let port = free_port()?;
+    let db = match db {
+        Some(url) => url.to_owned(),
+        None => format!("sqlite:{}", dir.join("ours.sqlite3").display()),
+    };
     let child = Command::new(binary)
-        .args([
-            "--db",
-            &format!("sqlite:{}", dir.join("ours.sqlite3").display()),
-        ])
+        .args(["--db", &db])
         .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
         .env("KV_ACCESS_TOKEN", TOKEN)
         .stderr(Stdio::null())
@@ -301,14 +317,16 @@ struct Outcome {
     p99: Duration,
 }
 
-async fn run_load(base: &str, args: &Args) -> Result<Outcome, BoxError> {
+/// The load on the servers at `bases` (one or more serving the same database): the
+/// connections go to them in turn.
+async fn run_load(bases: &[String], args: &Args) -> Result<Outcome, BoxError> {
     let keys: Arc<Vec<Vec<u8>>> = Arc::new(
         (0..args.keys)
             .map(|i| encode_key(&key!["load", i as u64]))
             .collect::<Result<_, _>>()?,
     );
     let mut connections = Vec::new();
-    for _ in 0..args.connections {
+    for base in bases.iter().cycle().take(args.connections.max(bases.len())) {
         connections.push(connect(base).await?);
     }
     for batch in keys.chunks(500) {
@@ -385,15 +403,23 @@ async fn main() -> Result<(), BoxError> {
         args.write_percent,
         std::thread::available_parallelism().map_or(0, usize::from)
     );
+    println!(
+        "kv serve: {} process(es) on {}",
+        args.servers,
+        args.db.as_deref().unwrap_or("a fresh SQLite file")
+    );
     let ours = {
-        let server = start_kv(&args.kv, dir.path())?;
-        run_load(&server.url, &args).await?
+        let servers = (0..args.servers)
+            .map(|_| start_kv(&args.kv, dir.path(), args.db.as_deref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let bases: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
+        run_load(&bases, &args).await?
     };
     let our_rate = report("kv serve", &ours);
     if let Some(denokv) = &args.denokv {
         let theirs = {
             let server = start_denokv(denokv, dir.path())?;
-            run_load(&server.url, &args).await?
+            run_load(std::slice::from_ref(&server.url), &args).await?
         };
         let their_rate = report("denokv", &theirs);
         println!(

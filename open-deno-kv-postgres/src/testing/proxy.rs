@@ -1,6 +1,7 @@
 //! A TCP proxy that can kill the connections through it: silently, for tests of connections that
 //! die while they sit idle in a pool, and at a transaction's `COMMIT`, for tests of commits whose
-//! answer is lost.
+//! answer is lost. It also counts each connection's round trips, for tests of how many a request
+//! costs.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -55,6 +56,9 @@ struct Control {
     commit_cuts: AtomicU64,
     /// New connections are closed at once.
     refusing: AtomicBool,
+    /// Per connection, in the order they were accepted: the times its client sent again after
+    /// an answer had reached it.
+    client_turns: std::sync::Mutex<Vec<Arc<AtomicU64>>>,
 }
 
 /// Forwards 127.0.0.1:[`port`](SilentCutProxy::port) to a server, and kills connections on
@@ -144,6 +148,21 @@ impl SilentCutProxy {
     pub fn refuse(&self, refusing: bool) {
         self.control.refusing.store(refusing, Ordering::Release);
     }
+
+    /// For each connection so far, in the order they were accepted: how many times its client
+    /// sent something after the server's last bytes had reached it — the round trips it waited
+    /// for (its first send counts as one). Statements sent together without waiting for an
+    /// answer in between count once. A count may be too high (a batch the client wrote in two
+    /// pieces, with an answer forwarded between them), never too low.
+    pub fn client_turns(&self) -> Vec<u64> {
+        self.control
+            .client_turns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|turns| turns.load(Ordering::Acquire))
+            .collect()
+    }
 }
 
 impl Drop for SilentCutProxy {
@@ -170,8 +189,22 @@ async fn forward(client: TcpStream, server: SocketAddr, born: u64, control: Arc<
     let (mut server_read, mut server_write) = upstream.into_split();
     // Set before a cut `COMMIT` leaves: from then on nothing reaches the client.
     let mute = AtomicBool::new(false);
-    let upward = carry_upward(client_read, &mut server_write, born, &control, &mute);
-    let downward = carry_downward(&mut server_read, client_write, &mute);
+    // Set when the server's bytes reach the client: its next send starts a new turn.
+    let answered = AtomicBool::new(true);
+    let turns = Arc::new(AtomicU64::new(0));
+    control
+        .client_turns
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(turns.clone());
+    let upward = carry_upward(
+        client_read,
+        &mut server_write,
+        born,
+        &control,
+        (&mute, &answered, &turns),
+    );
+    let downward = carry_downward(&mut server_read, client_write, &mute, &answered);
     let ended = tokio::select! {
         ended = upward => ended,
         () = downward => Upward::Closed,
@@ -187,13 +220,14 @@ async fn forward(client: TcpStream, server: SocketAddr, born: u64, control: Arc<
     }
 }
 
-/// Client to server: whole messages, watching for a `COMMIT` while a cut is armed.
+/// Client to server: whole messages, watching for a `COMMIT` while a cut is armed, and counting
+/// the client's turns (its sends after an answer).
 async fn carry_upward(
     mut client_read: OwnedReadHalf,
     server_write: &mut OwnedWriteHalf,
     born: u64,
     control: &Control,
-    mute: &AtomicBool,
+    (mute, answered, turns): (&AtomicBool, &AtomicBool, &AtomicU64),
 ) -> Upward {
     let mut framer = Framer::default();
     let mut buffer = vec![0u8; 16 * 1024];
@@ -202,6 +236,9 @@ async fn carry_upward(
         // Cut since it was opened: drop the bytes and both sockets.
         if n == 0 || control.generation.load(Ordering::Acquire) != born {
             return Upward::Closed;
+        }
+        if answered.swap(false, Ordering::AcqRel) {
+            turns.fetch_add(1, Ordering::AcqRel);
         }
         framer.pending.extend_from_slice(&buffer[..n]);
         while let Some(length) = framer.next_message() {
@@ -230,6 +267,7 @@ async fn carry_downward(
     server_read: &mut OwnedReadHalf,
     mut client_write: OwnedWriteHalf,
     mute: &AtomicBool,
+    answered: &AtomicBool,
 ) {
     let mut buffer = vec![0u8; 16 * 1024];
     loop {
@@ -237,6 +275,9 @@ async fn carry_downward(
         if n == 0 || mute.load(Ordering::SeqCst) {
             return;
         }
+        // Noted before the bytes leave, so that a send they prompt always counts (a count may
+        // be too high, never too low).
+        answered.store(true, Ordering::Release);
         if client_write.write_all(&buffer[..n]).await.is_err() {
             return;
         }

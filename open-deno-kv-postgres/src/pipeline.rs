@@ -1,0 +1,68 @@
+//! Statements sent together: several statements for one round trip.
+//!
+//! tokio-postgres sends a statement's request when its future is first polled, and the server
+//! answers requests one after another in the order they arrived. So statements whose futures
+//! are polled once each, in order, before any answer is awaited travel to the server together
+//! and run there in that order: a [`Flight`]. `BEGIN`, the statements of a transaction and its
+//! `COMMIT` in one flight cost one round trip instead of one each.
+//!
+//! **What may follow a failure.** A statement can fail before its request leaves (a parameter
+//! that does not encode, a closed connection): then nothing after it may be sent, least of all a
+//! `COMMIT`, which would commit the transaction without it. [`Flight::send`] reports such a
+//! failure, and its caller sends nothing more on that connection and drops it (the server rolls
+//! back an open transaction when its connection ends). A statement refused by the server aborts
+//! its transaction: a `COMMIT` sent after it is answered as a rollback.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+
+/// A statement's future, as the client methods return it (boxed: a flight mixes statements).
+pub(crate) type Statement<'a, T> =
+    Pin<Box<dyn Future<Output = Result<T, tokio_postgres::Error>> + Send + 'a>>;
+
+/// A statement sent, with its answer if it came with the send.
+type Sent<'a, T> = (Statement<'a, T>, Option<Result<T, tokio_postgres::Error>>);
+
+/// Statements sent one after another without waiting for their answers (see the
+/// [module docs](self)).
+pub(crate) struct Flight<'a, T> {
+    sent: Vec<Sent<'a, T>>,
+}
+
+impl<'a, T> Flight<'a, T> {
+    /// An empty flight.
+    pub(crate) fn new() -> Self {
+        Flight { sent: Vec::new() }
+    }
+
+    /// Sends `statement` after the ones already sent, without waiting for its answer. An error
+    /// means it failed at once — most likely before its request left — and nothing more may be
+    /// sent on the connection (see the [module docs](self)).
+    pub(crate) async fn send(
+        &mut self,
+        mut statement: Statement<'a, T>,
+    ) -> Result<(), tokio_postgres::Error> {
+        // Polled once: that sends the request (an answer cannot normally be there yet).
+        let answer = match futures::poll!(&mut statement) {
+            Poll::Ready(Err(err)) => return Err(err),
+            Poll::Ready(Ok(answer)) => Some(Ok(answer)),
+            Poll::Pending => None,
+        };
+        self.sent.push((statement, answer));
+        Ok(())
+    }
+
+    /// Waits for every answer; one per statement sent, in order.
+    pub(crate) async fn answers(self) -> Vec<Result<T, tokio_postgres::Error>> {
+        let mut answers = Vec::with_capacity(self.sent.len());
+        // The answers arrive in request order, so awaiting them in turn costs nothing more.
+        for (statement, answer) in self.sent {
+            answers.push(match answer {
+                Some(answer) => answer,
+                None => statement.await,
+            });
+        }
+        answers
+    }
+}

@@ -1,0 +1,212 @@
+//! Round trips per request, counted by the proxy that stands between a handle and its server
+//! ([`SilentCutProxy::client_turns`]: per connection, the times its client sent again after an
+//! answer reached it). A strong read, whatever its ranges, is one round trip; an eventual read
+//! on a replica, version included, is one too; a lone write is two (the lock and the rows it
+//! reads, then the writes and `COMMIT`). A write whose check fails waits for one, then sends a
+//! `ROLLBACK` it does not wait for (which the proxy cannot tell from a round trip).
+//!
+//! The tests run on a current-thread runtime: there a flight of statements (see the crate's
+//! `pipeline` module) reaches the connection's task in one piece and leaves in one write, so the
+//! proxy counts exactly. Each test starts its own throwaway cluster.
+
+use std::time::{Duration, Instant};
+
+use open_deno_kv_conformance::support;
+use open_deno_kv_engine_kit::{
+    AtomicWrite, Backend, Check, Checked, Consistency, KvValue, Mutation, ReadRange, SnapshotRead,
+    key,
+};
+use open_deno_kv_postgres::testing::{ClusterOptions, SilentCutProxy, TestCluster};
+use open_deno_kv_postgres::{PostgresBackend, PostgresOptions};
+
+mod common;
+use common::{cluster, open};
+
+/// A point read of `["k", i]` and, when `ranges` is 3, also a forward and a reverse scan.
+fn read(i: u64, ranges: usize, consistency: Consistency) -> SnapshotRead {
+    let point = ReadRange::single_key(&key!["k", i]).expect("a valid key");
+    let scan = |reverse| ReadRange {
+        start: support::enc(&key!["k", 0]),
+        end: support::enc(&key!["k", 100]),
+        limit: 5,
+        reverse,
+    };
+    let mut all = vec![point, scan(false), scan(true)];
+    all.truncate(ranges);
+    SnapshotRead {
+        ranges: all,
+        consistency,
+    }
+}
+
+/// Writes `["k", 0..10]` through `kv`.
+async fn fill(kv: &dyn Backend) {
+    for i in 0..10u64 {
+        support::set(kv, &key!["k", i], KvValue::U64(i)).await;
+    }
+}
+
+/// Checks the answer of [`read`]: the point's value, and five entries per scan.
+fn check(outputs: &[open_deno_kv_engine_kit::ReadRangeOutput], i: u64) {
+    assert!(
+        matches!(outputs[0].entries.first().map(|e| &e.value), Some(KvValue::U64(n)) if *n == i)
+    );
+    for scan in &outputs[1..] {
+        assert_eq!(scan.entries.len(), 5);
+    }
+}
+
+/// Each connection's turns added between two [`SilentCutProxy::client_turns`].
+fn added(before: &[u64], after: &[u64]) -> Vec<u64> {
+    after
+        .iter()
+        .enumerate()
+        .map(|(i, n)| n - before.get(i).copied().unwrap_or(0))
+        .collect()
+}
+
+/// A read-only handle on `schema` through `proxy`: it has no housekeeping, so only its reads
+/// cross the proxy once it is open.
+async fn reader_through(proxy: &SilentCutProxy, schema: &str) -> Checked<PostgresBackend> {
+    let options = PostgresOptions {
+        schema: schema.to_owned(),
+        read_only: true,
+        ..PostgresOptions::default()
+    };
+    PostgresBackend::open_with(&proxy.url("postgres"), options)
+        .await
+        .expect("open through the proxy")
+}
+
+#[tokio::test]
+async fn a_strong_read_is_one_round_trip_whatever_its_ranges() {
+    let Some(cluster) = cluster() else { return };
+    let writer = open(&cluster, "trips").await.expect("open");
+    fill(&writer).await;
+    let proxy = SilentCutProxy::start(cluster.port()).await.expect("proxy");
+    let kv = reader_through(&proxy, "trips").await;
+    for ranges in [1, 3] {
+        // Once untimed: the connection prepares the statements it has not used yet.
+        check(
+            &kv.snapshot_read(read(0, ranges, Consistency::Strong))
+                .await
+                .unwrap(),
+            0,
+        );
+        let before = proxy.client_turns();
+        for i in 0..10 {
+            let outputs = kv.snapshot_read(read(i, ranges, Consistency::Strong)).await;
+            check(&outputs.unwrap(), i);
+        }
+        let turns: u64 = added(&before, &proxy.client_turns()).iter().sum();
+        assert_eq!(turns, 10, "10 strong reads of {ranges} range(s)");
+    }
+}
+
+#[tokio::test]
+async fn an_eventual_read_on_a_replica_is_one_round_trip_with_its_version() {
+    let Some(cluster) = TestCluster::start_or_skip(ClusterOptions {
+        replica: true,
+        ..ClusterOptions::default()
+    }) else {
+        return;
+    };
+    let replica_port = cluster.replica_port().expect("a replica");
+    let proxy = SilentCutProxy::start(replica_port).await.expect("proxy");
+    // The primary directly, the replica through the proxy: only replica reads are counted.
+    let options = PostgresOptions {
+        replica_urls: vec![proxy.url("postgres")],
+        ..PostgresOptions::default()
+    };
+    let kv = PostgresBackend::open_with(&cluster.url(), options)
+        .await
+        .expect("open");
+    fill(&kv).await;
+    for ranges in [1, 3] {
+        // Until the replica has replayed this handle's writes (read-your-writes polls it until
+        // then), and so that its statements are prepared.
+        let started = Instant::now();
+        loop {
+            let before = proxy.client_turns();
+            let outputs = kv
+                .snapshot_read(read(9, ranges, Consistency::Eventual))
+                .await;
+            check(&outputs.unwrap(), 9);
+            if added(&before, &proxy.client_turns()).iter().sum::<u64>() == 1 {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the replica did not serve a read in one round trip within 10 s"
+            );
+        }
+        let before = proxy.client_turns();
+        for i in 0..10 {
+            let outputs = kv
+                .snapshot_read(read(i, ranges, Consistency::Eventual))
+                .await;
+            check(&outputs.unwrap(), i);
+        }
+        let turns: u64 = added(&before, &proxy.client_turns()).iter().sum();
+        assert_eq!(
+            turns, 10,
+            "10 eventual reads of {ranges} range(s) on the replica"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_lone_write_is_two_round_trips_and_a_failed_check_one_and_a_rollback() {
+    let Some(cluster) = cluster() else { return };
+    // The store's role creates the schema; the proxy's URL names the superuser, who may use it.
+    drop(open(&cluster, "trips").await.expect("open"));
+    let proxy = SilentCutProxy::start(cluster.port()).await.expect("proxy");
+    let options = PostgresOptions {
+        schema: "trips".to_owned(),
+        ..PostgresOptions::default()
+    };
+    let kv = PostgresBackend::open_with(&proxy.url("postgres"), options)
+        .await
+        .expect("open through the proxy");
+    let counter = support::enc(&key!["counter"]);
+    let write = |n: u64, versionstamp| AtomicWrite {
+        checks: vec![Check {
+            key: counter.clone(),
+            versionstamp,
+        }],
+        mutations: vec![Mutation::set(counter.clone(), KvValue::U64(n))],
+        ..AtomicWrite::default()
+    };
+    // The committer's connection is made, and its statements prepared, by the first write.
+    let mut stamp = kv
+        .atomic_write(write(0, None))
+        .await
+        .unwrap()
+        .unwrap()
+        .versionstamp;
+    let before = proxy.client_turns();
+    for n in 1..=10 {
+        stamp = kv
+            .atomic_write(write(n, Some(stamp)))
+            .await
+            .unwrap()
+            .expect("the check holds")
+            .versionstamp;
+    }
+    // The committer's connection carries the writes; the pool's carry at most a sweep or two.
+    let busiest = added(&before, &proxy.client_turns()).into_iter().max();
+    assert_eq!(busiest, Some(20), "10 lone writes");
+
+    let before = proxy.client_turns();
+    for _ in 0..10 {
+        let failed = kv.atomic_write(write(0, None)).await.unwrap();
+        assert!(failed.is_none(), "the counter exists: the check fails");
+    }
+    // Each failed write's ROLLBACK goes out unawaited after the answer: a send of its own, or
+    // one with the next write's first flight when the server's answer to it came later.
+    let busiest = added(&before, &proxy.client_turns()).into_iter().max();
+    assert!(
+        busiest.is_some_and(|turns| (10..=20).contains(&turns)),
+        "10 failed checks: one round trip and an unawaited ROLLBACK each, counted {busiest:?}"
+    );
+}
