@@ -69,7 +69,7 @@ use crate::reader::pooled;
 use crate::sql::Sql;
 
 /// The most messages one take leases.
-pub(crate) const MAX_BATCH: usize = 128;
+pub(crate) const MAX_BATCH: usize = 512;
 /// A take leases as many messages as this handle handed out in this much time before it.
 pub(crate) const PREFETCH_WINDOW: Duration = Duration::from_millis(20);
 /// A prefetched message not handed out within this time goes back to the queue for every
@@ -122,7 +122,7 @@ struct Prefetched {
 
 /// How fast this handle hands messages out, measured between takes.
 struct Pace {
-    /// When the last take began.
+    /// When the last take began, or when the answer of a take a dequeue waited for came.
     since: Instant,
     /// Messages handed out since.
     handed: usize,
@@ -426,8 +426,10 @@ impl Queue {
             return Kept::Nothing;
         };
         book.held.insert(first.id, (first.lease, Stage::HandedOut));
-        book.pace.handed += 1;
         let since = Instant::now();
+        // A dequeue waited for this take: the consumer's pace is measured from here, so the
+        // time the take itself took does not count as the consumer's.
+        book.pace = Pace { since, handed: 1 };
         for (_, ticket, payload) in messages {
             book.held
                 .insert(ticket.id, (ticket.lease, Stage::Prefetched));
