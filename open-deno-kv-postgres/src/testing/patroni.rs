@@ -30,6 +30,9 @@ const ETCD: &str = "/usr/bin/etcd";
 pub const NODES: usize = 3;
 /// The cluster's name in etcd (Patroni's `scope`).
 const SCOPE: &str = "kv-test";
+/// Patroni's `maximum_lag_on_failover`: a standby further behind (in bytes of WAL) may not
+/// promote itself.
+const MAX_LAG_ON_FAILOVER: u64 = 1_048_576;
 /// The superuser every node is reached as (trusted on loopback).
 const SUPERUSER: &str = "postgres";
 
@@ -217,7 +220,15 @@ impl PatroniCluster {
     }
 
     /// Waits until one node leads and every other streams from it, one of them as its
-    /// synchronous standby (`pg_stat_replication` on the leader).
+    /// synchronous standby — in PostgreSQL's view (`pg_stat_replication` on the leader) *and* in
+    /// Patroni's (the leader's REST API, `GET /cluster`, which reads the `/sync` key in etcd).
+    ///
+    /// Both are needed before the leader may be killed. PostgreSQL reports a standby as `sync`
+    /// as soon as `synchronous_standby_names` names it, but Patroni writes the `/sync` key only
+    /// on a later run of its loop; in synchronous mode only the node that key names may promote
+    /// itself. A leader killed in between leaves a key that names no live node, and the cluster
+    /// then has no leader at all, by design (seen in CI: killed 2 s after the standby was
+    /// assigned, no node promoted within 90 s).
     pub fn wait_until_healthy(&self, within: Duration) -> Result<(), PostgresError> {
         let deadline = Instant::now() + within;
         let mut seen = String::new();
@@ -227,9 +238,15 @@ impl PatroniCluster {
                              count(*) filter (where sync_state = 'sync') from pg_stat_replication";
                 if let Ok(answer) = self.psql(leader, query) {
                     if answer == format!("{} 1", NODES - 1) {
-                        return Ok(());
+                        match self.patroni_sync_standby(leader) {
+                            Ok(()) => return Ok(()),
+                            Err(view) => {
+                                seen = format!("node{leader} leads; Patroni's view: {view}");
+                            }
+                        }
+                    } else {
+                        seen = format!("node{leader} leads; streaming, sync: {answer}");
                     }
-                    seen = format!("node{leader} leads; streaming, sync: {answer}");
                 }
             }
             std::thread::sleep(Duration::from_millis(200));
@@ -241,6 +258,38 @@ impl PatroniCluster {
                 self.log_tails()
             ),
         ))
+    }
+
+    /// Whether Patroni, asked on the leader's REST API, names a synchronous standby that may
+    /// take over: one member with the role `sync_standby`, replicating, no further behind than
+    /// `maximum_lag_on_failover` (1 MiB, as [`PatroniCluster::write_node`] configures). `Err`
+    /// says what it saw instead.
+    fn patroni_sync_standby(&self, leader: usize) -> Result<(), String> {
+        let body = http_get(self.nodes[leader].api_port, "/cluster")?;
+        let cluster: serde_json::Value =
+            serde_json::from_str(&body).map_err(|e| format!("GET /cluster: {e}: {body}"))?;
+        let members = cluster["members"]
+            .as_array()
+            .ok_or_else(|| format!("GET /cluster without members: {body}"))?;
+        let leader_name = &self.nodes[leader].name;
+        let leads = members
+            .iter()
+            .any(|m| m["role"] == "leader" && m["name"] == leader_name.as_str());
+        let standbys: Vec<&serde_json::Value> = members
+            .iter()
+            .filter(|m| m["role"] == "sync_standby")
+            .collect();
+        let ready = |m: &serde_json::Value| {
+            matches!(m["state"].as_str(), Some("running" | "streaming"))
+                && m["lag"]
+                    .as_u64()
+                    .is_some_and(|lag| lag <= MAX_LAG_ON_FAILOVER)
+        };
+        if leads && standbys.len() == 1 && standbys.iter().all(|m| ready(m)) {
+            Ok(())
+        } else {
+            Err(format!("members {}", cluster["members"]))
+        }
     }
 
     /// Node `index`'s log (Patroni's and its PostgreSQL's lines).
@@ -391,7 +440,7 @@ bootstrap:
     ttl: {ttl}
     loop_wait: {loop_wait}
     retry_timeout: {retry_timeout}
-    maximum_lag_on_failover: 1048576
+    maximum_lag_on_failover: {max_lag}
     synchronous_mode: true
     postgresql:
       use_pg_rewind: true
@@ -441,6 +490,7 @@ tags:
   clonefrom: false
 "#,
             name = node.name,
+            max_lag = MAX_LAG_ON_FAILOVER,
             api = node.api_port,
             pg = node.pg_port,
             data = node.data().display(),
@@ -584,6 +634,28 @@ fn free_port() -> Result<u16, PostgresError> {
                 format!("every port from {LOW} to {} is taken", LOW + SPAN - 1),
             )
         })
+}
+
+/// The body of `GET path` on 127.0.0.1:`port` (Patroni's REST API), read within 2 s.
+fn http_get(port: u16, path: &str) -> Result<String, String> {
+    use std::io::{Read as _, Write as _};
+    let fail = |e: std::io::Error| format!("GET {path} on port {port}: {e}");
+    let timeout = Duration::from_secs(2);
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&address, timeout).map_err(fail)?;
+    stream.set_read_timeout(Some(timeout)).map_err(fail)?;
+    stream.set_write_timeout(Some(timeout)).map_err(fail)?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").map_err(fail)?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).map_err(fail)?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("GET {path}: no end of headers in {response:?}"))?;
+    if head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200") {
+        Ok(body.to_owned())
+    } else {
+        Err(format!("GET {path}: {}", head.lines().next().unwrap_or("")))
+    }
 }
 
 /// The last 30 lines of `text`.
