@@ -414,9 +414,12 @@ impl Engine for PostgresBackend {
         released
     }
 
-    /// A handle dropped without close stops its background tasks (its held messages come back
-    /// when their leases run out, as a crashed consumer's do).
+    /// A handle dropped without close stops its background tasks (the messages its consumers
+    /// hold come back when their leases run out, as a crashed consumer's do); the successes it
+    /// recorded and the messages it took ahead are still stored and put back, by a task of their
+    /// own (see [`Queue::close_in_background`]).
     fn close_on_drop(&self) {
         self.stop_tasks();
+        self.queue.close_in_background();
     }
 }

@@ -664,6 +664,12 @@ impl Queue {
     /// dead-letter keys, instead of waiting for its lease to run out. A delivery settled later
     /// through its handle changes nothing, as its lease no longer holds.
     pub(crate) async fn close(&self) -> Result<(), KvError> {
+        self.shut(true).await
+    }
+
+    /// [`Queue::close`]; the messages still with a consumer are failed only if `fail_handed_out`
+    /// (else their leases run out, as a crashed consumer's do).
+    async fn shut(&self, fail_handed_out: bool) -> Result<(), KvError> {
         let (finished, prefetched, handed_out) = {
             let mut book = self.book();
             book.closed = true;
@@ -702,12 +708,26 @@ impl Queue {
                 }
             }
         }
-        for ticket in handed_out {
+        for ticket in handed_out.into_iter().filter(|_| fail_handed_out) {
             if let Err(err) = self.settle_now(ticket, DeliveryOutcome::Failed).await {
                 first_error.get_or_insert(err);
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// For a handle dropped without close, on a task of its own: the recorded successes are
+    /// stored (else they would come back once their leases ran out) and the prefetched messages
+    /// put back; the messages still with a consumer come back when their leases run out (a late
+    /// finish through its delivery is stored at once). Needs a tokio runtime; without one, or if
+    /// the server cannot be reached, the messages come back when their leases run out.
+    pub(crate) fn close_in_background(self: &Arc<Self>) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let queue = self.clone();
+            runtime.spawn(async move {
+                let _ = queue.shut(false).await;
+            });
+        }
     }
 
     /// Records a success for the finisher; `false` if the handle is closing (then it is stored

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use open_deno_kv_engine_kit::{AtomicWrite, Backend, Enqueue};
+use open_deno_kv_engine_kit::{AtomicWrite, Backend, Enqueue, ManualClock};
 
 mod common;
-use common::{cluster, open};
+use common::{cluster, message_write, open, open_at};
 
 /// `count` messages, one atomic write each, payloads `0..count` (8 bytes, little-endian).
 async fn enqueue(kv: &dyn Backend, range: std::ops::Range<u64>) {
@@ -152,5 +152,39 @@ async fn messages_taken_ahead_by_a_consumer_that_stops_go_to_another() {
     assert!(twice.is_empty(), "delivered twice: {twice:?}");
     assert!(other.queued_messages().await.unwrap().is_empty());
     fast.close().await.unwrap();
+    other.close().await.unwrap();
+}
+
+/// A success recorded just before its handle is dropped without `close` is still stored (the
+/// finisher's work outlives the handle), so the message does not come back once its lease has
+/// run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_success_just_before_the_handle_is_dropped_is_stored() {
+    let Some(cluster) = cluster() else { return };
+    let clock = ManualClock::at_test_epoch();
+    let consumer = open_at(&cluster, "dropped", &clock).await;
+    let other = open_at(&cluster, "dropped", &clock).await;
+    consumer
+        .atomic_write(message_write(b"done", &clock))
+        .await
+        .unwrap()
+        .unwrap();
+    let message = consumer.dequeue_next_message().await.unwrap().unwrap();
+    message.finish(true).await.unwrap();
+    drop(consumer);
+
+    let stored = tokio::time::timeout(Duration::from_secs(5), async {
+        while !other.queued_messages().await.unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    stored
+        .await
+        .expect("the success recorded before the drop was stored");
+    // Far past the lease: nothing comes back.
+    clock.advance(Duration::from_secs(60));
+    let again =
+        tokio::time::timeout(Duration::from_millis(500), other.dequeue_next_message()).await;
+    assert!(again.is_err(), "the finished message came back");
     other.close().await.unwrap();
 }
