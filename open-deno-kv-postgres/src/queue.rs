@@ -793,3 +793,43 @@ impl DeliveryEngine for Queue {
         let _ = self.settler.send((ticket, outcome));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pace that handed out `handed` messages in the `elapsed` before `now`.
+    fn pace(now: Instant, handed: usize, elapsed: Duration) -> Pace {
+        Pace {
+            since: now - elapsed,
+            handed,
+        }
+    }
+
+    #[test]
+    fn a_take_leases_what_the_consumer_handles_in_the_window() {
+        let now = Instant::now() + Duration::from_secs(10);
+        // Nothing handed out yet (a new handle, or one that found the queue empty): one.
+        assert_eq!(pace(now, 0, Duration::from_secs(3)).next_batch(now), 1);
+        // 5 ms per message: four per 20 ms.
+        assert_eq!(pace(now, 4, Duration::from_millis(20)).next_batch(now), 4);
+        assert_eq!(pace(now, 1, Duration::from_millis(5)).next_batch(now), 4);
+        // Thousands per second: the cap.
+        assert_eq!(
+            pace(now, 100, Duration::from_millis(1)).next_batch(now),
+            MAX_BATCH
+        );
+        // Slower than one per window: still one.
+        assert_eq!(pace(now, 1, Duration::from_secs(1)).next_batch(now), 1);
+        // The same instant (no time passed): the cap, not a division by zero.
+        assert_eq!(pace(now, 3, Duration::ZERO).next_batch(now), MAX_BATCH);
+    }
+
+    #[test]
+    fn measuring_starts_again_at_each_take() {
+        let now = Instant::now() + Duration::from_secs(10);
+        let mut pace = pace(now, 50, Duration::from_millis(10));
+        assert_eq!(pace.next_batch(now), 100);
+        assert_eq!((pace.since, pace.handed), (now, 0));
+    }
+}

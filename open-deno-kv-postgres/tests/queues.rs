@@ -23,7 +23,10 @@ async fn enqueue(kv: &dyn Backend, range: std::ops::Range<u64>) {
             }],
             ..AtomicWrite::default()
         };
-        kv.atomic_write(write).await.unwrap().unwrap();
+        kv.atomic_write(write)
+            .await
+            .expect("enqueue")
+            .expect("an enqueue without checks commits");
     }
 }
 
@@ -42,17 +45,17 @@ async fn consume(
 ) -> Vec<u64> {
     let started = Instant::now();
     let mut mine = Vec::new();
-    while seen.lock().unwrap().len() < total && started.elapsed() < bound {
+    while seen.lock().expect("not poisoned").len() < total && started.elapsed() < bound {
         let Ok(next) =
             tokio::time::timeout(Duration::from_millis(100), kv.dequeue_next_message()).await
         else {
             continue;
         };
-        let message = next.unwrap().expect("the handle is open");
+        let message = next.expect("dequeue").expect("the handle is open");
         let i = index(message.payload());
         tokio::time::sleep(work).await;
-        message.finish(true).await.unwrap();
-        *seen.lock().unwrap().entry(i).or_default() += 1;
+        message.finish(true).await.expect("finish");
+        *seen.lock().expect("not poisoned").entry(i).or_default() += 1;
         mine.push(i);
     }
     mine
