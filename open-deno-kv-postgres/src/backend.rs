@@ -171,7 +171,7 @@ impl PostgresBackend {
         );
         // The committer's task ends by itself once every handle to it is gone.
         let (committer, _) = Committer::start(group, options.max_group);
-        let (queue, settler) = Queue::start(QueueContext {
+        let (queue, queue_tasks) = Queue::start(QueueContext {
             pool: pool.clone(),
             sql: sql.clone(),
             clock: options.clock.clone(),
@@ -179,7 +179,8 @@ impl PostgresBackend {
             committer: committer.clone(),
             origin,
         });
-        let mut tasks = vec![listener, settler];
+        let mut tasks = vec![listener];
+        tasks.extend(queue_tasks);
         // A read-only handle deletes nothing and holds no message: no sweep, no renewals.
         if !options.read_only {
             tasks.push(housekeeping::start(
@@ -322,17 +323,22 @@ impl Engine for PostgresBackend {
     }
 
     async fn queued_messages(&self) -> Result<Vec<QueuedMessage>, KvError> {
+        // This handle's own successes are in the listing's past.
+        self.queue.flush_finished().await;
         reader::queued_messages(&self.pool, &self.sql, self.options.clock.now()).await
     }
 
     /// One `count(*)` of the queue table: PostgreSQL counts, no message is sent.
     async fn queue_depth(&self) -> Result<usize, KvError> {
+        self.queue.flush_finished().await;
         reader::queue_depth(&self.pool, &self.sql).await
     }
 
     /// One `REPEATABLE READ` snapshot, read in keyset pages by a task of its own (see the
     /// `backup` module).
     async fn export_snapshot(&self) -> Result<Snapshot, KvError> {
+        // A backup through this handle does not bring back messages it finished.
+        self.queue.flush_finished().await;
         let now = self.options.clock.now();
         let snapshot = crate::backup::export(self.pool.clone(), self.sql.clone(), now).await?;
         Ok(snapshot.of_database(Some(self.identity)))
@@ -391,14 +397,16 @@ impl Engine for PostgresBackend {
     }
 
     /// Closes this handle: its watch streams end, its waiting dequeues return `None`, and its
-    /// background tasks stop. Every acknowledged write is already committed. Messages it handed
+    /// background tasks stop. Every acknowledged write is already committed, and the successes
+    /// of its consumers not stored yet are stored now; messages it took ahead of any dequeue go
+    /// back untouched. Messages it handed
     /// out and that are not finished count as failed deliveries, as open-deno-kv-sqlite does at close: they
     /// come back after their next back-off interval (or go to their dead-letter keys) rather than
     /// after their lease. If that cannot be stored (the server is unreachable), or the close is
     /// dropped half-way, they come back when their lease runs out, as a crashed consumer's do.
     async fn close(&self) -> Result<(), KvError> {
         self.stop_tasks();
-        let released = self.queue.fail_held().await;
+        let released = self.queue.close().await;
         self.pool.close();
         for replica in &self.replicas {
             replica.close();
@@ -406,9 +414,12 @@ impl Engine for PostgresBackend {
         released
     }
 
-    /// A handle dropped without close stops its background tasks (its held messages come back
-    /// when their leases run out, as a crashed consumer's do).
+    /// A handle dropped without close stops its background tasks (the messages its consumers
+    /// hold come back when their leases run out, as a crashed consumer's do); the successes it
+    /// recorded and the messages it took ahead are still stored and put back, by a task of their
+    /// own (see [`Queue::close_in_background`]).
     fn close_on_drop(&self) {
         self.stop_tasks();
+        self.queue.close_in_background();
     }
 }

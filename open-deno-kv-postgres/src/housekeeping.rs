@@ -1,5 +1,6 @@
-//! The background work of a handle: the expiry sweep, the renewal of held messages' leases, and
-//! the pruning of old commit records (see the `outcome` module).
+//! The background work of a handle: the expiry sweep, the renewal of held messages' leases, the
+//! return of prefetched messages nobody dequeued (see the `queue` module), and the pruning of
+//! old commit records (see the `outcome` module).
 //!
 //! Expired entries are invisible to reads whether or not they were swept; the sweep only gives
 //! their space back. It needs no version and no lock on the version row: it deletes rows that no
@@ -18,7 +19,7 @@ use tokio::task::JoinHandle;
 use crate::codec;
 use crate::error::pg;
 use crate::outcome::{Pruner, SAMPLE_EVERY};
-use crate::queue::Queue;
+use crate::queue::{PREFETCH_HOLD, Queue};
 use crate::reader::pooled;
 use crate::sql::Sql;
 
@@ -37,6 +38,7 @@ pub(crate) fn start(
     tokio::spawn(async move {
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
         let mut keepalive = tokio::time::interval(MESSAGE_KEEPALIVE_INTERVAL);
+        let mut stale = tokio::time::interval(PREFETCH_HOLD / 2);
         let mut sample = tokio::time::interval(SAMPLE_EVERY);
         let mut pruner = Pruner::default();
         loop {
@@ -52,6 +54,10 @@ pub(crate) fn start(
                 _ = keepalive.tick() => {
                     let Some(queue) = queue.upgrade() else { return };
                     let _ = queue.renew_leases().await;
+                }
+                _ = stale.tick() => {
+                    let Some(queue) = queue.upgrade() else { return };
+                    let _ = queue.release_stale().await;
                 }
             }
         }

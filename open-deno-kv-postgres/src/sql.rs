@@ -49,7 +49,8 @@ pub(crate) struct Sql {
 
     /// Stores a new message.
     pub(crate) enqueue: String,
-    /// Takes the first message due at `$1`, leasing it as `$2` until `$3`.
+    /// Takes the first `$4` messages due at `$1` (in due order, skipping rows other consumers
+    /// are taking), leasing them as `$2` until `$3`; returns id, payload and ready time.
     pub(crate) take_due: String,
     /// Leased messages whose lease ended at `$1`, except those in `$2` (held in this process).
     pub(crate) expired_leases: String,
@@ -57,12 +58,12 @@ pub(crate) struct Sql {
     pub(crate) next_due: String,
     /// The message `$1` under lease `$2`.
     pub(crate) leased_message: String,
-    /// Deletes the message `$1` under lease `$2` (a success).
-    pub(crate) delete_leased: String,
+    /// Deletes the messages of the leases `($1[i], $2[i])` still held (successes, in batches).
+    pub(crate) delete_leased_many: String,
     /// Puts message `$1` under lease `$2` back, due at `$3` with schedule `$4`; notifies `$5`/`$6`.
     pub(crate) retry_leased: String,
-    /// Puts message `$1` under lease `$2` back untouched, due at `$3` at the latest; notifies
-    /// `$4`/`$5`.
+    /// Puts the messages of the leases `($1[i], $2[i])` back untouched, each due at `$3` at the
+    /// latest; notifies `$4`/`$5` once if any was still held.
     pub(crate) release_leased: String,
     /// Deletes the messages of the leases `($1[i], $2[i])` still held, returning their ids.
     pub(crate) claim_leased: String,
@@ -189,9 +190,9 @@ impl Sql {
             ),
             take_due: format!(
                 "WITH next AS (SELECT id FROM {queue} WHERE lease IS NULL AND ready_at <= $1 \
-                 ORDER BY ready_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+                 ORDER BY ready_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) \
                  UPDATE {queue} q SET lease = $2, deadline = $3 FROM next WHERE q.id = next.id \
-                 RETURNING q.id, q.payload"
+                 RETURNING q.id, q.payload, q.ready_at"
             ),
             expired_leases: format!(
                 "SELECT {MESSAGE} FROM {queue} WHERE lease IS NOT NULL AND deadline <= $1 \
@@ -202,16 +203,20 @@ impl Sql {
                  (SELECT min(deadline) FROM {queue} WHERE lease IS NOT NULL AND id <> ALL($1))"
             ),
             leased_message: format!("SELECT {MESSAGE} FROM {queue} WHERE id = $1 AND lease = $2"),
-            delete_leased: format!("DELETE FROM {queue} WHERE id = $1 AND lease = $2"),
+            delete_leased_many: format!(
+                "DELETE FROM {queue} q USING unnest($1::uuid[], $2::uuid[]) AS c(id, lease) \
+                 WHERE q.id = c.id AND q.lease = c.lease"
+            ),
             retry_leased: format!(
                 "WITH moved AS (UPDATE {queue} SET ready_at = $3, backoff_ms = $4, lease = NULL, \
                  deadline = NULL WHERE id = $1 AND lease = $2 RETURNING id) \
                  SELECT pg_notify($5, $6) FROM moved"
             ),
             release_leased: format!(
-                "WITH moved AS (UPDATE {queue} SET ready_at = LEAST(ready_at, $3), lease = NULL, \
-                 deadline = NULL WHERE id = $1 AND lease = $2 RETURNING id) \
-                 SELECT pg_notify($4, $5) FROM moved"
+                "WITH moved AS (UPDATE {queue} q SET ready_at = LEAST(q.ready_at, $3), lease = NULL, \
+                 deadline = NULL FROM unnest($1::uuid[], $2::uuid[]) AS c(id, lease) \
+                 WHERE q.id = c.id AND q.lease = c.lease RETURNING q.id) \
+                 SELECT pg_notify($4, $5) WHERE EXISTS (SELECT 1 FROM moved)"
             ),
             claim_leased: format!(
                 "DELETE FROM {queue} q USING unnest($1::uuid[], $2::uuid[]) AS c(id, lease) \

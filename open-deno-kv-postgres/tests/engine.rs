@@ -164,7 +164,15 @@ async fn two_handles_share_one_store_its_order_its_watches_and_its_queue() {
         .unwrap();
     assert_eq!(message.payload(), &[0xff, 0x0f, 0x49, 0x02]);
     message.finish(true).await.unwrap();
-    assert!(a.queued_messages().await.unwrap().is_empty());
+    // B's own listing sees its success at once; A's once B's finisher has stored it (a batch
+    // of successes behind the consumer: milliseconds, bounded here only to catch a hang).
+    assert!(b.queued_messages().await.unwrap().is_empty());
+    let stored = tokio::time::timeout(Duration::from_secs(5), async {
+        while !a.queued_messages().await.unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    stored.await.expect("B's success reached the store");
 }
 
 /// Concurrent writes share transactions (rows written together share `xmin`), and a write whose

@@ -90,7 +90,15 @@ async fn the_store_works_behind_pgbouncer_in_session_mode() {
         .expect("a message");
     assert_eq!(message.payload(), [0xff, 0x0f, 0x49, 0x02]);
     message.finish(true).await.unwrap();
-    assert!(a.queued_messages().await.unwrap().is_empty());
+    // B's listing sees its success at once, A's once B's finisher stored it (milliseconds).
+    assert!(b.queued_messages().await.unwrap().is_empty());
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !a.queued_messages().await.unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("B's success reached the store");
     assert_eq!(
         support::get_value(&*a, &key!["seen"]).await,
         Some(KvValue::U64(7))

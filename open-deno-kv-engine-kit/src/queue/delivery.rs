@@ -121,7 +121,10 @@ pub trait DeliveryEngine: Send + Sync + 'static {
     /// nothing).
     type Ticket: Send + Sync + 'static;
 
-    /// Settles the delivery and returns once the outcome is stored (a consumer's `finish`).
+    /// Settles the delivery and returns once the outcome is stored (a consumer's `finish`), or
+    /// recorded where the handle keeps it until it is stored: an engine may store successes in
+    /// batches behind its consumers, provided its handle's own queue listing sees them and a
+    /// failure to store one leaves the message held, never lost (open-deno-kv-postgres).
     async fn settle(&self, ticket: Self::Ticket, outcome: DeliveryOutcome) -> Result<(), KvError>;
 
     /// Settles the delivery without waiting (from `Drop`, which cannot wait). Must not block on
