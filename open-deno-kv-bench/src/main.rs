@@ -142,8 +142,23 @@ fn diagnose_change_log_main(args: &[String]) -> i32 {
 /// `diagnose-shipping [--sets N] [--rounds N]`: W2 on SQLite with continuous backup off and on
 /// (see [`shipping`]).
 fn diagnose_shipping_main(args: &[String]) -> i32 {
-    match counts(args, [("--sets", 20_000), ("--rounds", 5)], shipping::USAGE) {
-        Ok([sets, rounds]) => report("diagnose-shipping", shipping::run(sets, rounds)),
+    // `--log-baseline`: the runs without a shipper keep the change log on, so the ratio is what
+    // the shipper adds beyond the log it reads.
+    let log_baseline = args.iter().any(|arg| arg == "--log-baseline");
+    let rest: Vec<String> = args
+        .iter()
+        .filter(|arg| *arg != "--log-baseline")
+        .cloned()
+        .collect();
+    match counts(
+        &rest,
+        [("--sets", 20_000), ("--rounds", 5)],
+        shipping::USAGE,
+    ) {
+        Ok([sets, rounds]) => report(
+            "diagnose-shipping",
+            shipping::run(sets, rounds, log_baseline),
+        ),
         Err(code) => code,
     }
 }

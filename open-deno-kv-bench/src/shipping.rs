@@ -36,10 +36,12 @@ const TARGET: f64 = 1.1;
 const TASKS: usize = 64;
 
 /// The usage line.
-pub const USAGE: &str = "usage: open-deno-kv-bench diagnose-shipping [--sets N] [--rounds N]";
+pub const USAGE: &str =
+    "usage: open-deno-kv-bench diagnose-shipping [--sets N] [--rounds N] [--log-baseline]";
 
-/// Runs the diagnostic (see the module docs): `sets` per run, `rounds` rounds.
-pub fn run(sets: usize, rounds: usize) -> Result<()> {
+/// Runs the diagnostic (see the module docs): `sets` per run, `rounds` rounds; with
+/// `log_baseline`, the runs without a shipper have the change log on.
+pub fn run(sets: usize, rounds: usize, log_baseline: bool) -> Result<()> {
     let runtime = runtime(true)?;
     let mut off = Vec::new();
     let mut on = Vec::new();
@@ -50,7 +52,7 @@ pub fn run(sets: usize, rounds: usize) -> Result<()> {
             [true, false]
         };
         for shipping in order {
-            let seconds = runtime.block_on(w2(sets, shipping))?;
+            let seconds = runtime.block_on(w2(sets, shipping, log_baseline))?;
             eprintln!(
                 "[round {round}/{rounds}] shipping {:<3} {:>9.1} ms ({:.0} sets/s)",
                 if shipping { "on" } else { "off" },
@@ -66,8 +68,13 @@ pub fn run(sets: usize, rounds: usize) -> Result<()> {
     }
     let ratios: Vec<f64> = on.iter().zip(&off).map(|(on, off)| on / off).collect();
     let ratio = median(&ratios);
+    let baseline = if log_baseline {
+        "change log on, no shipper"
+    } else {
+        "continuous backup off"
+    };
     println!(
-        "### W2 on SQLite with continuous backup off and on: {sets} durable sets over {TASKS} tasks, {rounds} round(s), medians (range); on/off per round"
+        "### W2 on SQLite, {baseline} (off) and a shipper running (on): {sets} durable sets over {TASKS} tasks, {rounds} round(s), medians (range); on/off per round"
     );
     println!();
     println!("| shipping off ms | shipping on ms | on/off | on/off <= {TARGET}x |");
@@ -84,7 +91,7 @@ pub fn run(sets: usize, rounds: usize) -> Result<()> {
 }
 
 /// One W2 run on a fresh SQLite file, with or without a shipper; its wall time in seconds.
-async fn w2(sets: usize, shipping: bool) -> Result<f64> {
+async fn w2(sets: usize, shipping: bool, log_baseline: bool) -> Result<f64> {
     let dir = scratch_dir()?;
     let bucket = dir.join("bucket");
     std::fs::create_dir_all(&bucket)?;
@@ -98,6 +105,11 @@ async fn w2(sets: usize, shipping: bool) -> Result<f64> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let target = Target::parse(&format!("file://{}", bucket.display()))?;
     let shipper = Arc::new(Shipper::new(kv.clone(), target, ShipperConfig::new(clock)));
+    if log_baseline && !shipping {
+        // The retention the shipper itself sets.
+        kv.configure_change_log(Some(Duration::from_secs(86_400)))
+            .await?;
+    }
     let running = if shipping {
         let running = shipper.clone();
         let task = tokio::spawn(async move { running.run().await });
