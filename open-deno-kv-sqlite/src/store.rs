@@ -313,12 +313,22 @@ pub(crate) fn insert_queue_row(
 /// Bumps the file's version and returns the new one. (`seq` is 0 in every versionstamp Deno
 /// hands out; it is reset here so that `data_version` names the last commit exactly after an
 /// import of a snapshot whose versionstamp has another.)
-fn next_version(conn: &Connection) -> Result<Versionstamp, KvError> {
-    const NEXT: &str =
-        "update data_version set version = version + 1, seq = 0 where k = 0 returning version";
-    let mut next = conn.prepare_cached(NEXT).map_err(storage)?;
-    let version: i64 = next.query_row([], |row| row.get(0)).map_err(storage)?;
-    let version = u64::try_from(version).map_err(|_| bad(format!("data_version {version}")))?;
+///
+/// `last` is the file's last commit ([`last_commit`]), read in the same write transaction: the
+/// writer holds SQLite's write lock, so nothing moves `data_version` in between. The new value
+/// is computed here and stored with a plain `update`: an `update … returning` costs as much as
+/// storing an entry, because SQLite materialises `returning` rows in an ephemeral table that it
+/// opens and begins for every statement (measured with callgrind; BENCHMARKS.md, "Continuous
+/// backup").
+fn next_version(conn: &Connection, last: Versionstamp) -> Result<Versionstamp, KvError> {
+    const SET: &str = "update data_version set version = ?1, seq = 0 where k = 0";
+    let version = last
+        .version()
+        .checked_add(1)
+        .filter(|&next| i64::try_from(next).is_ok())
+        .ok_or_else(|| bad(format!("data_version {} has no successor", last.version())))?;
+    let stored = i64::try_from(version).map_err(|_| bad(format!("data_version {version}")))?;
+    execute(conn, SET, [stored])?;
     Ok(Versionstamp::from_version(version, 0))
 }
 
@@ -347,7 +357,7 @@ pub(crate) fn commit_write(
     if let Some(database) = log {
         return commit_logged_write(conn, write, now, effects, database);
     }
-    let versionstamp = next_version(conn)?;
+    let versionstamp = next_version(conn, last_commit(conn)?)?;
     let outcome = apply_atomic_write(&mut SqlTransaction { conn }, write, versionstamp, now)?;
     effects.record(&outcome);
     Ok(match outcome {
@@ -366,7 +376,7 @@ fn commit_logged_write(
     database: DatabaseId,
 ) -> Result<Option<CommitResult>, KvError> {
     let previous = last_commit(conn)?;
-    let versionstamp = next_version(conn)?;
+    let versionstamp = next_version(conn, previous)?;
     let mut txn = SqlTransaction { conn };
     let mut recording = RecordingTransaction::new(&mut txn);
     let outcome = apply_atomic_write(&mut recording, write, versionstamp, now)?;
