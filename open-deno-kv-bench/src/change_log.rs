@@ -39,7 +39,7 @@ use open_deno_kv_sqlite::{FileEngine, SqliteBackend, SqliteOptions};
 use tokio::runtime::Runtime;
 
 use crate::data::{KeyTable, Result, bench_prefix_end};
-use crate::stats::median;
+use crate::stats::{median, millis_summary as millis, span};
 use crate::workloads::{Kv, w1_sequential_sets};
 
 /// The retention the runs with the log on switch it on with: long enough that nothing is pruned.
@@ -280,24 +280,6 @@ fn ratios(figures: &Figures, figure: impl Fn(&Run) -> f64) -> (f64, String) {
     let (low, high) = span(&ratios);
     let mid = median(&ratios);
     (mid, format!("{mid:.2}x ({low:.2}-{high:.2})"))
-}
-
-/// The smallest and largest of `values`.
-fn span(values: &[f64]) -> (f64, f64) {
-    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
-    let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (low, high)
-}
-
-/// "median (min-max)" of durations in seconds, printed in milliseconds.
-fn millis(seconds: &[f64]) -> String {
-    let (low, high) = span(seconds);
-    format!(
-        "{:.0} ({:.0}-{:.0})",
-        median(seconds) * 1e3,
-        low * 1e3,
-        high * 1e3
-    )
 }
 
 /// "median (min-max)" of the runs' median set latencies, in microseconds.

@@ -27,7 +27,7 @@ use open_deno_kv_model::Clock;
 use open_deno_kv_sqlite::{FileEngine, SqliteBackend, SqliteOptions};
 
 use crate::data::{KeyTable, Result, bench_prefix_end};
-use crate::stats::median;
+use crate::stats::{median, millis_summary as millis, span};
 use crate::workloads::{Kv, w2_concurrent_sets};
 
 /// The target of issue 30: W2 with a shipper takes at most this many times W2 without one.
@@ -160,24 +160,6 @@ async fn w2(sets: usize, shipping: bool, log_baseline: bool) -> Result<f64> {
     kv.close().await?;
     std::fs::remove_dir_all(&dir)?;
     Ok(outcome.measured.elapsed.as_secs_f64())
-}
-
-/// The smallest and largest of `values`.
-fn span(values: &[f64]) -> (f64, f64) {
-    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
-    let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (low, high)
-}
-
-/// "median (min-max)" of durations in seconds, printed in milliseconds.
-fn millis(seconds: &[f64]) -> String {
-    let (low, high) = span(seconds);
-    format!(
-        "{:.0} ({:.0}-{:.0})",
-        median(seconds) * 1e3,
-        low * 1e3,
-        high * 1e3
-    )
 }
 
 fn scratch_dir() -> Result<PathBuf> {

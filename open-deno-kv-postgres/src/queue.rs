@@ -167,6 +167,25 @@ struct Book {
 }
 
 impl Book {
+    /// Holds leased `messages` in the handle, taken at `since`, for later dequeues to hand out.
+    fn prefetch(
+        &mut self,
+        messages: impl IntoIterator<Item = (i64, Ticket, Vec<u8>)>,
+        since: Instant,
+    ) {
+        for (_, ticket, payload) in messages {
+            self.held
+                .insert(ticket.id, (ticket.lease, Stage::Prefetched));
+            self.prefetched.push_back(Prefetched {
+                ticket,
+                payload,
+                since,
+            });
+        }
+    }
+}
+
+impl Book {
     /// Forgets `ticket` if it is still held in `stage`.
     fn forget(&mut self, ticket: Ticket, stage: Stage) {
         if self.held.get(&ticket.id) == Some(&(ticket.lease, stage)) {
@@ -403,17 +422,8 @@ impl Queue {
         }
         book.last_take = take;
         if hand == Hand::Ahead {
-            let since = Instant::now();
             let any = !messages.is_empty();
-            for (_, ticket, payload) in messages {
-                book.held
-                    .insert(ticket.id, (ticket.lease, Stage::Prefetched));
-                book.prefetched.push_back(Prefetched {
-                    ticket,
-                    payload,
-                    since,
-                });
-            }
+            book.prefetch(messages, Instant::now());
             drop(book);
             if any {
                 // A consumer that found nothing a moment ago looks again.
@@ -430,15 +440,7 @@ impl Queue {
         // A dequeue waited for this take: the consumer's pace is measured from here, so the
         // time the take itself took does not count as the consumer's.
         book.pace = Pace { since, handed: 1 };
-        for (_, ticket, payload) in messages {
-            book.held
-                .insert(ticket.id, (ticket.lease, Stage::Prefetched));
-            book.prefetched.push_back(Prefetched {
-                ticket,
-                payload,
-                since,
-            });
-        }
+        book.prefetch(messages, since);
         Kept::First(first, payload)
     }
 

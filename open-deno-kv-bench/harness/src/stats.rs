@@ -91,6 +91,25 @@ impl Chain {
     }
 }
 
+/// The smallest and largest of `values` (infinities when it is empty).
+pub fn span(values: &[f64]) -> (f64, f64) {
+    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (low, high)
+}
+
+/// "median (min-max)" of durations in seconds, printed in milliseconds: how the diagnostics
+/// report a run's rounds.
+pub fn millis_summary(seconds: &[f64]) -> String {
+    let (low, high) = span(seconds);
+    format!(
+        "{:.0} ({:.0}-{:.0})",
+        median(seconds) * 1e3,
+        low * 1e3,
+        high * 1e3
+    )
+}
+
 /// A duration in nanoseconds, saturating.
 pub fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)

@@ -467,17 +467,7 @@ pub fn decode_segment(
 ) -> Result<Vec<ChangeRecord>, BucketError> {
     let side = match side {
         Some((side_object, side_bytes)) => {
-            let proto = SideProto::decode(side_bytes)
-                .map_err(|err| corrupt(side_object, format!("not a segment side object: {err}")))?;
-            if proto.version != OURS_VERSION {
-                return Err(corrupt(
-                    side_object,
-                    format!(
-                        "side object version {} (this program reads {OURS_VERSION}; cut short?)",
-                        proto.version
-                    ),
-                ));
-            }
+            let proto = side_proto(side_object, side_bytes)?;
             verify(object, bytes, proto.segment_len, &proto.segment_sha256)?;
             Some((side_object, proto))
         }
@@ -684,6 +674,19 @@ pub(crate) fn decode_side(
     side_object: &str,
     bytes: &[u8],
 ) -> Result<Vec<ChangeRecord>, BucketError> {
+    side_proto(side_object, bytes)?
+        .commits
+        .iter()
+        .map(|commit| {
+            ChangeRecord::decode(&commit.record)
+                .map_err(|err| corrupt(side_object, err.to_string()))
+        })
+        .collect()
+}
+
+/// A segment's side object, decoded, of the version this program writes (a side object cut short
+/// decodes as an older or unknown version).
+fn side_proto(side_object: &str, bytes: &[u8]) -> Result<SideProto, BucketError> {
     let proto = SideProto::decode(bytes)
         .map_err(|err| corrupt(side_object, format!("not a segment side object: {err}")))?;
     if proto.version != OURS_VERSION {
@@ -695,14 +698,7 @@ pub(crate) fn decode_side(
             ),
         ));
     }
-    proto
-        .commits
-        .iter()
-        .map(|commit| {
-            ChangeRecord::decode(&commit.record)
-                .map_err(|err| corrupt(side_object, err.to_string()))
-        })
-        .collect()
+    Ok(proto)
 }
 
 #[cfg(test)]
