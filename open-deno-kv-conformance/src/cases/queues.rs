@@ -638,9 +638,16 @@ async fn consumers_on_two_handles_together_get_each_message_once(env: Env) {
         }
     }
     // An engine may store successes in batches behind its consumers (see the engine kit's
-    // `DeliveryEngine::settle`): each handle's own listing waits for the successes it recorded,
-    // so where the queue can be listed, both listings must be empty before a year passes.
+    // `DeliveryEngine::settle`): each handle's own listing waits for the successes *it*
+    // recorded, and may still show a message the other handle finished. So where the queue can
+    // be listed, both handles list once (each storing its own successes), and then both
+    // listings must be empty before a year passes.
     if env.offered.capabilities.queue_inspection {
+        for kv in [&env.kv, &other] {
+            if let Err(e) = kv.queued_messages().await {
+                panic!("listing the queue failed: {e}");
+            }
+        }
         for kv in [&env.kv, &other] {
             match kv.queued_messages().await {
                 Ok(left) => assert!(
