@@ -167,15 +167,7 @@ impl RawSqlite {
         end: &[u8],
         warmup: usize,
     ) -> Result<Measured> {
-        for &s in starts.iter().take(warmup) {
-            self.scan(keys, s, scan_len, end)?;
-        }
-        let mut chain = Chain::start(starts.len());
-        for &s in starts {
-            self.scan(keys, s, scan_len, end)?;
-            chain.tick();
-        }
-        Ok(chain.finish())
+        timed_scans(starts, warmup, |s| self.scan(keys, s, scan_len, end))
     }
 }
 
@@ -372,15 +364,7 @@ impl RawRedb {
         end: &[u8],
         warmup: usize,
     ) -> Result<Measured> {
-        for &s in starts.iter().take(warmup) {
-            self.scan_page(keys, s, scan_len, end)?;
-        }
-        let mut chain = Chain::start(starts.len());
-        for &s in starts {
-            self.scan_page(keys, s, scan_len, end)?;
-            chain.tick();
-        }
-        Ok(chain.finish())
+        timed_scans(starts, warmup, |s| self.scan_page(keys, s, scan_len, end))
     }
 
     /// W4: a read transaction and a range of `scan_len` entries (copied out) per scan.
@@ -392,14 +376,24 @@ impl RawRedb {
         end: &[u8],
         warmup: usize,
     ) -> Result<Measured> {
-        for &s in starts.iter().take(warmup) {
-            self.scan(keys, s, scan_len, end)?;
-        }
-        let mut chain = Chain::start(starts.len());
-        for &s in starts {
-            self.scan(keys, s, scan_len, end)?;
-            chain.tick();
-        }
-        Ok(chain.finish())
+        timed_scans(starts, warmup, |s| self.scan(keys, s, scan_len, end))
     }
+}
+
+/// W4's timing for every raw floor: `scan` from each of the first `warmup` starts untimed, then
+/// from every start, one tick per scan.
+fn timed_scans(
+    starts: &[usize],
+    warmup: usize,
+    mut scan: impl FnMut(usize) -> Result<()>,
+) -> Result<Measured> {
+    for &s in starts.iter().take(warmup) {
+        scan(s)?;
+    }
+    let mut chain = Chain::start(starts.len());
+    for &s in starts {
+        scan(s)?;
+        chain.tick();
+    }
+    Ok(chain.finish())
 }
