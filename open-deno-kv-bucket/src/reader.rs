@@ -267,23 +267,19 @@ impl BucketReader {
             .iter()
             .filter(|segment| segment.name.last_commit() > oldest)
             .collect();
-        let mut reads = futures::stream::iter(segments.iter().copied())
-            .map(|segment| self.commits_of(plan, segment))
+        // Only a snapshot's own point can meet a commit again: the commits are searched for
+        // among those, not among every point listed so far.
+        let snapshot_points = points.len();
+        let mut reads = futures::stream::iter(segments)
+            .map(|segment| async move { (segment, self.commits_of(plan, segment).await) })
             .buffered(FETCH_CONCURRENCY);
-        for segment in segments.iter().copied() {
-            let commits = reads
-                .next()
-                .await
-                .ok_or_else(|| BucketError::MissingObject {
-                    object: self.target.full_name(&segment.object()),
-                    detail: "its read was lost".into(),
-                })??;
-            for record in commits {
+        while let Some((segment, commits)) = reads.next().await {
+            for record in commits? {
                 let Some(base) = chain.admit(&self.target, segment, &record)? else {
                     continue;
                 };
                 let log_bytes = chain.log_bytes(segment);
-                match points
+                match points[..snapshot_points]
                     .iter_mut()
                     .find(|point| point.versionstamp == record.versionstamp)
                 {
@@ -384,18 +380,12 @@ impl BucketReader {
                     && segment.name.first_commit() <= point.versionstamp
             })
             .collect();
-        let mut reads = futures::stream::iter(segments.iter().copied())
-            .map(|segment| self.read_segment(&plan, segment))
+        let plan = &plan;
+        let mut reads = futures::stream::iter(segments)
+            .map(|segment| async move { (segment, self.read_segment(plan, segment).await) })
             .buffered(FETCH_CONCURRENCY);
-        for segment in segments.iter().copied() {
-            let commits = reads
-                .next()
-                .await
-                .ok_or_else(|| BucketError::MissingObject {
-                    object: self.target.full_name(&segment.object()),
-                    detail: "its read was lost".into(),
-                })??;
-            for record in commits {
+        while let Some((segment, commits)) = reads.next().await {
+            for record in commits? {
                 if record.versionstamp > point.versionstamp {
                     break;
                 }
@@ -410,7 +400,7 @@ impl BucketReader {
                 }
             }
         }
-        let snapshot = self.base_snapshot(&plan, &base).await?;
+        let snapshot = self.base_snapshot(plan, &base).await?;
         if records.is_empty() {
             return Ok(snapshot);
         }
