@@ -77,7 +77,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use crate::{DatabaseId, KvError, StagedCommit, Versionstamp};
+use crate::{DatabaseId, KvError, MutationKind, StagedCommit, ValidatedWrite, Versionstamp};
 
 pub use replay::{Replay, RestorePoint, Restored, replay_log, restore};
 
@@ -130,6 +130,51 @@ impl ChangeRecord {
     /// its end. The bytes of one record alone decode to that record.
     pub fn decode_all(bytes: &[u8]) -> Result<Vec<Self>, KvError> {
         codec::decode_all(bytes)
+    }
+}
+
+/// A write that only sets and deletes keys: no checks' effects to record beyond its own
+/// mutations, no versionstamped keys, range deletes, sums, min/max or enqueues. Its change record
+/// follows from the write alone, so an engine can apply it as it is and append the record's bytes
+/// afterwards ([`PlainWrite::encode_record_into`]), without staging a copy of its effects
+/// through [`crate::change_log`]'s recording first: most writes are such, and the copy is most
+/// of what logging them costs. Any other write is recorded as [`apply_atomic_write`] applies it.
+///
+/// [`apply_atomic_write`]: crate::apply_atomic_write
+#[derive(Debug, Clone, Copy)]
+pub struct PlainWrite<'a> {
+    write: &'a ValidatedWrite,
+}
+
+impl<'a> PlainWrite<'a> {
+    /// `Some` when `write` only sets and deletes keys.
+    pub fn of(write: &'a ValidatedWrite) -> Option<Self> {
+        let plain = write.enqueues.is_empty()
+            && write.mutations.iter().all(|mutation| {
+                matches!(mutation.kind, MutationKind::Set(_) | MutationKind::Delete)
+            });
+        plain.then_some(PlainWrite { write })
+    }
+
+    /// Appends the record of this write, committed as `versionstamp` after `previous` at `at` in
+    /// `database`: byte for byte [`ChangeRecord::encode_into`] of the record of what
+    /// [`crate::apply_atomic_write`] did for it.
+    pub fn encode_record_into(
+        &self,
+        database: Option<DatabaseId>,
+        versionstamp: Versionstamp,
+        previous: Versionstamp,
+        at: DateTime<Utc>,
+        out: &mut Vec<u8>,
+    ) {
+        codec::encode_plain_into(
+            out,
+            database,
+            versionstamp,
+            previous,
+            at,
+            &self.write.mutations,
+        );
     }
 }
 

@@ -1,6 +1,7 @@
 //! A write transaction's change records, kept in memory until it commits and then stored as one
 //! row of the change log (see [`crate::change_log`], "A row per commit group").
 
+use chrono::{DateTime, Utc};
 use open_deno_kv_engine_kit::change_log::ChangeRecord;
 use open_deno_kv_engine_kit::{DatabaseId, KvError, Versionstamp};
 use rusqlite::{Connection, params};
@@ -60,10 +61,23 @@ impl PendingRecords {
 
     /// A commit's record, in commit order.
     pub(crate) fn push(&mut self, record: &ChangeRecord) {
-        record.encode_into(&mut self.bytes);
+        self.append(record.versionstamp, record.at, |out| {
+            record.encode_into(out)
+        });
+    }
+
+    /// A commit's record, in commit order, appended by `encode` (which must append exactly the
+    /// record of commit `versionstamp` made at `at`).
+    pub(crate) fn append(
+        &mut self,
+        versionstamp: Versionstamp,
+        at: DateTime<Utc>,
+        encode: impl FnOnce(&mut Vec<u8>),
+    ) {
+        encode(&mut self.bytes);
         self.count += 1;
-        self.last = Some(record.versionstamp);
-        self.latest_ms = self.latest_ms.max(record.at.timestamp_millis());
+        self.last = Some(versionstamp);
+        self.latest_ms = self.latest_ms.max(at.timestamp_millis());
     }
 
     /// A command begins: [`PendingRecords::rewind`] goes back to here.

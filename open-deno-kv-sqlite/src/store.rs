@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_engine_kit::change_log::{ChangeRecord, RecordingTransaction};
+use open_deno_kv_engine_kit::change_log::{ChangeRecord, PlainWrite, RecordingTransaction};
 use open_deno_kv_engine_kit::queue::QueuedMessage;
 use open_deno_kv_engine_kit::{
     CommitResult, Effects, KeyRange, KvEntry, KvError, KvValue, StoredEntry, ValidatedWrite,
@@ -367,8 +367,9 @@ pub(crate) fn commit_write(
     })
 }
 
-/// [`commit_write`] with the change log on: the write runs through a recording transaction,
-/// and its record joins the pending ones, stored with the transaction.
+/// [`commit_write`] with the change log on: its record joins the pending ones, stored with the
+/// transaction. A write that only sets and deletes keys is applied as it is and its record
+/// encoded from it ([`PlainWrite`]); any other runs through a recording transaction.
 fn commit_logged_write(
     conn: &Connection,
     write: &ValidatedWrite,
@@ -379,6 +380,18 @@ fn commit_logged_write(
     let previous = last_commit(conn)?;
     let versionstamp = next_version(conn, previous)?;
     let mut txn = SqlTransaction { conn };
+    if let Some(plain) = PlainWrite::of(write) {
+        let outcome = apply_atomic_write(&mut txn, write, versionstamp, now)?;
+        effects.record(&outcome);
+        if outcome == WriteOutcome::CheckFailed {
+            return Ok(None);
+        }
+        let database = Some(pending.database());
+        pending.append(versionstamp, now, |out| {
+            plain.encode_record_into(database, versionstamp, previous, now, out);
+        });
+        return Ok(Some(CommitResult { versionstamp }));
+    }
     let mut recording = RecordingTransaction::new(&mut txn);
     let outcome = apply_atomic_write(&mut recording, write, versionstamp, now)?;
     effects.record(&outcome);

@@ -36,7 +36,10 @@ use uuid::Uuid;
 
 use super::ChangeRecord;
 use crate::queue::QueuedMessage;
-use crate::{DatabaseId, KeyRange, KvError, KvValue, StagedCommit, StoredEntry, Versionstamp};
+use crate::{
+    DatabaseId, KeyRange, KvError, KvValue, Mutation, MutationKind, StagedCommit, StoredEntry,
+    Versionstamp,
+};
 
 /// The layout this module writes: with the record's database.
 const LAYOUT: u8 = 2;
@@ -52,16 +55,13 @@ pub(super) fn encode(record: &ChangeRecord) -> Vec<u8> {
 
 /// Appends the record's bytes to `out`.
 pub(super) fn encode_into(record: &ChangeRecord, out: &mut Vec<u8>) {
-    match record.database {
-        Some(database) => {
-            out.push(LAYOUT);
-            out.extend_from_slice(database.as_bytes());
-        }
-        None => out.push(LAYOUT_WITHOUT_DATABASE),
-    }
-    out.extend_from_slice(record.versionstamp.as_bytes());
-    out.extend_from_slice(record.previous.as_bytes());
-    put_time(out, record.at);
+    put_header(
+        out,
+        record.database,
+        record.versionstamp,
+        record.previous,
+        record.at,
+    );
     let changes = &record.changes;
     put_len(out, changes.deleted_ranges.len());
     for range in &changes.deleted_ranges {
@@ -83,6 +83,75 @@ pub(super) fn encode_into(record: &ChangeRecord, out: &mut Vec<u8>) {
     for message in &changes.enqueued {
         put_message(out, message);
     }
+}
+
+/// Appends the record of a committed write that only sets and deletes keys (see
+/// [`super::PlainWrite`]), built from the write itself: the same bytes as [`encode_into`] of the
+/// record whose changes the write staged. Keys in order, each once with its last mutation's
+/// state, as a [`StagedCommit`] keeps them.
+pub(super) fn encode_plain_into(
+    out: &mut Vec<u8>,
+    database: Option<DatabaseId>,
+    versionstamp: Versionstamp,
+    previous: Versionstamp,
+    at: DateTime<Utc>,
+    mutations: &[Mutation],
+) {
+    put_header(out, database, versionstamp, previous, at);
+    put_len(out, 0); // no ranges deleted
+    let put_write = |out: &mut Vec<u8>, mutation: &Mutation| {
+        put_bytes(out, &mutation.key);
+        match &mutation.kind {
+            MutationKind::Set(value) => {
+                out.push(1);
+                put_entry_parts(out, value, versionstamp, mutation.expire_at);
+            }
+            // Only sets and deletes reach here (`PlainWrite::of`).
+            _ => out.push(0),
+        }
+    };
+    if let [mutation] = mutations {
+        put_len(out, 1);
+        put_write(out, mutation);
+    } else {
+        // A stable sort keeps a key's mutations in write order: the last of each run is its
+        // final state.
+        let mut ordered: Vec<&Mutation> = mutations.iter().collect();
+        ordered.sort_by(|a, b| a.key.cmp(&b.key));
+        let last_of_key = |i: usize| {
+            ordered
+                .get(i + 1)
+                .is_none_or(|next| next.key != ordered[i].key)
+        };
+        let finals: Vec<&Mutation> = (0..ordered.len())
+            .filter(|&i| last_of_key(i))
+            .map(|i| ordered[i])
+            .collect();
+        put_len(out, finals.len());
+        for mutation in finals {
+            put_write(out, mutation);
+        }
+    }
+    put_len(out, 0); // nothing enqueued
+}
+
+fn put_header(
+    out: &mut Vec<u8>,
+    database: Option<DatabaseId>,
+    versionstamp: Versionstamp,
+    previous: Versionstamp,
+    at: DateTime<Utc>,
+) {
+    match database {
+        Some(database) => {
+            out.push(LAYOUT);
+            out.extend_from_slice(database.as_bytes());
+        }
+        None => out.push(LAYOUT_WITHOUT_DATABASE),
+    }
+    out.extend_from_slice(versionstamp.as_bytes());
+    out.extend_from_slice(previous.as_bytes());
+    put_time(out, at);
 }
 
 pub(super) fn decode(bytes: &[u8]) -> Result<ChangeRecord, KvError> {
@@ -180,12 +249,21 @@ fn put_time(out: &mut Vec<u8>, at: DateTime<Utc>) {
 }
 
 fn put_entry(out: &mut Vec<u8>, entry: &StoredEntry) {
-    let (value, encoding) = entry.value.encode();
+    put_entry_parts(out, &entry.value, entry.versionstamp, entry.expires_at);
+}
+
+fn put_entry_parts(
+    out: &mut Vec<u8>,
+    value: &KvValue,
+    versionstamp: Versionstamp,
+    expires_at: Option<DateTime<Utc>>,
+) {
+    let (value, encoding) = value.encode();
     // Encoding ids are 1 to 3 (see `ValueEncoding::id`).
     out.push(u8::try_from(encoding.id()).unwrap_or(u8::MAX));
     put_bytes(out, &value);
-    out.extend_from_slice(entry.versionstamp.as_bytes());
-    match entry.expires_at {
+    out.extend_from_slice(versionstamp.as_bytes());
+    match expires_at {
         None => out.push(0),
         Some(at) => {
             out.push(1);

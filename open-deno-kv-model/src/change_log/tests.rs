@@ -154,6 +154,116 @@ fn records_back_to_back_read_back_in_order() {
     );
 }
 
+mod plain_writes {
+    //! A plain write's record, built from the write, is byte for byte the record of the changes
+    //! the write stages; other writes are not plain.
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::{AtomicWrite, Enqueue, Limits, Mutation, encode_key, key, stage_atomic_write};
+
+    fn key_of(n: u8) -> Vec<u8> {
+        encode_key(&key!["k", i64::from(n)]).expect("key")
+    }
+
+    fn value_of(kind: u8, n: u8) -> KvValue {
+        match kind % 3 {
+            0 => KvValue::U64(u64::from(n)),
+            1 => KvValue::Bytes(vec![n; usize::from(n % 7)]),
+            _ => KvValue::V8(vec![0xff, 0x0f, 0x49, n]),
+        }
+    }
+
+    /// (key, set or delete, value kind, expiry) per mutation; few keys, so that keys repeat.
+    fn mutations() -> impl Strategy<Value = Vec<(u8, bool, u8, Option<u8>)>> {
+        prop::collection::vec(
+            (0u8..5, any::<bool>(), any::<u8>(), any::<Option<u8>>()),
+            1..8,
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn a_plain_writes_record_is_the_record_of_what_it_staged(mutations in mutations()) {
+            let now = at(0);
+            let write = AtomicWrite {
+                mutations: mutations
+                    .iter()
+                    .map(|&(k, set, kind, expiry)| {
+                        let mut mutation = if set {
+                            Mutation::set(key_of(k), value_of(kind, k))
+                        } else {
+                            Mutation::delete(key_of(k))
+                        };
+                        mutation.expire_at = expiry.map(|s| at(1000 + i64::from(s)));
+                        mutation
+                    })
+                    .collect(),
+                ..Default::default()
+            };
+            let write = Limits::deno().accept_atomic_write(write, now).expect("valid");
+            let (stamp, previous) = (vs(9), Versionstamp::from_version(7, 2));
+            let staged = stage_atomic_write(|_| Ok(None), &write, stamp, now)
+                .expect("applies")
+                .expect("no checks");
+            let expected = ChangeRecord {
+                database: Some(DB),
+                versionstamp: stamp,
+                previous,
+                at: now,
+                changes: staged,
+            }
+            .encode();
+            let plain = PlainWrite::of(&write).expect("only sets and deletes");
+            let mut bytes = vec![0xaa]; // appended after what is there
+            plain.encode_record_into(Some(DB), stamp, previous, now, &mut bytes);
+            prop_assert_eq!(&bytes[1..], expected.as_slice());
+        }
+    }
+
+    #[test]
+    fn writes_with_other_effects_are_not_plain() {
+        let now = at(0);
+        let accept = |write| {
+            Limits::deno()
+                .accept_atomic_write(write, now)
+                .expect("valid")
+        };
+        let others = [
+            AtomicWrite {
+                mutations: vec![Mutation::sum(key_of(1), KvValue::U64(1))],
+                ..Default::default()
+            },
+            AtomicWrite {
+                mutations: vec![Mutation::delete_range(KeyRange::new(key_of(1), key_of(2)))],
+                ..Default::default()
+            },
+            AtomicWrite {
+                mutations: vec![Mutation {
+                    key: key_of(1),
+                    kind: crate::MutationKind::SetSuffixVersionstampedKey(KvValue::U64(1)),
+                    expire_at: None,
+                }],
+                ..Default::default()
+            },
+            AtomicWrite {
+                enqueues: vec![Enqueue {
+                    payload: vec![1],
+                    ready_at: now,
+                    keys_if_undelivered: vec![],
+                    backoff_schedule: None,
+                }],
+                ..Default::default()
+            },
+        ];
+        for write in others {
+            let write = accept(write);
+            assert!(PlainWrite::of(&write).is_none(), "{write:?}");
+        }
+    }
+}
+
 async fn items(snapshot: Snapshot) -> Vec<SnapshotItem> {
     snapshot.items.try_collect().await.expect("stream")
 }
