@@ -95,7 +95,11 @@ async fn two_consumers_on_two_handles_each_get_a_share() {
     assert_eq!(seen.len(), TOTAL, "every message arrived within {bound:?}");
     let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "delivered twice: {twice:?}");
-    eprintln!("shares: A {}, B {}", got_a.len(), got_b.len());
+    eprintln!(
+        "shares on two handles: A {}, B {}",
+        got_a.len(),
+        got_b.len()
+    );
     for (name, got) in [("A", &got_a), ("B", &got_b)] {
         assert!(
             got.len() >= 30,
@@ -345,7 +349,11 @@ async fn two_consumers_on_two_processes_each_get_a_share() {
             .collect()
     };
     let (got_a, got_b) = (got("A"), got("B"));
-    eprintln!("shares: A {}, B {}", got_a.len(), got_b.len());
+    eprintln!(
+        "shares on two processes: A {}, B {}",
+        got_a.len(),
+        got_b.len()
+    );
     let mut seen = BTreeMap::<u64, usize>::new();
     for i in got_a.iter().chain(&got_b) {
         *seen.entry(*i).or_default() += 1;
