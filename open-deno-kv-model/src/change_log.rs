@@ -114,9 +114,22 @@ impl ChangeRecord {
         codec::encode(self)
     }
 
+    /// Appends the record's bytes to `out`: records appended one after another can be stored
+    /// together and read back with [`ChangeRecord::decode_all`].
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        codec::encode_into(self, out);
+    }
+
     /// A record from its stored bytes; [`KvError::Corrupt`] if they do not decode.
     pub fn decode(bytes: &[u8]) -> Result<Self, KvError> {
         codec::decode(bytes)
+    }
+
+    /// Records stored back to back ([`ChangeRecord::encode_into`]), in their order: one or
+    /// more, or [`KvError::Corrupt`] if the bytes are empty or any record does not decode to
+    /// its end. The bytes of one record alone decode to that record.
+    pub fn decode_all(bytes: &[u8]) -> Result<Vec<Self>, KvError> {
+        codec::decode_all(bytes)
     }
 }
 

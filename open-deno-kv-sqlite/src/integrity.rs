@@ -1,6 +1,5 @@
 //! The integrity check: SQLite's own, then every row decoded as reads decode it.
 
-use open_deno_kv_engine_kit::change_log::ChangeRecord;
 use open_deno_kv_engine_kit::{IntegrityReport, KvError, RowProblem, TableHolds, decode_key};
 use rusqlite::{Connection, Row};
 
@@ -41,28 +40,29 @@ pub(crate) fn check(conn: &mut Connection) -> Result<IntegrityReport, KvError> {
         });
     }
     if crate::change_log::tables_exist(&tx)? {
-        // The change log's records: each must decode, and sit under its own versionstamp.
-        const RECORDS_SQL: &str = "select versionstamp, record from odkv_change_log";
+        // The change log's rows: each must decode to its records, in commit order, the last
+        // under the row's own key, as many as the row counts.
+        let counted = crate::change_log::has_records_column(&tx)?;
+        let sql = if counted {
+            "select versionstamp, record, records from odkv_change_log"
+        } else {
+            "select versionstamp, record from odkv_change_log"
+        };
         scan(
             &tx,
-            RECORDS_SQL,
+            sql,
             "odkv_change_log",
             TableHolds::Index,
             &mut report,
             |row| {
                 let (key, bytes): (Vec<u8>, Vec<u8>) =
                     (row.get(0).map_err(storage)?, row.get(1).map_err(storage)?);
-                let record = ChangeRecord::decode(&bytes)?;
-                if record.versionstamp.as_bytes().as_slice() != key {
-                    return Err(KvError::Corrupt {
-                        message: format!(
-                            "a change log record of commit {} is stored under {}",
-                            record.versionstamp,
-                            key.iter().map(|b| format!("{b:02x}")).collect::<String>()
-                        ),
-                    });
-                }
-                Ok(())
+                let count = if counted {
+                    Some(row.get(2).map_err(storage)?)
+                } else {
+                    None
+                };
+                crate::change_log::row_records(&key, &bytes, count).map(drop)
             },
         );
     }

@@ -52,6 +52,7 @@ mod identity;
 mod integrity;
 mod messages;
 mod options;
+mod pending_records;
 mod reader;
 mod schema;
 mod store;

@@ -16,9 +16,10 @@ use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
 use chrono::{DateTime, Utc};
 use open_deno_kv_engine_kit::queue::{Due, Hold, QueueTables, QueuedMessage, fail_deliveries};
-use open_deno_kv_engine_kit::{DatabaseId, Effects, KvError, ValidatedWrite, ms_to_datetime};
+use open_deno_kv_engine_kit::{Effects, KvError, ValidatedWrite, ms_to_datetime};
 use rusqlite::{Connection, params};
 
+use crate::pending_records::PendingRecords;
 use crate::store::{commit_write, execute, first_row, insert_queue_row, queue_row, storage};
 
 /// Message ids held by live consumers in this process, per database file: sweeps never requeue
@@ -41,9 +42,9 @@ const SELECT_RUNNING: &str =
 /// Deno's queue tables on a connection inside the writer's transaction (or savepoint).
 pub(crate) struct SqlQueue<'a> {
     pub(crate) conn: &'a Connection,
-    /// While the change log is on, the database's identity: dead-letter writes store change
-    /// records naming it.
-    pub(crate) log: Option<DatabaseId>,
+    /// While the change log is on, the transaction's pending change records: dead-letter writes
+    /// add theirs.
+    pub(crate) log: Option<&'a mut PendingRecords>,
 }
 
 impl QueueTables for SqlQueue<'_> {
@@ -92,18 +93,18 @@ impl QueueTables for SqlQueue<'_> {
         now: DateTime<Utc>,
         effects: &mut Effects,
     ) -> Result<(), KvError> {
-        commit_write(self.conn, write, now, effects, self.log).map(|_| ())
+        commit_write(self.conn, write, now, effects, self.log.as_deref_mut()).map(|_| ())
     }
 }
 
 /// Requeues (or dead-letters) running messages whose deadline passed and that no live consumer
-/// in this process holds. With `log`, their dead letters store change records.
+/// in this process holds. With `log`, their dead letters add change records to it.
 pub(crate) fn requeue_dead(
     conn: &Connection,
     now: DateTime<Utc>,
     registry_key: &Path,
     effects: &mut Effects,
-    log: Option<DatabaseId>,
+    log: Option<&mut PendingRecords>,
 ) -> Result<(), KvError> {
     let dead: Vec<String> = {
         let mut stmt = conn.prepare_cached(SELECT_DEAD).map_err(storage)?;

@@ -7,15 +7,15 @@ use chrono::{DateTime, Utc};
 use open_deno_kv_engine_kit::change_log::{ChangeRecord, RecordingTransaction};
 use open_deno_kv_engine_kit::queue::QueuedMessage;
 use open_deno_kv_engine_kit::{
-    CommitResult, DatabaseId, Effects, KeyRange, KvEntry, KvError, KvValue, StoredEntry,
-    ValidatedWrite, Versionstamp, WriteOutcome, WriteTransaction, apply_atomic_write,
-    ms_to_datetime,
+    CommitResult, Effects, KeyRange, KvEntry, KvError, KvValue, StoredEntry, ValidatedWrite,
+    Versionstamp, WriteOutcome, WriteTransaction, apply_atomic_write, ms_to_datetime,
 };
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use rusqlite::{Connection, OpenFlags, Params, Row, params};
 use uuid::Uuid;
 
 use crate::error::SqliteError;
+use crate::pending_records::PendingRecords;
 
 /// How long SQLite itself waits for another connection's lock before reporting busy; callers
 /// retry beyond that with back-off.
@@ -346,16 +346,17 @@ pub(crate) fn last_commit(conn: &Connection) -> Result<Versionstamp, KvError> {
 
 /// Runs one validated atomic write through open-deno-kv-model's write path on `conn` (inside the caller's
 /// transaction or savepoint, which the caller rolls back unless this returns `Ok(Some(_))`).
-/// With `log`, a committed write also stores its change record (see [`crate::change_log`]).
+/// With `log`, a committed write also adds its change record to the transaction's pending
+/// records (see [`crate::change_log`]).
 pub(crate) fn commit_write(
     conn: &Connection,
     write: &ValidatedWrite,
     now: DateTime<Utc>,
     effects: &mut Effects,
-    log: Option<DatabaseId>,
+    log: Option<&mut PendingRecords>,
 ) -> Result<Option<CommitResult>, KvError> {
-    if let Some(database) = log {
-        return commit_logged_write(conn, write, now, effects, database);
+    if let Some(pending) = log {
+        return commit_logged_write(conn, write, now, effects, pending);
     }
     let versionstamp = next_version(conn, last_commit(conn)?)?;
     let outcome = apply_atomic_write(&mut SqlTransaction { conn }, write, versionstamp, now)?;
@@ -367,13 +368,13 @@ pub(crate) fn commit_write(
 }
 
 /// [`commit_write`] with the change log on: the write runs through a recording transaction,
-/// and its record is stored with it.
+/// and its record joins the pending ones, stored with the transaction.
 fn commit_logged_write(
     conn: &Connection,
     write: &ValidatedWrite,
     now: DateTime<Utc>,
     effects: &mut Effects,
-    database: DatabaseId,
+    pending: &mut PendingRecords,
 ) -> Result<Option<CommitResult>, KvError> {
     let previous = last_commit(conn)?;
     let versionstamp = next_version(conn, previous)?;
@@ -384,31 +385,14 @@ fn commit_logged_write(
     if outcome == WriteOutcome::CheckFailed {
         return Ok(None);
     }
-    let record = ChangeRecord {
-        database: Some(database),
+    pending.push(&ChangeRecord {
+        database: Some(pending.database()),
         versionstamp,
         previous,
         at: now,
         changes: recording.into_changes(),
-    };
-    append_record(conn, &record)?;
+    });
     Ok(Some(CommitResult { versionstamp }))
-}
-
-/// Stores a change record in the change log's table (see [`crate::change_log`]), inside the
-/// commit's savepoint.
-fn append_record(conn: &Connection, record: &ChangeRecord) -> Result<(), KvError> {
-    const APPEND: &str =
-        "insert into odkv_change_log (versionstamp, at_ms, record) values (?1, ?2, ?3)";
-    execute(
-        conn,
-        APPEND,
-        params![
-            record.versionstamp.as_bytes().as_slice(),
-            record.at.timestamp_millis(),
-            record.encode()
-        ],
-    )
 }
 
 /// SQLite's count of other connections' commits (it does not move for this connection's own):

@@ -42,15 +42,14 @@ use open_deno_kv_engine_kit::queue::{
     self as kit, DeliveryEngine, DeliveryOutcome, Due, MESSAGE_KEEPALIVE_INTERVAL,
     delivery_deadline,
 };
-use open_deno_kv_engine_kit::{
-    Clock, CommitResult, DatabaseId, Effects, KvError, Notifier, ValidatedWrite,
-};
+use open_deno_kv_engine_kit::{Clock, CommitResult, Effects, KvError, Notifier, ValidatedWrite};
 use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior, params};
 
 use crate::change_log::WriterLog;
 use crate::error::SqliteError;
 use crate::messages::{self, SqlQueue, held_registry};
 use crate::options::Durability;
+use crate::pending_records::PendingRecords;
 use crate::schema;
 use crate::store::{
     BUSY_TIMEOUT, commit_write, execute, open_connection, pragma_data_version, storage,
@@ -209,11 +208,13 @@ impl GroupRunner for WriteConnection {
         let mut effects = Effects::default();
         let log = &mut self.log;
         let failed = self.syncing.begin(&self.conn, true, true).and_then(|tx| {
+            let mut pending = log.refresh(&tx)?.map(PendingRecords::new);
             let mut tables = SqlQueue {
                 conn: &tx,
-                log: log.refresh(&tx)?,
+                log: pending.as_mut(),
             };
             kit::fail_deliveries(&mut tables, own.iter().cloned(), now, &mut effects)?;
+            store_pending(&tx, pending.as_ref())?;
             self.syncing.commit(tx)
         });
         // Whether or not the failures were stored, nobody here holds these messages any more: a
@@ -309,30 +310,37 @@ impl WriteConnection {
             }
         };
         let log = match self.log.refresh(&tx) {
-            Ok(log) => log,
+            Ok(log) => log.map(PendingRecords::new),
             Err(err) => {
                 committer::reject_all(group, &err);
                 return Ok(());
             }
         };
-        let registry_key = &self.registry_key;
-        let run = run_isolated(
-            &mut SqlGroup {
-                tx: &tx,
-                registry_key,
-                log,
-            },
-            group,
-        );
+        let mut sql_group = SqlGroup {
+            tx: &tx,
+            registry_key: &self.registry_key,
+            log,
+        };
+        let run = run_isolated(&mut sql_group, group);
+        let pending = sql_group.log;
         // A group in which every write failed its check changed nothing: rolled back, it costs
         // no write to the log and no fsync.
         let committed = if run.kept == 0 {
             tx.rollback().map_err(storage)
         } else {
-            // Pruning is housekeeping: if it fails, the group still commits, and it is tried
-            // again at the next due time.
-            let _ = self.log.logged(&tx, run.kept, self.clock.now());
-            self.syncing.commit(tx)
+            match store_pending(&tx, pending.as_ref()) {
+                // Without its records the group must not commit.
+                Err(err) => {
+                    let _ = tx.rollback();
+                    Err(err)
+                }
+                Ok(()) => {
+                    // Pruning is housekeeping: if it fails, the group still commits, and it is
+                    // tried again at the next due time.
+                    let _ = self.log.logged(&tx, run.kept, self.clock.now());
+                    self.syncing.commit(tx)
+                }
+            }
         };
         let notifier = self.notifier.clone();
         run.finish(&committed, &notifier, |taken, settled| {
@@ -372,10 +380,11 @@ impl WriteConnection {
         let now = self.clock.now();
         let mut effects = Effects::default();
         let tx = self.syncing.begin(&self.conn, false, true)?;
-        let log = self.log.refresh(&tx)?;
+        let mut pending = self.log.refresh(&tx)?.map(PendingRecords::new);
         let expired = "delete from kv where expiration_ms >= 0 and expiration_ms <= ?1";
         execute(&tx, expired, [now.timestamp_millis()])?;
-        messages::requeue_dead(&tx, now, &self.registry_key, &mut effects, log)?;
+        messages::requeue_dead(&tx, now, &self.registry_key, &mut effects, pending.as_mut())?;
+        store_pending(&tx, pending.as_ref())?;
         self.syncing.commit(tx)?;
         self.notifier.notify(&effects);
         Ok(())
@@ -425,6 +434,11 @@ impl AutoCheckpoint {
     }
 }
 
+/// Stores a transaction's pending change records, if the log is on, before it commits.
+fn store_pending(tx: &Transaction<'_>, pending: Option<&PendingRecords>) -> Result<(), KvError> {
+    pending.map_or(Ok(()), |pending| pending.store(tx))
+}
+
 fn is_busy(err: &rusqlite::Error) -> bool {
     matches!(err, rusqlite::Error::SqliteFailure(e, _) if e.code == ErrorCode::DatabaseBusy || e.code == ErrorCode::DatabaseLocked)
 }
@@ -460,20 +474,26 @@ struct SqlGroup<'t, 'c> {
     tx: &'t Transaction<'c>,
     /// The file, for the held-message registry.
     registry_key: &'t Path,
-    /// While the change log is on, the database's identity: commits store change records
-    /// naming it.
-    log: Option<DatabaseId>,
+    /// While the change log is on, the group's pending change records: its commits add theirs,
+    /// and the group stores them before it commits.
+    log: Option<PendingRecords>,
 }
 
 impl IsolatingTxn for SqlGroup<'_, '_> {
     type Id = String;
 
     fn begin_command(&mut self) -> Result<(), KvError> {
+        if let Some(pending) = &mut self.log {
+            pending.mark();
+        }
         execute(self.tx, "savepoint command", [])
     }
 
     fn end_command(&mut self, keep: bool) -> Result<(), KvError> {
         if !keep {
+            if let Some(pending) = &mut self.log {
+                pending.rewind();
+            }
             execute(self.tx, "rollback to command", [])?;
         }
         execute(self.tx, "release command", [])
@@ -485,15 +505,15 @@ impl IsolatingTxn for SqlGroup<'_, '_> {
         now: DateTime<Utc>,
         effects: &mut Effects,
     ) -> Result<Option<CommitResult>, KvError> {
-        commit_write(self.tx, write, now, effects, self.log)
+        commit_write(self.tx, write, now, effects, self.log.as_mut())
     }
 
     /// Requeues dead consumers' messages first, so they are due again.
     fn take(&mut self, now: DateTime<Utc>, effects: &mut Effects) -> Result<Due<String>, KvError> {
-        messages::requeue_dead(self.tx, now, self.registry_key, effects, self.log)?;
+        messages::requeue_dead(self.tx, now, self.registry_key, effects, self.log.as_mut())?;
         let mut tables = SqlQueue {
             conn: self.tx,
-            log: self.log,
+            log: self.log.as_mut(),
         };
         kit::take_due(&mut tables, now)
     }
@@ -507,7 +527,7 @@ impl IsolatingTxn for SqlGroup<'_, '_> {
     ) -> Result<(), KvError> {
         let mut tables = SqlQueue {
             conn: self.tx,
-            log: self.log,
+            log: self.log.as_mut(),
         };
         kit::settle(&mut tables, id, outcome, now, effects)
     }

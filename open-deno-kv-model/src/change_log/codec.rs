@@ -24,6 +24,10 @@
 //! A record that ends early, has bytes after its end, or holds an unknown tag, encoding or layout
 //! version is refused as [`KvError::Corrupt`]: a log that does not decode is reported, never
 //! replayed in part.
+//!
+//! A record's end is known from its own bytes, so records can also be stored back to back, as
+//! an engine that keeps a commit group's records in one place does (`records = record
+//! { record }`, read by [`decode_all`]); one record stored alone is the same bytes either way.
 
 use std::collections::BTreeMap;
 
@@ -42,6 +46,12 @@ const LAYOUT_WITHOUT_DATABASE: u8 = 1;
 
 pub(super) fn encode(record: &ChangeRecord) -> Vec<u8> {
     let mut out = Vec::with_capacity(80);
+    encode_into(record, &mut out);
+    out
+}
+
+/// Appends the record's bytes to `out`.
+pub(super) fn encode_into(record: &ChangeRecord, out: &mut Vec<u8>) {
     match record.database {
         Some(database) => {
             out.push(LAYOUT);
@@ -51,79 +61,99 @@ pub(super) fn encode(record: &ChangeRecord) -> Vec<u8> {
     }
     out.extend_from_slice(record.versionstamp.as_bytes());
     out.extend_from_slice(record.previous.as_bytes());
-    put_time(&mut out, record.at);
+    put_time(out, record.at);
     let changes = &record.changes;
-    put_len(&mut out, changes.deleted_ranges.len());
+    put_len(out, changes.deleted_ranges.len());
     for range in &changes.deleted_ranges {
-        put_bytes(&mut out, &range.start);
-        put_bytes(&mut out, &range.end);
+        put_bytes(out, &range.start);
+        put_bytes(out, &range.end);
     }
-    put_len(&mut out, changes.writes.len());
+    put_len(out, changes.writes.len());
     for (key, state) in &changes.writes {
-        put_bytes(&mut out, key);
+        put_bytes(out, key);
         match state {
             None => out.push(0),
             Some(entry) => {
                 out.push(1);
-                put_entry(&mut out, entry);
+                put_entry(out, entry);
             }
         }
     }
-    put_len(&mut out, changes.enqueued.len());
+    put_len(out, changes.enqueued.len());
     for message in &changes.enqueued {
-        put_message(&mut out, message);
+        put_message(out, message);
     }
-    out
 }
 
 pub(super) fn decode(bytes: &[u8]) -> Result<ChangeRecord, KvError> {
     let mut input = Reader { bytes, at: 0 };
-    let database = match input.u8()? {
-        LAYOUT => Some(DatabaseId::from_bytes(input.array()?)),
-        LAYOUT_WITHOUT_DATABASE => None,
-        layout => {
-            return Err(corrupt(format!(
-                "unknown layout {layout} (this version reads {LAYOUT_WITHOUT_DATABASE} and \
-                 {LAYOUT})"
-            )));
-        }
-    };
-    let versionstamp = input.versionstamp()?;
-    let previous = input.versionstamp()?;
-    let at = input.time()?;
-    let mut changes = StagedCommit::default();
-    for _ in 0..input.u32()? {
-        let start = input.bytes()?;
-        let end = input.bytes()?;
-        changes.deleted_ranges.push(KeyRange::new(start, end));
-    }
-    let mut writes = BTreeMap::new();
-    for _ in 0..input.u32()? {
-        let key = input.bytes()?;
-        let state = match input.u8()? {
-            0 => None,
-            1 => Some(input.entry()?),
-            tag => return Err(corrupt(format!("unknown key state {tag}"))),
-        };
-        writes.insert(key, state);
-    }
-    changes.writes = writes;
-    for _ in 0..input.u32()? {
-        changes.enqueued.push(input.message()?);
-    }
+    let record = input.record()?;
     if input.at != bytes.len() {
         return Err(corrupt(format!(
             "{} bytes after the end",
             bytes.len() - input.at
         )));
     }
-    Ok(ChangeRecord {
-        database,
-        versionstamp,
-        previous,
-        at,
-        changes,
-    })
+    Ok(record)
+}
+
+/// Records stored back to back, in their order; none is an error (there is nothing to read).
+pub(super) fn decode_all(bytes: &[u8]) -> Result<Vec<ChangeRecord>, KvError> {
+    if bytes.is_empty() {
+        return Err(corrupt("it holds no record".to_owned()));
+    }
+    let mut input = Reader { bytes, at: 0 };
+    let mut records = Vec::new();
+    while input.at < bytes.len() {
+        records.push(input.record()?);
+    }
+    Ok(records)
+}
+
+impl Reader<'_> {
+    /// One record, from where the reader stands to the record's end.
+    fn record(&mut self) -> Result<ChangeRecord, KvError> {
+        let database = match self.u8()? {
+            LAYOUT => Some(DatabaseId::from_bytes(self.array()?)),
+            LAYOUT_WITHOUT_DATABASE => None,
+            layout => {
+                return Err(corrupt(format!(
+                    "unknown layout {layout} (this version reads {LAYOUT_WITHOUT_DATABASE} and \
+                 {LAYOUT})"
+                )));
+            }
+        };
+        let versionstamp = self.versionstamp()?;
+        let previous = self.versionstamp()?;
+        let at = self.time()?;
+        let mut changes = StagedCommit::default();
+        for _ in 0..self.u32()? {
+            let start = self.bytes()?;
+            let end = self.bytes()?;
+            changes.deleted_ranges.push(KeyRange::new(start, end));
+        }
+        let mut writes = BTreeMap::new();
+        for _ in 0..self.u32()? {
+            let key = self.bytes()?;
+            let state = match self.u8()? {
+                0 => None,
+                1 => Some(self.entry()?),
+                tag => return Err(corrupt(format!("unknown key state {tag}"))),
+            };
+            writes.insert(key, state);
+        }
+        changes.writes = writes;
+        for _ in 0..self.u32()? {
+            changes.enqueued.push(self.message()?);
+        }
+        Ok(ChangeRecord {
+            database,
+            versionstamp,
+            previous,
+            at,
+            changes,
+        })
+    }
 }
 
 fn corrupt(what: String) -> KvError {

@@ -117,6 +117,43 @@ fn a_damaged_record_is_reported_as_corrupt() {
     assert!(err.to_string().contains("unknown layout 3"), "{err}");
 }
 
+/// Records stored back to back read back in order; one alone is the same bytes as
+/// [`ChangeRecord::encode`]'s; a cut anywhere but between records, and empty bytes, are corrupt.
+#[test]
+fn records_back_to_back_read_back_in_order() {
+    let records = [
+        record(3, &[(b"a", 1)], &[b"b"]),
+        record(4, &[], &[b"a"]),
+        record(5, &[(b"c", 7), (b"d", 8)], &[]),
+    ];
+    let mut bytes = Vec::new();
+    let mut ends = Vec::new();
+    for record in &records {
+        record.encode_into(&mut bytes);
+        ends.push(bytes.len());
+    }
+    assert_eq!(ChangeRecord::decode_all(&bytes).expect("decodes"), records);
+    assert_eq!(&bytes[..ends[0]], records[0].encode().as_slice());
+    assert_eq!(
+        ChangeRecord::decode_all(&bytes[..ends[0]]).expect("decodes"),
+        records[..1]
+    );
+    for cut in 0..bytes.len() {
+        let decoded = ChangeRecord::decode_all(&bytes[..cut]);
+        match ends.iter().position(|end| *end == cut) {
+            Some(whole) => assert_eq!(decoded.expect("whole records"), records[..=whole]),
+            None => assert!(
+                matches!(decoded, Err(KvError::Corrupt { .. })),
+                "cut at {cut}"
+            ),
+        }
+    }
+    assert!(
+        ChangeRecord::decode(&bytes).is_err(),
+        "decode takes exactly one record"
+    );
+}
+
 async fn items(snapshot: Snapshot) -> Vec<SnapshotItem> {
     snapshot.items.try_collect().await.expect("stream")
 }
