@@ -307,6 +307,7 @@ impl Engine for PostgresBackend {
             write,
             now: self.options.clock.now(),
             claim: None,
+            invoked: std::time::Instant::now(),
         };
         self.committer.submit(request).await?
     }

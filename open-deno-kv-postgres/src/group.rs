@@ -75,6 +75,7 @@ use tokio_postgres::{Client, Row, Statement};
 use uuid::Uuid;
 
 use crate::PostgresError;
+use crate::after_commit::AfterCommit;
 use crate::codec::{self, EntryColumns};
 use crate::committer::GroupTransaction;
 use crate::connect::{connect, is_connection_failure};
@@ -97,6 +98,9 @@ pub(crate) struct WriteRequest {
     /// For a dead letter: the message (id, lease) whose deletion the write depends on. The write
     /// is skipped (answered "not committed") when the lease no longer holds.
     pub(crate) claim: Option<(Uuid, Uuid)>,
+    /// When the write was asked for: a commit after this instant happened while it waited, and
+    /// may have decided its checks ([`AfterCommit`]).
+    pub(crate) invoked: Instant,
 }
 
 /// The answer to one [`WriteRequest`].
@@ -117,6 +121,9 @@ pub(crate) struct WriteGroup {
     prune: PruneSchedule,
     /// The store's identity, which every change record names.
     identity: DatabaseId,
+    /// What the last group known to have committed left at the keys it wrote: the checks it
+    /// already failed are answered without a round trip.
+    after_commit: Option<AfterCommit>,
 }
 
 /// The committer's connection with its statements prepared.
@@ -143,6 +150,8 @@ struct Sent {
     final_version: i64,
     /// What this handle's watches and consumers are told.
     effects: Effects,
+    /// What the group leaves at the keys it wrote, once committed.
+    after: AfterCommit,
 }
 
 /// Why a group did not commit.
@@ -202,6 +211,7 @@ impl WriteGroup {
             connection: None,
             prune: PruneSchedule::default(),
             identity,
+            after_commit: None,
         }
     }
 
@@ -481,6 +491,8 @@ impl WriteGroup {
             }))
             .await?;
         let mark = CommitMark { version: last, id };
+        // Taken before the COMMIT is sent, so the commit surely comes after it.
+        let after = AfterCommit::new(&outcome.writes, &outcome.deleted_ranges, Instant::now());
         let sent = Sent {
             answers,
             final_version,
@@ -488,6 +500,7 @@ impl WriteGroup {
                 queue: !outcome.enqueued.is_empty(),
                 changed: outcome.changed,
             },
+            after,
         };
         // From here on the COMMIT may be on its way: a failure whose cause is not an answer of
         // the server leaves the outcome to be looked up.
@@ -524,15 +537,54 @@ impl WriteGroup {
         Ok(self.committed(sent))
     }
 
-    /// A group known to have committed: the version it reached, this handle's wake-ups, and
-    /// its callers' answers.
-    fn committed(&self, sent: Sent) -> Vec<WriteAnswer> {
+    /// A group known to have committed: the version it reached, this handle's wake-ups, what
+    /// it left for the next groups' checks, and its callers' answers.
+    fn committed(&mut self, sent: Sent) -> Vec<WriteAnswer> {
         self.committed.fetch_max(
             u64::try_from(sent.final_version).unwrap_or(0),
             Ordering::AcqRel,
         );
         self.events.notifier.notify(&sent.effects);
+        self.after_commit = Some(sent.after);
         sent.answers
+    }
+
+    /// Runs the writes whose checks the last commit has not already failed; those are
+    /// answered "check failed" here ([`AfterCommit`]).
+    async fn run_undecided(&mut self, items: Vec<WriteRequest>) -> Vec<WriteAnswer> {
+        let failed: Vec<bool> = match &self.after_commit {
+            Some(after) => items.iter().map(|i| after.failed_checks_of(i)).collect(),
+            None => return self.run_group(items).await,
+        };
+        if !failed.contains(&true) {
+            return self.run_group(items).await;
+        }
+        let undecided: Vec<WriteRequest> = items
+            .into_iter()
+            .zip(&failed)
+            .filter(|(_, failed)| !**failed)
+            .map(|(item, _)| item)
+            .collect();
+        let mut ran = if undecided.is_empty() {
+            Vec::new()
+        } else {
+            self.run_group(undecided).await
+        }
+        .into_iter();
+        failed
+            .iter()
+            .map(|failed| {
+                if *failed {
+                    Ok(None)
+                } else {
+                    ran.next().unwrap_or_else(|| {
+                        Err(KvError::from(PostgresError::Internal {
+                            message: "the group answered fewer writes than it ran".to_owned(),
+                        }))
+                    })
+                }
+            })
+            .collect()
     }
 }
 
@@ -542,6 +594,14 @@ impl GroupTransaction for WriteGroup {
     type Answer = WriteAnswer;
 
     async fn run(&mut self, items: Vec<WriteRequest>) -> Vec<WriteAnswer> {
+        self.run_undecided(items).await
+    }
+}
+
+impl WriteGroup {
+    /// Runs the group in one transaction, again on a new connection after a failure that
+    /// surely did not commit, and looks its outcome up when a commit's answer was lost.
+    async fn run_group(&mut self, items: Vec<WriteRequest>) -> Vec<WriteAnswer> {
         let started = Instant::now();
         let mut pause = Duration::from_millis(20);
         let failed: KvError = loop {

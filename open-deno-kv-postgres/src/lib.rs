@@ -81,6 +81,7 @@
 //! open that a notification reaches its listener, and refuses such a pooler with
 //! [`PostgresError::NotificationsLost`], which names the pool mode and the fix.
 
+mod after_commit;
 mod backend;
 mod backup;
 mod change_log;

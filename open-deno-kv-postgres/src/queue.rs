@@ -490,6 +490,7 @@ impl Queue {
             write,
             now: self.ctx.clock.now(),
             claim: Some((ticket.id, ticket.lease)),
+            invoked: std::time::Instant::now(),
         };
         self.ctx.committer.submit(request).await?.map(drop)
     }

@@ -210,3 +210,81 @@ async fn a_lone_write_is_two_round_trips_and_a_failed_check_one_and_a_rollback()
         "10 failed checks: one round trip and an unawaited ROLLBACK each, counted {busiest:?}"
     );
 }
+
+/// A write asked for while a group that changes its checked key is committing, and queued behind
+/// it, fails its check at that commit: it is answered without a round trip of its own. Without
+/// that, it would cost its group's first flight (and an unawaited `ROLLBACK`).
+///
+/// The window is found by watching the proxy: the second write is asked for once the first
+/// group's first flight has gone out and before its second has (the runtime has one thread, so
+/// nothing moves between the look and the ask). An attempt that misses the window is run again.
+#[tokio::test]
+async fn a_check_the_commit_in_flight_fails_costs_no_round_trip() {
+    let Some(cluster) = cluster() else { return };
+    drop(open(&cluster, "trips").await.expect("open"));
+    let proxy = SilentCutProxy::start(cluster.port()).await.expect("proxy");
+    let options = PostgresOptions {
+        schema: "trips".to_owned(),
+        ..PostgresOptions::default()
+    };
+    let kv = std::sync::Arc::new(
+        PostgresBackend::open_with(&proxy.url("postgres"), options)
+            .await
+            .expect("open through the proxy"),
+    );
+    let counter = support::enc(&key!["counter"]);
+    let write = |n: u64, versionstamp| AtomicWrite {
+        checks: vec![Check {
+            key: counter.clone(),
+            versionstamp,
+        }],
+        mutations: vec![Mutation::set(counter.clone(), KvValue::U64(n))],
+        ..AtomicWrite::default()
+    };
+    let mut stamp = kv
+        .atomic_write(write(0, None))
+        .await
+        .unwrap()
+        .unwrap()
+        .versionstamp;
+    for attempt in 0..50 {
+        let before = proxy.client_turns();
+        let first = tokio::spawn({
+            let (kv, write) = (kv.clone(), write(attempt + 1, Some(stamp)));
+            async move { kv.atomic_write(write).await }
+        });
+        // Until the first group's first flight is out (and not yet its second).
+        let in_window = loop {
+            tokio::task::yield_now().await;
+            match added(&before, &proxy.client_turns()).into_iter().max() {
+                Some(1) => break true,
+                Some(0) | None => {}
+                Some(_) => break false,
+            }
+        };
+        // Asked for now (its first poll), with the check the first group is about to falsify.
+        let mut second = std::pin::pin!(kv.atomic_write(write(100, Some(stamp))));
+        let asked = futures::poll!(second.as_mut());
+        stamp = first
+            .await
+            .expect("the first write's task")
+            .unwrap()
+            .expect("its check holds")
+            .versionstamp;
+        let failed = match asked {
+            std::task::Poll::Ready(answer) => answer,
+            std::task::Poll::Pending => second.await,
+        };
+        assert!(failed.unwrap().is_none(), "the second write's check fails");
+        let busiest = added(&before, &proxy.client_turns()).into_iter().max();
+        if in_window {
+            assert_eq!(
+                busiest,
+                Some(2),
+                "the first group's two flights, and nothing for the second write (attempt {attempt})"
+            );
+            return;
+        }
+    }
+    panic!("50 attempts never asked for the second write between the first group's two flights");
+}
