@@ -157,13 +157,16 @@ mod tests {
         AfterCommit::new(&writes, &ranges, commit_sent)
     }
 
-    #[test]
-    fn a_write_invoked_before_the_commit_fails_where_the_commit_decided_otherwise() {
+    /// Whether a write invoked just before the commit, checking `name` at `expected` with its
+    /// `now`, fails at the commit [`after`] describes.
+    fn fails(name: &str, expected: Option<u64>, now: DateTime<Utc>) -> bool {
         let sent = Instant::now();
         let before = sent - Duration::from_millis(1);
-        let after = after(sent);
-        let fails =
-            |name, expected, now| after.failed_checks_of(&checking(name, expected, before, now));
+        after(sent).failed_checks_of(&checking(name, expected, before, now))
+    }
+
+    #[test]
+    fn a_write_invoked_before_the_commit_fails_where_the_commit_decided_otherwise() {
         // Another versionstamp, or expecting absent, where the group left an entry.
         assert!(fails("counter", Some(8), at(0)));
         assert!(fails("counter", None, at(0)));
@@ -177,11 +180,6 @@ mod tests {
 
     #[test]
     fn a_check_the_commit_left_passing_or_did_not_decide_runs() {
-        let sent = Instant::now();
-        let before = sent - Duration::from_millis(1);
-        let after = after(sent);
-        let fails =
-            |name, expected, now| after.failed_checks_of(&checking(name, expected, before, now));
         assert!(!fails("counter", Some(9), at(0)), "what the group left");
         assert!(!fails("gone", None, at(0)));
         assert!(!fails("r1", None, at(0)), "deleted by the range");

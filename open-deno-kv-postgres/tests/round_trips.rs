@@ -78,6 +78,34 @@ async fn reader_through(proxy: &SilentCutProxy, schema: &str) -> Checked<Postgre
         .expect("open through the proxy")
 }
 
+/// A writable handle on the schema `trips` through a new proxy in front of `cluster`.
+async fn writer_through(cluster: &TestCluster) -> (SilentCutProxy, Checked<PostgresBackend>) {
+    // The store's role creates the schema; the proxy's URL names the superuser, who may use it.
+    drop(open(cluster, "trips").await.expect("open"));
+    let proxy = SilentCutProxy::start(cluster.port()).await.expect("proxy");
+    let options = PostgresOptions {
+        schema: "trips".to_owned(),
+        ..PostgresOptions::default()
+    };
+    let kv = PostgresBackend::open_with(&proxy.url("postgres"), options)
+        .await
+        .expect("open through the proxy");
+    (proxy, kv)
+}
+
+/// Sets `["counter"]` to `n` if its versionstamp is `versionstamp` (`None`: if it is absent).
+fn write(n: u64, versionstamp: Option<open_deno_kv_engine_kit::Versionstamp>) -> AtomicWrite {
+    let counter = support::enc(&key!["counter"]);
+    AtomicWrite {
+        checks: vec![Check {
+            key: counter.clone(),
+            versionstamp,
+        }],
+        mutations: vec![Mutation::set(counter, KvValue::U64(n))],
+        ..AtomicWrite::default()
+    }
+}
+
 #[tokio::test]
 async fn a_strong_read_is_one_round_trip_whatever_its_ranges() {
     let Some(cluster) = cluster() else { return };
@@ -158,25 +186,7 @@ async fn an_eventual_read_on_a_replica_is_one_round_trip_with_its_version() {
 #[tokio::test]
 async fn a_lone_write_is_two_round_trips_and_a_failed_check_one_and_a_rollback() {
     let Some(cluster) = cluster() else { return };
-    // The store's role creates the schema; the proxy's URL names the superuser, who may use it.
-    drop(open(&cluster, "trips").await.expect("open"));
-    let proxy = SilentCutProxy::start(cluster.port()).await.expect("proxy");
-    let options = PostgresOptions {
-        schema: "trips".to_owned(),
-        ..PostgresOptions::default()
-    };
-    let kv = PostgresBackend::open_with(&proxy.url("postgres"), options)
-        .await
-        .expect("open through the proxy");
-    let counter = support::enc(&key!["counter"]);
-    let write = |n: u64, versionstamp| AtomicWrite {
-        checks: vec![Check {
-            key: counter.clone(),
-            versionstamp,
-        }],
-        mutations: vec![Mutation::set(counter.clone(), KvValue::U64(n))],
-        ..AtomicWrite::default()
-    };
+    let (proxy, kv) = writer_through(&cluster).await;
     // The committer's connection is made, and its statements prepared, by the first write.
     let mut stamp = kv
         .atomic_write(write(0, None))
@@ -221,26 +231,8 @@ async fn a_lone_write_is_two_round_trips_and_a_failed_check_one_and_a_rollback()
 #[tokio::test]
 async fn a_check_the_commit_in_flight_fails_costs_no_round_trip() {
     let Some(cluster) = cluster() else { return };
-    drop(open(&cluster, "trips").await.expect("open"));
-    let proxy = SilentCutProxy::start(cluster.port()).await.expect("proxy");
-    let options = PostgresOptions {
-        schema: "trips".to_owned(),
-        ..PostgresOptions::default()
-    };
-    let kv = std::sync::Arc::new(
-        PostgresBackend::open_with(&proxy.url("postgres"), options)
-            .await
-            .expect("open through the proxy"),
-    );
-    let counter = support::enc(&key!["counter"]);
-    let write = |n: u64, versionstamp| AtomicWrite {
-        checks: vec![Check {
-            key: counter.clone(),
-            versionstamp,
-        }],
-        mutations: vec![Mutation::set(counter.clone(), KvValue::U64(n))],
-        ..AtomicWrite::default()
-    };
+    let (proxy, kv) = writer_through(&cluster).await;
+    let kv = std::sync::Arc::new(kv);
     let mut stamp = kv
         .atomic_write(write(0, None))
         .await
