@@ -258,10 +258,13 @@ fn put_entry_parts(
     versionstamp: Versionstamp,
     expires_at: Option<DateTime<Utc>>,
 ) {
-    let (value, encoding) = value.encode();
     // Encoding ids are 1 to 3 (see `ValueEncoding::id`).
-    out.push(u8::try_from(encoding.id()).unwrap_or(u8::MAX));
-    put_bytes(out, &value);
+    out.push(u8::try_from(value.encoding().id()).unwrap_or(u8::MAX));
+    // The value's stored bytes, as `KvValue::encode` gives them, without a copy of them first.
+    match value {
+        KvValue::V8(bytes) | KvValue::Bytes(bytes) => put_bytes(out, bytes),
+        KvValue::U64(n) => put_bytes(out, &n.to_le_bytes()),
+    }
     out.extend_from_slice(versionstamp.as_bytes());
     match expires_at {
         None => out.push(0),
