@@ -2,7 +2,7 @@
 //! row of the change log (see [`crate::change_log`], "A row per commit group").
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_engine_kit::change_log::ChangeRecord;
+use open_deno_kv_engine_kit::change_log::{ChangeRecord, RecordHead};
 use open_deno_kv_engine_kit::{DatabaseId, KvError, Versionstamp};
 use rusqlite::{Connection, params};
 
@@ -73,20 +73,25 @@ impl PendingRecords {
 
     /// A commit's record, in commit order.
     pub(crate) fn push(&mut self, record: &ChangeRecord) {
-        self.append(record.versionstamp, record.at, |out| {
-            record.encode_into(out)
+        self.append(record.versionstamp, record.at, |before, out| {
+            record.encode_after_into(before, out);
         });
     }
 
     /// A commit's record, in commit order, appended by `encode` (which must append exactly the
-    /// record of commit `versionstamp` made at `at`).
+    /// record of commit `versionstamp` made at `at`), given the record before it in the row to
+    /// continue ([`ChangeRecord::encode_after_into`]).
     pub(crate) fn append(
         &mut self,
         versionstamp: Versionstamp,
         at: DateTime<Utc>,
-        encode: impl FnOnce(&mut Vec<u8>),
+        encode: impl FnOnce(Option<RecordHead>, &mut Vec<u8>),
     ) {
-        encode(&mut self.bytes);
+        let before = self.last.map(|versionstamp| RecordHead {
+            database: Some(self.database),
+            versionstamp,
+        });
+        encode(before, &mut self.bytes);
         self.count += 1;
         self.last = Some(versionstamp);
         self.latest_ms = self.latest_ms.max(at.timestamp_millis());

@@ -387,8 +387,8 @@ fn commit_logged_write(
             return Ok(None);
         }
         let database = Some(pending.database());
-        pending.append(versionstamp, now, |out| {
-            plain.encode_record_into(database, versionstamp, previous, now, out);
+        pending.append(versionstamp, now, |before, out| {
+            plain.encode_record_into(before, database, versionstamp, previous, now, out);
         });
         return Ok(Some(CommitResult { versionstamp }));
     }

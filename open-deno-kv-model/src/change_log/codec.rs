@@ -27,7 +27,18 @@
 //!
 //! A record's end is known from its own bytes, so records can also be stored back to back, as
 //! an engine that keeps a commit group's records in one place does (`records = record
-//! { record }`, read by [`decode_all`]); one record stored alone is the same bytes either way.
+//! { record | continued }`, read by [`decode_all`]); one record stored alone is the same bytes
+//! either way. A record that follows another of the same database and names it as its previous
+//! commit may be stored *continued*, without what the one before it already says:
+//!
+//! ```text
+//! continued = 0x03  versionstamp[10]  time  (ranges, writes and enqueued as in a record, and
+//!             an entry stored with the commit's own versionstamp may be  0x02 entry-without-it)
+//! entry-without-it = u8 encoding  bytes value  0x00 | 0x01 time
+//! ```
+//!
+//! Its database is the record before it's, its previous commit that record's versionstamp. A
+//! continued record cannot come first, nor be read alone ([`decode`] refuses layout 3).
 
 use std::collections::BTreeMap;
 
@@ -47,16 +58,25 @@ const LAYOUT: u8 = 2;
 /// The layout of records without a database (written before identities).
 const LAYOUT_WITHOUT_DATABASE: u8 = 1;
 
+/// The layout of a record continuing the one before it (see the module documentation).
+const LAYOUT_CONTINUED: u8 = 3;
+
+/// The database and versionstamp of the record just appended: what a record continuing it
+/// leaves out.
+pub(super) type Before = (Option<DatabaseId>, Versionstamp);
+
 pub(super) fn encode(record: &ChangeRecord) -> Vec<u8> {
     let mut out = Vec::with_capacity(80);
-    encode_into(record, &mut out);
+    encode_into(record, None, &mut out);
     out
 }
 
-/// Appends the record's bytes to `out`.
-pub(super) fn encode_into(record: &ChangeRecord, out: &mut Vec<u8>) {
-    put_header(
+/// Appends the record's bytes to `out`: continued when `before` is the record appended just before
+/// it, of the same database, and its previous commit.
+pub(super) fn encode_into(record: &ChangeRecord, before: Option<Before>, out: &mut Vec<u8>) {
+    let continued = put_header(
         out,
+        before,
         record.database,
         record.versionstamp,
         record.previous,
@@ -73,10 +93,7 @@ pub(super) fn encode_into(record: &ChangeRecord, out: &mut Vec<u8>) {
         put_bytes(out, key);
         match state {
             None => out.push(0),
-            Some(entry) => {
-                out.push(1);
-                put_entry(out, entry);
-            }
+            Some(entry) => put_entry(out, entry, continued.then_some(record.versionstamp)),
         }
     }
     put_len(out, changes.enqueued.len());
@@ -91,20 +108,21 @@ pub(super) fn encode_into(record: &ChangeRecord, out: &mut Vec<u8>) {
 /// state, as a [`StagedCommit`] keeps them.
 pub(super) fn encode_plain_into(
     out: &mut Vec<u8>,
+    before: Option<Before>,
     database: Option<DatabaseId>,
     versionstamp: Versionstamp,
     previous: Versionstamp,
     at: DateTime<Utc>,
     mutations: &[Mutation],
 ) {
-    put_header(out, database, versionstamp, previous, at);
+    let continued = put_header(out, before, database, versionstamp, previous, at);
+    let own = continued.then_some(versionstamp);
     put_len(out, 0); // no ranges deleted
     let put_write = |out: &mut Vec<u8>, mutation: &Mutation| {
         put_bytes(out, &mutation.key);
         match &mutation.kind {
             MutationKind::Set(value) => {
-                out.push(1);
-                put_entry_parts(out, value, versionstamp, mutation.expire_at);
+                put_entry_parts(out, value, versionstamp, mutation.expire_at, own);
             }
             // Only sets and deletes reach here (`PlainWrite::of`).
             _ => out.push(0),
@@ -135,13 +153,21 @@ pub(super) fn encode_plain_into(
     put_len(out, 0); // nothing enqueued
 }
 
+/// A record's header; continued (and `true`) when `before` is its database and previous commit.
 fn put_header(
     out: &mut Vec<u8>,
+    before: Option<Before>,
     database: Option<DatabaseId>,
     versionstamp: Versionstamp,
     previous: Versionstamp,
     at: DateTime<Utc>,
-) {
+) -> bool {
+    if before == Some((database, previous)) {
+        out.push(LAYOUT_CONTINUED);
+        out.extend_from_slice(versionstamp.as_bytes());
+        put_time(out, at);
+        return true;
+    }
     match database {
         Some(database) => {
             out.push(LAYOUT);
@@ -152,11 +178,12 @@ fn put_header(
     out.extend_from_slice(versionstamp.as_bytes());
     out.extend_from_slice(previous.as_bytes());
     put_time(out, at);
+    false
 }
 
 pub(super) fn decode(bytes: &[u8]) -> Result<ChangeRecord, KvError> {
     let mut input = Reader { bytes, at: 0 };
-    let record = input.record()?;
+    let record = input.record(None)?;
     if input.at != bytes.len() {
         return Err(corrupt(format!(
             "{} bytes after the end",
@@ -172,28 +199,41 @@ pub(super) fn decode_all(bytes: &[u8]) -> Result<Vec<ChangeRecord>, KvError> {
         return Err(corrupt("it holds no record".to_owned()));
     }
     let mut input = Reader { bytes, at: 0 };
-    let mut records = Vec::new();
+    let mut records: Vec<ChangeRecord> = Vec::new();
     while input.at < bytes.len() {
-        records.push(input.record()?);
+        let before = records.last().map(|r| (r.database, r.versionstamp));
+        records.push(input.record(before)?);
     }
     Ok(records)
 }
 
 impl Reader<'_> {
-    /// One record, from where the reader stands to the record's end.
-    fn record(&mut self) -> Result<ChangeRecord, KvError> {
-        let database = match self.u8()? {
-            LAYOUT => Some(DatabaseId::from_bytes(self.array()?)),
-            LAYOUT_WITHOUT_DATABASE => None,
-            layout => {
+    /// One record, from where the reader stands to the record's end; `before`, the record read
+    /// just before it in the same bytes, which a continued record continues.
+    fn record(&mut self, before: Option<Before>) -> Result<ChangeRecord, KvError> {
+        let layout = self.u8()?;
+        let (database, versionstamp, previous) = match (layout, before) {
+            (LAYOUT, _) => {
+                let database = Some(DatabaseId::from_bytes(self.array()?));
+                (database, self.versionstamp()?, self.versionstamp()?)
+            }
+            (LAYOUT_WITHOUT_DATABASE, _) => (None, self.versionstamp()?, self.versionstamp()?),
+            (LAYOUT_CONTINUED, Some((database, previous))) => {
+                (database, self.versionstamp()?, previous)
+            }
+            (LAYOUT_CONTINUED, None) => {
+                return Err(corrupt(
+                    "a continued record (layout 3) with no record before it".to_owned(),
+                ));
+            }
+            (layout, _) => {
                 return Err(corrupt(format!(
-                    "unknown layout {layout} (this version reads {LAYOUT_WITHOUT_DATABASE} and \
-                 {LAYOUT})"
+                    "unknown layout {layout} (this version reads {LAYOUT_WITHOUT_DATABASE}, \
+                     {LAYOUT} and {LAYOUT_CONTINUED})"
                 )));
             }
         };
-        let versionstamp = self.versionstamp()?;
-        let previous = self.versionstamp()?;
+        let own = (layout == LAYOUT_CONTINUED).then_some(versionstamp);
         let at = self.time()?;
         let mut changes = StagedCommit::default();
         for _ in 0..self.u32()? {
@@ -204,10 +244,11 @@ impl Reader<'_> {
         let mut writes = BTreeMap::new();
         for _ in 0..self.u32()? {
             let key = self.bytes()?;
-            let state = match self.u8()? {
-                0 => None,
-                1 => Some(self.entry()?),
-                tag => return Err(corrupt(format!("unknown key state {tag}"))),
+            let state = match (self.u8()?, own) {
+                (0, _) => None,
+                (1, _) => Some(self.entry(None)?),
+                (2, Some(own)) => Some(self.entry(Some(own))?),
+                (tag, _) => return Err(corrupt(format!("unknown key state {tag}"))),
             };
             writes.insert(key, state);
         }
@@ -248,8 +289,10 @@ fn put_time(out: &mut Vec<u8>, at: DateTime<Utc>) {
     out.extend_from_slice(&at.timestamp_subsec_nanos().to_le_bytes());
 }
 
-fn put_entry(out: &mut Vec<u8>, entry: &StoredEntry) {
-    put_entry_parts(out, &entry.value, entry.versionstamp, entry.expires_at);
+/// An entry with its state tag: 2 and without its versionstamp when that is `own` (the
+/// continued record's), else 1.
+fn put_entry(out: &mut Vec<u8>, entry: &StoredEntry, own: Option<Versionstamp>) {
+    put_entry_parts(out, &entry.value, entry.versionstamp, entry.expires_at, own);
 }
 
 fn put_entry_parts(
@@ -257,7 +300,10 @@ fn put_entry_parts(
     value: &KvValue,
     versionstamp: Versionstamp,
     expires_at: Option<DateTime<Utc>>,
+    own: Option<Versionstamp>,
 ) {
+    let stamped = own != Some(versionstamp);
+    out.push(if stamped { 1 } else { 2 });
     // Encoding ids are 1 to 3 (see `ValueEncoding::id`).
     out.push(u8::try_from(value.encoding().id()).unwrap_or(u8::MAX));
     // The value's stored bytes, as `KvValue::encode` gives them, without a copy of them first.
@@ -265,7 +311,9 @@ fn put_entry_parts(
         KvValue::V8(bytes) | KvValue::Bytes(bytes) => put_bytes(out, bytes),
         KvValue::U64(n) => put_bytes(out, &n.to_le_bytes()),
     }
-    out.extend_from_slice(versionstamp.as_bytes());
+    if stamped {
+        out.extend_from_slice(versionstamp.as_bytes());
+    }
     match expires_at {
         None => out.push(0),
         Some(at) => {
@@ -337,12 +385,16 @@ impl Reader<'_> {
             .ok_or_else(|| corrupt(format!("time {seconds}s {nanos}ns is out of range")))
     }
 
-    fn entry(&mut self) -> Result<StoredEntry, KvError> {
+    /// An entry; without its versionstamp when it is `own` (the continued record's, tag 2).
+    fn entry(&mut self, own: Option<Versionstamp>) -> Result<StoredEntry, KvError> {
         let encoding = self.u8()?;
         let bytes = self.bytes()?;
         let value = KvValue::decode(bytes, i64::from(encoding))
             .map_err(|e| corrupt(format!("a value does not decode: {e}")))?;
-        let versionstamp = self.versionstamp()?;
+        let versionstamp = match own {
+            Some(own) => own,
+            None => self.versionstamp()?,
+        };
         let expires_at = match self.u8()? {
             0 => None,
             1 => Some(self.time()?),

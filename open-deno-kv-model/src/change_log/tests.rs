@@ -112,9 +112,9 @@ fn a_damaged_record_is_reported_as_corrupt() {
         Err(KvError::Corrupt { .. })
     ));
     let mut other_layout = bytes;
-    other_layout[0] = 3;
+    other_layout[0] = 4;
     let err = ChangeRecord::decode(&other_layout).expect_err("refused");
-    assert!(err.to_string().contains("unknown layout 3"), "{err}");
+    assert!(err.to_string().contains("unknown layout 4"), "{err}");
 }
 
 /// Records stored back to back read back in order; one alone is the same bytes as
@@ -154,6 +154,67 @@ fn records_back_to_back_read_back_in_order() {
     );
 }
 
+use super::RecordHead;
+
+/// Records continued after the one before them read back whole: database and previous commit
+/// from that record, entries stamped with their own commit without the stamp. A record that does
+/// not follow the one before it is stored whole. A continued record cannot come first or stand
+/// alone, and cut anywhere but between records, the bytes are corrupt.
+#[test]
+fn continued_records_read_back_whole() {
+    let mut with_old_entry = record(6, &[(b"e", 1)], &[]);
+    with_old_entry.changes.stage_put(b"old", stored(2, 3)); // an entry stamped by an earlier commit
+    let records = [
+        record(3, &[(b"a", 1)], &[b"b"]),
+        record(4, &[(b"b", 2)], &[]),
+        record(5, &[], &[b"a"]),
+        with_old_entry,
+        // Does not follow: 8's previous is 7, not 6.
+        record(8, &[(b"c", 3)], &[]),
+    ];
+    let mut bytes = Vec::new();
+    let mut ends = Vec::new();
+    let mut before = None;
+    for record in &records {
+        record.encode_after_into(before, &mut bytes);
+        ends.push(bytes.len());
+        before = Some(RecordHead {
+            database: record.database,
+            versionstamp: record.versionstamp,
+        });
+    }
+    assert_eq!(ChangeRecord::decode_all(&bytes).expect("decodes"), records);
+    let whole: usize = records.iter().map(|r| r.encode().len()).sum();
+    assert!(
+        bytes.len() < whole,
+        "{} continued, {whole} whole",
+        bytes.len()
+    );
+    assert_eq!(
+        bytes[ends[3]], 2,
+        "the record that does not follow is stored whole"
+    );
+    for cut in 0..bytes.len() {
+        let decoded = ChangeRecord::decode_all(&bytes[..cut]);
+        match ends.iter().position(|end| *end == cut) {
+            Some(whole) => assert_eq!(decoded.expect("whole records"), records[..=whole]),
+            None => assert!(
+                matches!(decoded, Err(KvError::Corrupt { .. })),
+                "cut at {cut}"
+            ),
+        }
+    }
+    let second = &bytes[ends[0]..ends[1]];
+    assert_eq!(second[0], 3, "continued");
+    for alone in [
+        ChangeRecord::decode(second),
+        ChangeRecord::decode_all(second).map(|_| records[0].clone()),
+    ] {
+        let err = alone.expect_err("a continued record alone");
+        assert!(err.to_string().contains("continued"), "{err}");
+    }
+}
+
 mod plain_writes {
     //! A plain write's record, built from the write, is byte for byte the record of the changes
     //! the write stages; other writes are not plain.
@@ -161,6 +222,7 @@ mod plain_writes {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::change_log::RecordHead;
     use crate::{AtomicWrite, Enqueue, Limits, Mutation, encode_key, key, stage_atomic_write};
 
     fn key_of(n: u8) -> Vec<u8> {
@@ -217,8 +279,30 @@ mod plain_writes {
             .encode();
             let plain = PlainWrite::of(&write).expect("only sets and deletes");
             let mut bytes = vec![0xaa]; // appended after what is there
-            plain.encode_record_into(Some(DB), stamp, previous, now, &mut bytes);
+            plain.encode_record_into(None, Some(DB), stamp, previous, now, &mut bytes);
             prop_assert_eq!(&bytes[1..], expected.as_slice());
+
+            // Continued after the record of `previous`: the bytes of the general path continued
+            // the same way, and they read back as the record.
+            let first = ChangeRecord {
+                database: Some(DB),
+                versionstamp: previous,
+                previous: vs(1),
+                at: now,
+                changes: StagedCommit::default(),
+            };
+            let record = ChangeRecord::decode(&expected).expect("decodes");
+            let head = RecordHead { database: Some(DB), versionstamp: previous };
+            let mut general = first.encode();
+            record.encode_after_into(Some(head), &mut general);
+            let mut from_write = first.encode();
+            plain.encode_record_into(Some(head), Some(DB), stamp, previous, now, &mut from_write);
+            prop_assert_eq!(&from_write, &general);
+            prop_assert!(general.len() < first.encode().len() + expected.len(), "shorter");
+            prop_assert_eq!(
+                ChangeRecord::decode_all(&general).expect("reads back"),
+                vec![first, record]
+            );
         }
     }
 
