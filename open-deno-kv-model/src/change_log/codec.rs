@@ -32,9 +32,11 @@
 //! commit may be stored *continued*, without what the one before it already says:
 //!
 //! ```text
-//! continued = 0x03  versionstamp[10]  time  (ranges, writes and enqueued as in a record, and
-//!             an entry stored with the commit's own versionstamp may be  0x02 entry-without-it)
+//! continued = 0x03  versionstamp[10]  time  (ranges, writes and enqueued as in a record, with
+//!             every count and length a varint instead of a u32, and an entry stored with the
+//!             commit's own versionstamp as  0x02 entry-without-it)
 //! entry-without-it = u8 encoding  bytes value  0x00 | 0x01 time
+//! varint    = LEB128: 7 bits a byte, low first, the high bit set on all but the last
 //! ```
 //!
 //! Its database is the record before it's, its previous commit that record's versionstamp. A
@@ -83,22 +85,22 @@ pub(super) fn encode_into(record: &ChangeRecord, before: Option<Before>, out: &m
         record.at,
     );
     let changes = &record.changes;
-    put_len(out, changes.deleted_ranges.len());
+    put_len(out, continued, changes.deleted_ranges.len());
     for range in &changes.deleted_ranges {
-        put_bytes(out, &range.start);
-        put_bytes(out, &range.end);
+        put_bytes(out, continued, &range.start);
+        put_bytes(out, continued, &range.end);
     }
-    put_len(out, changes.writes.len());
+    put_len(out, continued, changes.writes.len());
     for (key, state) in &changes.writes {
-        put_bytes(out, key);
+        put_bytes(out, continued, key);
         match state {
             None => out.push(0),
             Some(entry) => put_entry(out, entry, continued.then_some(record.versionstamp)),
         }
     }
-    put_len(out, changes.enqueued.len());
+    put_len(out, continued, changes.enqueued.len());
     for message in &changes.enqueued {
-        put_message(out, message);
+        put_message(out, continued, message);
     }
 }
 
@@ -117,9 +119,9 @@ pub(super) fn encode_plain_into(
 ) {
     let continued = put_header(out, before, database, versionstamp, previous, at);
     let own = continued.then_some(versionstamp);
-    put_len(out, 0); // no ranges deleted
+    put_len(out, continued, 0); // no ranges deleted
     let put_write = |out: &mut Vec<u8>, mutation: &Mutation| {
-        put_bytes(out, &mutation.key);
+        put_bytes(out, continued, &mutation.key);
         match &mutation.kind {
             MutationKind::Set(value) => {
                 put_entry_parts(out, value, versionstamp, mutation.expire_at, own);
@@ -129,7 +131,7 @@ pub(super) fn encode_plain_into(
         }
     };
     if let [mutation] = mutations {
-        put_len(out, 1);
+        put_len(out, continued, 1);
         put_write(out, mutation);
     } else {
         // A stable sort keeps a key's mutations in write order: the last of each run is its
@@ -145,12 +147,12 @@ pub(super) fn encode_plain_into(
             .filter(|&i| last_of_key(i))
             .map(|i| ordered[i])
             .collect();
-        put_len(out, finals.len());
+        put_len(out, continued, finals.len());
         for mutation in finals {
             put_write(out, mutation);
         }
     }
-    put_len(out, 0); // nothing enqueued
+    put_len(out, continued, 0); // nothing enqueued
 }
 
 /// A record's header; continued (and `true`) when `before` is its database and previous commit.
@@ -182,7 +184,11 @@ fn put_header(
 }
 
 pub(super) fn decode(bytes: &[u8]) -> Result<ChangeRecord, KvError> {
-    let mut input = Reader { bytes, at: 0 };
+    let mut input = Reader {
+        bytes,
+        at: 0,
+        varints: false,
+    };
     let record = input.record(None)?;
     if input.at != bytes.len() {
         return Err(corrupt(format!(
@@ -198,7 +204,11 @@ pub(super) fn decode_all(bytes: &[u8]) -> Result<Vec<ChangeRecord>, KvError> {
     if bytes.is_empty() {
         return Err(corrupt("it holds no record".to_owned()));
     }
-    let mut input = Reader { bytes, at: 0 };
+    let mut input = Reader {
+        bytes,
+        at: 0,
+        varints: false,
+    };
     let mut records: Vec<ChangeRecord> = Vec::new();
     while input.at < bytes.len() {
         let before = records.last().map(|r| (r.database, r.versionstamp));
@@ -234,15 +244,16 @@ impl Reader<'_> {
             }
         };
         let own = (layout == LAYOUT_CONTINUED).then_some(versionstamp);
+        self.varints = own.is_some();
         let at = self.time()?;
         let mut changes = StagedCommit::default();
-        for _ in 0..self.u32()? {
+        for _ in 0..self.len()? {
             let start = self.bytes()?;
             let end = self.bytes()?;
             changes.deleted_ranges.push(KeyRange::new(start, end));
         }
         let mut writes = BTreeMap::new();
-        for _ in 0..self.u32()? {
+        for _ in 0..self.len()? {
             let key = self.bytes()?;
             let state = match (self.u8()?, own) {
                 (0, _) => None,
@@ -253,7 +264,7 @@ impl Reader<'_> {
             writes.insert(key, state);
         }
         changes.writes = writes;
-        for _ in 0..self.u32()? {
+        for _ in 0..self.len()? {
             changes.enqueued.push(self.message()?);
         }
         Ok(ChangeRecord {
@@ -272,15 +283,25 @@ fn corrupt(what: String) -> KvError {
     }
 }
 
-fn put_len(out: &mut Vec<u8>, len: usize) {
+/// A count or a length: a varint in a continued record, else a `u32`.
+fn put_len(out: &mut Vec<u8>, varint: bool, len: usize) {
+    if varint {
+        let mut rest = len as u64;
+        while rest >= 0x80 {
+            out.push((rest & 0x7f) as u8 | 0x80);
+            rest >>= 7;
+        }
+        out.push(rest as u8);
+        return;
+    }
     // Keys, values and payloads are bounded by Deno's limits far below 4 GiB, and so are the
     // counts of one commit; a longer one cannot be committed in the first place.
     let len = u32::try_from(len).unwrap_or(u32::MAX);
     out.extend_from_slice(&len.to_le_bytes());
 }
 
-fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
-    put_len(out, bytes.len());
+fn put_bytes(out: &mut Vec<u8>, varint: bool, bytes: &[u8]) {
+    put_len(out, varint, bytes.len());
     out.extend_from_slice(bytes);
 }
 
@@ -308,8 +329,8 @@ fn put_entry_parts(
     out.push(u8::try_from(value.encoding().id()).unwrap_or(u8::MAX));
     // The value's stored bytes, as `KvValue::encode` gives them, without a copy of them first.
     match value {
-        KvValue::V8(bytes) | KvValue::Bytes(bytes) => put_bytes(out, bytes),
-        KvValue::U64(n) => put_bytes(out, &n.to_le_bytes()),
+        KvValue::V8(bytes) | KvValue::Bytes(bytes) => put_bytes(out, own.is_some(), bytes),
+        KvValue::U64(n) => put_bytes(out, own.is_some(), &n.to_le_bytes()),
     }
     if stamped {
         out.extend_from_slice(versionstamp.as_bytes());
@@ -323,15 +344,15 @@ fn put_entry_parts(
     }
 }
 
-fn put_message(out: &mut Vec<u8>, message: &QueuedMessage) {
+fn put_message(out: &mut Vec<u8>, varint: bool, message: &QueuedMessage) {
     out.extend_from_slice(message.id.as_bytes());
-    put_bytes(out, &message.payload);
+    put_bytes(out, varint, &message.payload);
     put_time(out, message.ready_at);
-    put_len(out, message.keys_if_undelivered.len());
+    put_len(out, varint, message.keys_if_undelivered.len());
     for key in &message.keys_if_undelivered {
-        put_bytes(out, key);
+        put_bytes(out, varint, key);
     }
-    put_len(out, message.backoff_schedule.len());
+    put_len(out, varint, message.backoff_schedule.len());
     for ms in &message.backoff_schedule {
         out.extend_from_slice(&ms.to_le_bytes());
     }
@@ -341,6 +362,8 @@ fn put_message(out: &mut Vec<u8>, message: &QueuedMessage) {
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
+    /// Counts and lengths are varints (in a continued record).
+    varints: bool,
 }
 
 impl Reader<'_> {
@@ -369,8 +392,25 @@ impl Reader<'_> {
         Ok(u32::from_le_bytes(self.array()?))
     }
 
+    /// A count or a length (see [`put_len`]).
+    fn len(&mut self) -> Result<usize, KvError> {
+        if !self.varints {
+            return Ok(self.u32()? as usize);
+        }
+        let mut len: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let byte = self.u8()?;
+            len |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return usize::try_from(len)
+                    .map_err(|_| corrupt(format!("a length of {len} bytes")));
+            }
+        }
+        Err(corrupt("a varint longer than 64 bits".to_owned()))
+    }
+
     fn bytes(&mut self) -> Result<Vec<u8>, KvError> {
-        let len = self.u32()? as usize;
+        let len = self.len()?;
         Ok(self.take(len)?.to_vec())
     }
 
@@ -411,10 +451,10 @@ impl Reader<'_> {
         let id = Uuid::from_bytes(self.array()?);
         let payload = self.bytes()?;
         let ready_at = self.time()?;
-        let keys_if_undelivered = (0..self.u32()?)
+        let keys_if_undelivered = (0..self.len()?)
             .map(|_| self.bytes())
             .collect::<Result<_, _>>()?;
-        let backoff_schedule = (0..self.u32()?)
+        let backoff_schedule = (0..self.len()?)
             .map(|_| self.u32())
             .collect::<Result<_, _>>()?;
         Ok(QueuedMessage {

@@ -164,13 +164,30 @@ use super::RecordHead;
 fn continued_records_read_back_whole() {
     let mut with_old_entry = record(6, &[(b"e", 1)], &[]);
     with_old_entry.changes.stage_put(b"old", stored(2, 3)); // an entry stamped by an earlier commit
+    // Lengths of one, two and three varint bytes, and a message.
+    let mut big = record(7, &[], &[]);
+    big.changes.stage_put(
+        &[b'k'; 200],
+        StoredEntry {
+            value: KvValue::Bytes(vec![9; 20_000]),
+            versionstamp: vs(7),
+            expires_at: Some(at(99)),
+        },
+    );
+    big.changes.stage_enqueue(QueuedMessage::new(
+        vec![1; 130],
+        at(5),
+        vec![b"dead".to_vec()],
+        vec![100, 1000],
+    ));
     let records = [
         record(3, &[(b"a", 1)], &[b"b"]),
         record(4, &[(b"b", 2)], &[]),
         record(5, &[], &[b"a"]),
         with_old_entry,
-        // Does not follow: 8's previous is 7, not 6.
-        record(8, &[(b"c", 3)], &[]),
+        big,
+        // Does not follow: 9's previous is 8, not 7.
+        record(9, &[(b"c", 3)], &[]),
     ];
     let mut bytes = Vec::new();
     let mut ends = Vec::new();
@@ -191,7 +208,7 @@ fn continued_records_read_back_whole() {
         bytes.len()
     );
     assert_eq!(
-        bytes[ends[3]], 2,
+        bytes[ends[4]], 2,
         "the record that does not follow is stored whole"
     );
     for cut in 0..bytes.len() {
