@@ -4,7 +4,7 @@
 //! | table | columns |
 //! |---|---|
 //! | `odkv_change_log_setting` | `k` (0), `retention_ms`: the log is on while the row exists |
-//! | `odkv_change_log` (without rowid) | `versionstamp` (10 bytes, the key: the last commit of the row), `at_ms` (the latest commit time in the row, for pruning), `record` (the row's records back to back: [`ChangeRecord::encode_into`]), `records` (how many) |
+//! | `odkv_change_log` (without rowid) | `versionstamp` (10 bytes, the key: the last commit of the row), `at_ms` (the latest commit time in the row, for pruning), `record` (the row's records back to back, each after the first continued: [`ChangeRecord::encode_after_into`]), `records` (how many) |
 //!
 //! **A row per commit group.** The writer keeps the records of a group's commits in memory
 //! ([`crate::pending_records::PendingRecords`]) and stores them as one row when the group's transaction commits: one
