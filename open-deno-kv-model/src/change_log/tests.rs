@@ -117,6 +117,21 @@ fn a_damaged_record_is_reported_as_corrupt() {
     assert!(err.to_string().contains("unknown layout 4"), "{err}");
 }
 
+/// `bytes`, the `records` back to back, each ending at its `ends`: cut at an end, the records
+/// before it; cut anywhere else, corrupt.
+fn assert_whole_only_at_ends(bytes: &[u8], ends: &[usize], records: &[ChangeRecord]) {
+    for cut in 0..bytes.len() {
+        let decoded = ChangeRecord::decode_all(&bytes[..cut]);
+        match ends.iter().position(|end| *end == cut) {
+            Some(whole) => assert_eq!(decoded.expect("whole records"), records[..=whole]),
+            None => assert!(
+                matches!(decoded, Err(KvError::Corrupt { .. })),
+                "cut at {cut}"
+            ),
+        }
+    }
+}
+
 /// Records stored back to back read back in order; one alone is the same bytes as
 /// [`ChangeRecord::encode`]'s; a cut anywhere but between records, and empty bytes, are corrupt.
 #[test]
@@ -138,16 +153,7 @@ fn records_back_to_back_read_back_in_order() {
         ChangeRecord::decode_all(&bytes[..ends[0]]).expect("decodes"),
         records[..1]
     );
-    for cut in 0..bytes.len() {
-        let decoded = ChangeRecord::decode_all(&bytes[..cut]);
-        match ends.iter().position(|end| *end == cut) {
-            Some(whole) => assert_eq!(decoded.expect("whole records"), records[..=whole]),
-            None => assert!(
-                matches!(decoded, Err(KvError::Corrupt { .. })),
-                "cut at {cut}"
-            ),
-        }
-    }
+    assert_whole_only_at_ends(&bytes, &ends, &records);
     assert!(
         ChangeRecord::decode(&bytes).is_err(),
         "decode takes exactly one record"
@@ -211,16 +217,7 @@ fn continued_records_read_back_whole() {
         bytes[ends[4]], 2,
         "the record that does not follow is stored whole"
     );
-    for cut in 0..bytes.len() {
-        let decoded = ChangeRecord::decode_all(&bytes[..cut]);
-        match ends.iter().position(|end| *end == cut) {
-            Some(whole) => assert_eq!(decoded.expect("whole records"), records[..=whole]),
-            None => assert!(
-                matches!(decoded, Err(KvError::Corrupt { .. })),
-                "cut at {cut}"
-            ),
-        }
-    }
+    assert_whole_only_at_ends(&bytes, &ends, &records);
     let second = &bytes[ends[0]..ends[1]];
     assert_eq!(second[0], 3, "continued");
     for alone in [
