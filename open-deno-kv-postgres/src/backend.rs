@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use open_deno_kv_engine_kit::change_log::{ChangeLogStatus, ChangeRecord};
@@ -307,7 +307,7 @@ impl Engine for PostgresBackend {
             write,
             now: self.options.clock.now(),
             claim: None,
-            invoked: std::time::Instant::now(),
+            invoked: Instant::now(),
         };
         self.committer.submit(request).await?
     }

@@ -549,56 +549,6 @@ impl WriteGroup {
         sent.answers
     }
 
-    /// Runs the writes whose checks the last commit has not already failed; those are
-    /// answered "check failed" here ([`AfterCommit`]).
-    async fn run_undecided(&mut self, items: Vec<WriteRequest>) -> Vec<WriteAnswer> {
-        let failed: Vec<bool> = match &self.after_commit {
-            Some(after) => items.iter().map(|i| after.failed_checks_of(i)).collect(),
-            None => return self.run_group(items).await,
-        };
-        if !failed.contains(&true) {
-            return self.run_group(items).await;
-        }
-        let undecided: Vec<WriteRequest> = items
-            .into_iter()
-            .zip(&failed)
-            .filter(|(_, failed)| !**failed)
-            .map(|(item, _)| item)
-            .collect();
-        let mut ran = if undecided.is_empty() {
-            Vec::new()
-        } else {
-            self.run_group(undecided).await
-        }
-        .into_iter();
-        failed
-            .iter()
-            .map(|failed| {
-                if *failed {
-                    Ok(None)
-                } else {
-                    ran.next().unwrap_or_else(|| {
-                        Err(KvError::from(PostgresError::Internal {
-                            message: "the group answered fewer writes than it ran".to_owned(),
-                        }))
-                    })
-                }
-            })
-            .collect()
-    }
-}
-
-#[async_trait]
-impl GroupTransaction for WriteGroup {
-    type Item = WriteRequest;
-    type Answer = WriteAnswer;
-
-    async fn run(&mut self, items: Vec<WriteRequest>) -> Vec<WriteAnswer> {
-        self.run_undecided(items).await
-    }
-}
-
-impl WriteGroup {
     /// Runs the group in one transaction, again on a new connection after a failure that
     /// surely did not commit, and looks its outcome up when a commit's answer was lost.
     async fn run_group(&mut self, items: Vec<WriteRequest>) -> Vec<WriteAnswer> {
@@ -640,6 +590,50 @@ impl WriteGroup {
             }
         };
         items.iter().map(|_| Err(failed.clone())).collect()
+    }
+}
+
+#[async_trait]
+impl GroupTransaction for WriteGroup {
+    type Item = WriteRequest;
+    type Answer = WriteAnswer;
+
+    /// Runs the writes whose checks the last commit has not already failed; those are
+    /// answered "check failed" here ([`AfterCommit`]).
+    async fn run(&mut self, items: Vec<WriteRequest>) -> Vec<WriteAnswer> {
+        let failed: Vec<bool> = match &self.after_commit {
+            Some(after) => items.iter().map(|i| after.failed_checks_of(i)).collect(),
+            None => return self.run_group(items).await,
+        };
+        if !failed.contains(&true) {
+            return self.run_group(items).await;
+        }
+        let undecided: Vec<WriteRequest> = items
+            .into_iter()
+            .zip(&failed)
+            .filter(|(_, failed)| !**failed)
+            .map(|(item, _)| item)
+            .collect();
+        let mut ran = if undecided.is_empty() {
+            Vec::new()
+        } else {
+            self.run_group(undecided).await
+        }
+        .into_iter();
+        failed
+            .iter()
+            .map(|failed| {
+                if *failed {
+                    Ok(None)
+                } else {
+                    ran.next().unwrap_or_else(|| {
+                        Err(KvError::from(PostgresError::Internal {
+                            message: "the group answered fewer writes than it ran".to_owned(),
+                        }))
+                    })
+                }
+            })
+            .collect()
     }
 }
 

@@ -183,9 +183,7 @@ impl Book {
             });
         }
     }
-}
 
-impl Book {
     /// Forgets `ticket` if it is still held in `stage`.
     fn forget(&mut self, ticket: Ticket, stage: Stage) {
         if self.held.get(&ticket.id) == Some(&(ticket.lease, stage)) {
@@ -490,7 +488,7 @@ impl Queue {
             write,
             now: self.ctx.clock.now(),
             claim: Some((ticket.id, ticket.lease)),
-            invoked: std::time::Instant::now(),
+            invoked: Instant::now(),
         };
         self.ctx.committer.submit(request).await?.map(drop)
     }

@@ -93,6 +93,16 @@ async fn writer_through(cluster: &TestCluster) -> (SilentCutProxy, Checked<Postg
     (proxy, kv)
 }
 
+/// Sets `["counter"]` to 0 where it is absent; its versionstamp. The first write also makes the
+/// committer's connection and prepares its statements.
+async fn create_counter(kv: &dyn Backend) -> open_deno_kv_engine_kit::Versionstamp {
+    kv.atomic_write(write(0, None))
+        .await
+        .unwrap_or_else(|e| panic!("the first write: {e}"))
+        .expect("the counter is absent")
+        .versionstamp
+}
+
 /// Sets `["counter"]` to `n` if its versionstamp is `versionstamp` (`None`: if it is absent).
 fn write(n: u64, versionstamp: Option<open_deno_kv_engine_kit::Versionstamp>) -> AtomicWrite {
     let counter = support::enc(&key!["counter"]);
@@ -187,13 +197,7 @@ async fn an_eventual_read_on_a_replica_is_one_round_trip_with_its_version() {
 async fn a_lone_write_is_two_round_trips_and_a_failed_check_one_and_a_rollback() {
     let Some(cluster) = cluster() else { return };
     let (proxy, kv) = writer_through(&cluster).await;
-    // The committer's connection is made, and its statements prepared, by the first write.
-    let mut stamp = kv
-        .atomic_write(write(0, None))
-        .await
-        .unwrap()
-        .unwrap()
-        .versionstamp;
+    let mut stamp = create_counter(&kv).await;
     let before = proxy.client_turns();
     for n in 1..=10 {
         stamp = kv
@@ -233,12 +237,7 @@ async fn a_check_the_commit_in_flight_fails_costs_no_round_trip() {
     let Some(cluster) = cluster() else { return };
     let (proxy, kv) = writer_through(&cluster).await;
     let kv = std::sync::Arc::new(kv);
-    let mut stamp = kv
-        .atomic_write(write(0, None))
-        .await
-        .unwrap()
-        .unwrap()
-        .versionstamp;
+    let mut stamp = create_counter(&*kv).await;
     for attempt in 0..50 {
         let before = proxy.client_turns();
         let first = tokio::spawn({

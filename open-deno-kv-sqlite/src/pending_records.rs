@@ -39,16 +39,9 @@ struct Mark {
 impl PendingRecords {
     /// No records yet, for commits of `database`.
     pub(crate) fn new(database: DatabaseId) -> Self {
-        Self::reusing(database, Vec::new())
-    }
-
-    /// No records yet, kept in `buffer` (emptied first): the writer hands the last group's
-    /// buffer on, so that a group's records do not grow a new one from nothing.
-    pub(crate) fn reusing(database: DatabaseId, mut buffer: Vec<u8>) -> Self {
-        buffer.clear();
         PendingRecords {
             database,
-            bytes: buffer,
+            bytes: Vec::new(),
             count: 0,
             last: None,
             latest_ms: i64::MIN,
@@ -59,11 +52,6 @@ impl PendingRecords {
                 latest_ms: i64::MIN,
             },
         }
-    }
-
-    /// The buffer the records were kept in, for the next transaction's.
-    pub(crate) fn into_buffer(self) -> Vec<u8> {
-        self.bytes
     }
 
     /// The database the records name.

@@ -7,8 +7,9 @@ use chrono::{DateTime, Utc};
 use open_deno_kv_engine_kit::change_log::{ChangeRecord, PlainWrite, RecordingTransaction};
 use open_deno_kv_engine_kit::queue::QueuedMessage;
 use open_deno_kv_engine_kit::{
-    CommitResult, Effects, KeyRange, KvEntry, KvError, KvValue, StoredEntry, ValidatedWrite,
-    Versionstamp, WriteOutcome, WriteTransaction, apply_atomic_write, ms_to_datetime,
+    CommitResult, Effects, KeyRange, KvEntry, KvError, KvValue, StagedCommit, StoredEntry,
+    ValidatedWrite, Versionstamp, WriteOutcome, WriteTransaction, apply_atomic_write,
+    ms_to_datetime,
 };
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use rusqlite::{Connection, OpenFlags, Params, Row, params};
@@ -367,6 +368,13 @@ pub(crate) fn commit_write(
     })
 }
 
+/// What a logged write's record is made from: the write itself, or the effects its recording
+/// transaction staged.
+enum Recorded<'w> {
+    Plain(PlainWrite<'w>),
+    Staged(StagedCommit),
+}
+
 /// [`commit_write`] with the change log on: its record joins the pending ones, stored with the
 /// transaction. A write that only sets and deletes keys is applied as it is and its record
 /// encoded from it ([`PlainWrite`]); any other runs through a recording transaction.
@@ -380,31 +388,34 @@ fn commit_logged_write(
     let previous = last_commit(conn)?;
     let versionstamp = next_version(conn, previous)?;
     let mut txn = SqlTransaction { conn };
-    if let Some(plain) = PlainWrite::of(write) {
-        let outcome = apply_atomic_write(&mut txn, write, versionstamp, now)?;
-        effects.record(&outcome);
-        if outcome == WriteOutcome::CheckFailed {
-            return Ok(None);
+    let (outcome, recorded) = match PlainWrite::of(write) {
+        Some(plain) => (
+            apply_atomic_write(&mut txn, write, versionstamp, now)?,
+            Recorded::Plain(plain),
+        ),
+        None => {
+            let mut recording = RecordingTransaction::new(&mut txn);
+            let outcome = apply_atomic_write(&mut recording, write, versionstamp, now)?;
+            (outcome, Recorded::Staged(recording.into_changes()))
         }
-        let database = Some(pending.database());
-        pending.append(versionstamp, now, |before, out| {
-            plain.encode_record_into(before, database, versionstamp, previous, now, out);
-        });
-        return Ok(Some(CommitResult { versionstamp }));
-    }
-    let mut recording = RecordingTransaction::new(&mut txn);
-    let outcome = apply_atomic_write(&mut recording, write, versionstamp, now)?;
+    };
     effects.record(&outcome);
     if outcome == WriteOutcome::CheckFailed {
         return Ok(None);
     }
-    pending.push(&ChangeRecord {
-        database: Some(pending.database()),
-        versionstamp,
-        previous,
-        at: now,
-        changes: recording.into_changes(),
-    });
+    let database = Some(pending.database());
+    match recorded {
+        Recorded::Plain(plain) => pending.append(versionstamp, now, |before, out| {
+            plain.encode_record_into(before, database, versionstamp, previous, now, out);
+        }),
+        Recorded::Staged(changes) => pending.push(&ChangeRecord {
+            database,
+            versionstamp,
+            previous,
+            at: now,
+            changes,
+        }),
+    }
     Ok(Some(CommitResult { versionstamp }))
 }
 

@@ -400,7 +400,12 @@ impl Reader<'_> {
         let mut len: u64 = 0;
         for shift in (0..64).step_by(7) {
             let byte = self.u8()?;
-            len |= u64::from(byte & 0x7f) << shift;
+            let bits = u64::from(byte & 0x7f);
+            // The tenth byte holds the 64th bit only: more would be bits lost, not a length.
+            if shift == 63 && bits > 1 {
+                break;
+            }
+            len |= bits << shift;
             if byte & 0x80 == 0 {
                 return usize::try_from(len)
                     .map_err(|_| corrupt(format!("a length of {len} bytes")));

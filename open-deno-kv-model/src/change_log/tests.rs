@@ -229,6 +229,21 @@ fn continued_records_read_back_whole() {
     }
 }
 
+/// A continued record whose length does not fit 64 bits is corrupt, not read as another length.
+#[test]
+fn an_overlong_varint_is_corrupt() {
+    let first = record(3, &[], &[]);
+    let mut bytes = first.encode();
+    bytes.push(3); // continued
+    bytes.extend_from_slice(vs(4).as_bytes());
+    bytes.extend_from_slice(&[0; 12]); // time
+    // Ranges: a count of ten 0xff bytes then 0x7f: 70 bits.
+    bytes.extend_from_slice(&[0xff; 9]);
+    bytes.push(0x7f);
+    let err = ChangeRecord::decode_all(&bytes).expect_err("refused");
+    assert!(err.to_string().contains("longer than 64 bits"), "{err}");
+}
+
 mod plain_writes {
     //! A plain write's record, built from the write, is byte for byte the record of the changes
     //! the write stages; other writes are not plain.
