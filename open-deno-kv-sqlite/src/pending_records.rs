@@ -39,9 +39,16 @@ struct Mark {
 impl PendingRecords {
     /// No records yet, for commits of `database`.
     pub(crate) fn new(database: DatabaseId) -> Self {
+        Self::reusing(database, Vec::new())
+    }
+
+    /// No records yet, kept in `buffer` (emptied first): the writer hands the last group's
+    /// buffer on, so that a group's records do not grow a new one from nothing.
+    pub(crate) fn reusing(database: DatabaseId, mut buffer: Vec<u8>) -> Self {
+        buffer.clear();
         PendingRecords {
             database,
-            bytes: Vec::new(),
+            bytes: buffer,
             count: 0,
             last: None,
             latest_ms: i64::MIN,
@@ -52,6 +59,11 @@ impl PendingRecords {
                 latest_ms: i64::MIN,
             },
         }
+    }
+
+    /// The buffer the records were kept in, for the next transaction's.
+    pub(crate) fn into_buffer(self) -> Vec<u8> {
+        self.bytes
     }
 
     /// The database the records name.

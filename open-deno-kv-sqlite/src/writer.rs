@@ -67,6 +67,9 @@ const BOOKKEEPING_SYNC_WITHIN: Duration = Duration::from_secs(1);
 /// `wal_autocheckpoint`, which [`AutoCheckpoint`] takes over).
 const CHECKPOINT_PAGES: i32 = 1000;
 
+/// The largest change-record buffer a group hands on to the next (bytes).
+const KEPT_RECORDS_BUFFER: usize = 1 << 20;
+
 /// One change to the file, run inside a group: the kit's changes (a write, a take, a
 /// settlement); this handle's deliveries are settled through its committer ([`SettleAtNow`]),
 /// with the message id as their ticket.
@@ -120,6 +123,7 @@ impl WriteConnection {
             keepalive: Every::new(MESSAGE_KEEPALIVE_INTERVAL),
             sweep: Every::new(SWEEP_INTERVAL),
             log: WriterLog::default(),
+            records_buffer: Vec::new(),
         };
         connection.sweep()?;
         Ok(connection)
@@ -144,6 +148,8 @@ pub(crate) struct WriteConnection {
     sweep: Every,
     /// The change log's setting as this writer last read it, and its pruning.
     log: WriterLog,
+    /// The last group's change-record buffer, emptied and handed to the next group's.
+    records_buffer: Vec<u8>,
 }
 
 impl GroupRunner for WriteConnection {
@@ -310,7 +316,10 @@ impl WriteConnection {
             }
         };
         let log = match self.log.refresh(&tx) {
-            Ok(log) => log.map(PendingRecords::new),
+            Ok(log) => {
+                let buffer = std::mem::take(&mut self.records_buffer);
+                log.map(|database| PendingRecords::reusing(database, buffer))
+            }
             Err(err) => {
                 committer::reject_all(group, &err);
                 return Ok(());
@@ -322,7 +331,7 @@ impl WriteConnection {
             log,
         };
         let run = run_isolated(&mut sql_group, group);
-        let pending = sql_group.log;
+        let mut pending = sql_group.log;
         // A group in which every write failed its check changed nothing: rolled back, it costs
         // no write to the log and no fsync.
         let committed = if run.kept == 0 {
@@ -342,6 +351,12 @@ impl WriteConnection {
                 }
             }
         };
+        // Kept for the next group unless an unusually large group grew it.
+        if let Some(buffer) = pending.take().map(PendingRecords::into_buffer)
+            && buffer.capacity() <= KEPT_RECORDS_BUFFER
+        {
+            self.records_buffer = buffer;
+        }
         let notifier = self.notifier.clone();
         run.finish(&committed, &notifier, |taken, settled| {
             self.record_held(taken, settled);
