@@ -21,6 +21,7 @@ use crate::committer::Committer;
 use crate::connect::connect;
 use crate::events::Events;
 use crate::group::{WriteGroup, WriteRequest};
+use crate::in_flight::InFlight;
 use crate::outcome::MAX_OUTCOME_WAIT;
 use crate::queue::{Queue, QueueContext};
 use crate::sql::Sql;
@@ -40,6 +41,8 @@ pub struct PostgresBackend {
     /// a replica to reach it ([`PostgresOptions::read_your_writes`]).
     seen_version: Arc<AtomicU64>,
     committer: Committer<WriteGroup>,
+    /// The group the committer is running: point reads of the keys it writes wait for it.
+    in_flight: Arc<InFlight>,
     queue: Arc<Queue>,
     events: Arc<Events>,
     /// The listener, the settler and the housekeeping: stopped on close.
@@ -160,6 +163,7 @@ impl PostgresBackend {
         )
         .await?;
         let seen_version = Arc::new(AtomicU64::new(0));
+        let in_flight = Arc::new(InFlight::default());
         let group = WriteGroup::new(
             target,
             sql.clone(),
@@ -168,6 +172,7 @@ impl PostgresBackend {
             seen_version.clone(),
             identity,
             options.commit_outcome_wait,
+            in_flight.clone(),
         );
         // The committer's task ends by itself once every handle to it is gone.
         let (committer, _) = Committer::start(group, options.max_group);
@@ -199,6 +204,7 @@ impl PostgresBackend {
             next_replica: AtomicUsize::new(0),
             seen_version,
             committer,
+            in_flight,
             queue,
             events,
             tasks: Mutex::new(tasks),
@@ -276,8 +282,10 @@ impl Engine for PostgresBackend {
     /// Strong reads go to the primary. Eventual reads go to a replica when there is one, in
     /// turn; with [`PostgresOptions::read_your_writes`] only once it has replayed what this handle
     /// committed or already read (else, after [`PostgresOptions::replica_wait`], to the primary).
-    /// A replica that fails sends the read to the primary too.
+    /// A replica that fails sends the read to the primary too. A `get` of a key that this
+    /// handle's commit group is writing waits for the group (the `in_flight` module).
     async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
+        let invoked = Instant::now();
         let now = self.options.clock.now();
         if read.consistency == Consistency::Eventual
             && let Some(replica) = self.next_replica()
@@ -296,6 +304,9 @@ impl Engine for PostgresBackend {
                 return Ok(answer.outputs);
             }
         }
+        if let Some(answer) = self.in_flight.read(&read.ranges, invoked, now).await {
+            return Ok(answer);
+        }
         reader::read_ranges(&self.pool, &self.sql, &read.ranges, now).await
     }
 
@@ -304,6 +315,7 @@ impl Engine for PostgresBackend {
     /// was lost during the commit.
     async fn atomic_write(&self, write: ValidatedWrite) -> Result<Option<CommitResult>, KvError> {
         let request = WriteRequest {
+            queued: Some(self.in_flight.queue(&write.mutations)),
             write,
             now: self.options.clock.now(),
             claim: None,

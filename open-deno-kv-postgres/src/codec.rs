@@ -12,6 +12,11 @@ pub(crate) fn ms(time: DateTime<Utc>) -> i64 {
     time.timestamp_millis()
 }
 
+/// `time` as the tables keep it: cut to the whole millisecond (what a read of it returns).
+pub(crate) fn as_stored(time: DateTime<Utc>) -> DateTime<Utc> {
+    open_deno_kv_engine_kit::ms_to_datetime(ms(time)).unwrap_or(time)
+}
+
 /// A stored time back as a time; out of range is corruption.
 pub(crate) fn time(ms: i64) -> Result<DateTime<Utc>, KvError> {
     open_deno_kv_engine_kit::ms_to_datetime(ms)

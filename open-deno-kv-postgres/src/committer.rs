@@ -10,6 +10,9 @@
 //! a leader takes everything waiting as its next group), for an async engine; it shares none of
 //! that committer's code.
 //!
+//! When nothing is waiting after a group, the engine hears that the committer is idle
+//! ([`GroupTransaction::idle`]).
+//!
 //! **Cancel safety.** Once submitted, an item is run whether or not its caller still waits: a
 //! caller that drops its future loses only the answer, never half a write.
 
@@ -31,6 +34,9 @@ pub(crate) trait GroupTransaction: Send + 'static {
 
     /// Runs `items` in one transaction and returns one answer per item, in order.
     async fn run(&mut self, items: Vec<Self::Item>) -> Vec<Self::Answer>;
+
+    /// Nothing is waiting after a group: the committer is about to wait for the next item.
+    fn idle(&mut self) {}
 }
 
 type Waiting<G> = (
@@ -65,6 +71,9 @@ impl<G: GroupTransaction> Committer<G> {
                 for (reply, answer) in replies.into_iter().zip(answers) {
                     // A caller that stopped waiting only misses its answer.
                     let _ = reply.send(answer);
+                }
+                if receiver.is_empty() {
+                    engine.idle();
                 }
             }
         });

@@ -80,6 +80,7 @@ use crate::codec::{self, EntryColumns};
 use crate::committer::GroupTransaction;
 use crate::connect::{connect, is_connection_failure};
 use crate::events::{Events, payload};
+use crate::in_flight::{AttemptGuard, InFlight, Queued};
 use crate::outcome::{self, CommitMark, Outcome};
 use crate::pipeline::Flight;
 use crate::sql::Sql;
@@ -101,6 +102,9 @@ pub(crate) struct WriteRequest {
     /// When the write was asked for: a commit after this instant happened while it waited, and
     /// may have decided its checks ([`AfterCommit`]).
     pub(crate) invoked: Instant,
+    /// Its keys, registered for the reads that wait for it until the committer takes it (the
+    /// `in_flight` module); `None` for writes no read waits for.
+    pub(crate) queued: Option<Queued>,
 }
 
 /// The answer to one [`WriteRequest`].
@@ -123,7 +127,11 @@ pub(crate) struct WriteGroup {
     identity: DatabaseId,
     /// What the last group known to have committed left at the keys it wrote: the checks it
     /// already failed are answered without a round trip.
-    after_commit: Option<AfterCommit>,
+    after_commit: Option<Arc<AfterCommit>>,
+    /// Where point reads of the keys a group is writing wait for it.
+    in_flight: Arc<InFlight>,
+    /// The running attempt, as those reads see it.
+    attempt: Option<AttemptGuard>,
 }
 
 /// The committer's connection with its statements prepared.
@@ -151,7 +159,7 @@ struct Sent {
     /// What this handle's watches and consumers are told.
     effects: Effects,
     /// What the group leaves at the keys it wrote, once committed.
-    after: AfterCommit,
+    after: Arc<AfterCommit>,
 }
 
 /// Why a group did not commit.
@@ -190,8 +198,10 @@ impl From<PostgresError> for GroupFailure {
 
 impl WriteGroup {
     /// The engine for a committer on `target`'s database; it connects on its first group, and
-    /// raises `committed` to the last version of each group it commits. A group whose commit's
+    /// raises `committed` to the last version of each group it commits, and publishes each
+    /// attempt in `in_flight` for the point reads of the keys it writes. A group whose commit's
     /// answer is lost is looked up for `outcome_wait`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         target: Arc<Target>,
         sql: Arc<Sql>,
@@ -200,6 +210,7 @@ impl WriteGroup {
         committed: Arc<AtomicU64>,
         identity: DatabaseId,
         outcome_wait: Duration,
+        in_flight: Arc<InFlight>,
     ) -> Self {
         WriteGroup {
             target,
@@ -212,6 +223,8 @@ impl WriteGroup {
             prune: PruneSchedule::default(),
             identity,
             after_commit: None,
+            in_flight,
+            attempt: None,
         }
     }
 
@@ -392,9 +405,11 @@ impl WriteGroup {
                 prune_cutoff = Some(codec::ms(prune_before(now, retention)));
             }
         }
+        // Kept for what the group leaves (`AfterCommit`); the flight sends copies.
+        let writes = std::mem::take(&mut outcome.writes);
         let mut columns = EntryColumns::default();
         let mut deleted: Vec<&[u8]> = Vec::new();
-        for (key, entry) in &outcome.writes {
+        for (key, entry) in &writes {
             match entry {
                 Some(entry) => columns.push(key, entry),
                 None => deleted.push(key),
@@ -412,7 +427,7 @@ impl WriteGroup {
             .collect();
         let note = payload(
             &origin,
-            !outcome.writes.is_empty() || !outcome.deleted_ranges.is_empty(),
+            !writes.is_empty() || !outcome.deleted_ranges.is_empty(),
             !outcome.enqueued.is_empty(),
         );
         let batch = i64::try_from(PRUNE_BATCH).unwrap_or(i64::MAX);
@@ -492,16 +507,7 @@ impl WriteGroup {
             .await?;
         let mark = CommitMark { version: last, id };
         // Taken before the COMMIT is sent, so the commit surely comes after it.
-        let after = AfterCommit::new(&outcome.writes, &outcome.deleted_ranges, Instant::now());
-        let sent = Sent {
-            answers,
-            final_version,
-            effects: Effects {
-                queue: !outcome.enqueued.is_empty(),
-                changed: outcome.changed,
-            },
-            after,
-        };
+        let commit_sent = Instant::now();
         // From here on the COMMIT may be on its way: a failure whose cause is not an answer of
         // the server leaves the outcome to be looked up.
         let commit = closing
@@ -509,13 +515,35 @@ impl WriteGroup {
                 client.batch_execute("COMMIT").await.map(|()| 0)
             }))
             .await;
-        let answers = match commit {
-            Ok(()) => closing.answers().await,
+        let flown = match commit {
+            Ok(()) => Ok(closing.answers().await),
+            Err(source) => {
+                drop(closing);
+                Err(source)
+            }
+        };
+        // The flight is over: what it borrowed from the group's writes goes to `AfterCommit`.
+        drop(deleted);
+        let sent = Sent {
+            answers,
+            final_version,
+            effects: Effects {
+                queue: !outcome.enqueued.is_empty(),
+                changed: outcome.changed,
+            },
+            after: Arc::new(AfterCommit::new(
+                writes,
+                outcome.deleted_ranges,
+                commit_sent,
+            )),
+        };
+        let flown = match flown {
+            Ok(flown) => flown,
             Err(source) => return Err(GroupFailure::Unknown { source, mark, sent }),
         };
         let mut refused = None;
         let mut lost = None;
-        for answer in answers {
+        for answer in flown {
             match answer {
                 Ok(_) => {}
                 Err(err) if err.as_db_error().is_some() => {
@@ -545,6 +573,9 @@ impl WriteGroup {
             Ordering::AcqRel,
         );
         self.events.notifier.notify(&sent.effects);
+        if let Some(attempt) = self.attempt.take() {
+            attempt.committed(sent.after.clone());
+        }
         self.after_commit = Some(sent.after);
         sent.answers
     }
@@ -555,7 +586,10 @@ impl WriteGroup {
         let started = Instant::now();
         let mut pause = Duration::from_millis(20);
         let failed: KvError = loop {
+            self.attempt = Some(self.in_flight.begin(&items));
             let attempt = self.try_group(&items).await;
+            // Committed, `committed` handed its readers what it left; else they ask the server.
+            self.attempt = None;
             if attempt.is_err() {
                 // A failed attempt may have left a transaction open on the connection (its
                 // flights stop at the first failure): only a new connection is surely clean.
@@ -593,6 +627,13 @@ impl WriteGroup {
     }
 }
 
+impl Drop for WriteGroup {
+    /// The committer stopped (its handles gone, or its task ended): no read waits for it.
+    fn drop(&mut self) {
+        self.in_flight.close();
+    }
+}
+
 #[async_trait]
 impl GroupTransaction for WriteGroup {
     type Item = WriteRequest;
@@ -600,7 +641,21 @@ impl GroupTransaction for WriteGroup {
 
     /// Runs the writes whose checks the last commit has not already failed; those are
     /// answered "check failed" here ([`AfterCommit`]).
-    async fn run(&mut self, items: Vec<WriteRequest>) -> Vec<WriteAnswer> {
+    async fn run(&mut self, mut items: Vec<WriteRequest>) -> Vec<WriteAnswer> {
+        // Taken: reads of their keys no longer wait for them as queued writes.
+        self.in_flight.take(&mut items);
+        self.answer(items).await
+    }
+
+    /// The reads that waited for writes answered without an attempt ask the server.
+    fn idle(&mut self) {
+        self.in_flight.idle();
+    }
+}
+
+impl WriteGroup {
+    /// Answers the writes whose checks the last commit has already failed, and runs the others.
+    async fn answer(&mut self, items: Vec<WriteRequest>) -> Vec<WriteAnswer> {
         let failed: Vec<bool> = match &self.after_commit {
             Some(after) => items.iter().map(|i| after.failed_checks_of(i)).collect(),
             None => return self.run_group(items).await,

@@ -30,7 +30,9 @@
 //!   Eventual reads may go to replicas ([`PostgresOptions::replica_urls`]); a replica serves a
 //!   handle only once it has replayed that handle's own commits, else the primary answers
 //!   ([`PostgresOptions::read_your_writes`]). A pooled connection found dead is replaced and
-//!   the read run again.
+//!   the read run again. A `get` of a key this handle's committer is writing right then waits
+//!   for that group, and is answered from what it left when the commit happened during the
+//!   read (`in_flight.rs`).
 //! - **Queues** (`queue.rs`): `FOR UPDATE SKIP LOCKED` takes with leases that a live consumer
 //!   renews; a dead consumer's message comes back when its lease runs out.
 //! - **Watch** (`listener.rs`): commits `NOTIFY`; a LISTEN connection per handle wakes the
@@ -92,6 +94,7 @@ mod error;
 mod events;
 mod group;
 mod housekeeping;
+mod in_flight;
 mod integrity;
 mod lease;
 mod listener;

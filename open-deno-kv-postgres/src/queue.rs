@@ -489,6 +489,7 @@ impl Queue {
             now: self.ctx.clock.now(),
             claim: Some((ticket.id, ticket.lease)),
             invoked: Instant::now(),
+            queued: None,
         };
         self.ctx.committer.submit(request).await?.map(drop)
     }

@@ -1,6 +1,7 @@
 //! Reads from a pool of connections: snapshot reads, watched keys, the queue listing.
 //!
-//! Every read is one round trip. A read of one range is one statement, which is a snapshot by
+//! Every read that reaches the server is one round trip (a `get` of a key this handle is
+//! writing may not reach it: the `in_flight` module). A read of one range is one statement, which is a snapshot by
 //! itself. A read of several ranges runs in one `REPEATABLE READ READ ONLY` transaction, so
 //! every range comes from the same snapshot, and the transaction's statements — `BEGIN`, the
 //! ranges, `COMMIT` — are sent together (see the `pipeline` module). Expired entries are filtered by the

@@ -3,7 +3,9 @@
 //! answer reached it). A strong read, whatever its ranges, is one round trip; an eventual read
 //! on a replica, version included, is one too; a lone write is two (the lock and the rows it
 //! reads, then the writes and `COMMIT`). A write whose check fails waits for one, then sends a
-//! `ROLLBACK` it does not wait for (which the proxy cannot tell from a round trip).
+//! `ROLLBACK` it does not wait for (which the proxy cannot tell from a round trip). A write whose
+//! check the commit in flight falsifies, and a `get` of a key the group in flight (or a write
+//! queued behind it) writes, cost none of their own.
 //!
 //! The tests run on a current-thread runtime: there a flight of statements (see the crate's
 //! `pipeline` module) reaches the connection's task in one piece and leaves in one write, so the
@@ -14,7 +16,7 @@ use std::time::{Duration, Instant};
 use open_deno_kv_conformance::support;
 use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, Check, Checked, Consistency, KvValue, Mutation, ReadRange, SnapshotRead,
-    key,
+    Versionstamp, key,
 };
 use open_deno_kv_postgres::testing::{ClusterOptions, SilentCutProxy, TestCluster};
 use open_deno_kv_postgres::{PostgresBackend, PostgresOptions};
@@ -278,4 +280,127 @@ async fn a_check_the_commit_in_flight_fails_costs_no_round_trip() {
         }
     }
     panic!("50 attempts never asked for the second write between the first group's two flights");
+}
+
+/// A strong `get` of `["counter"]`.
+fn get_counter() -> SnapshotRead {
+    SnapshotRead {
+        ranges: vec![ReadRange::single_key(&key!["counter"]).expect("a valid key")],
+        consistency: Consistency::Strong,
+    }
+}
+
+/// The counter's value and versionstamp in a read's answer.
+fn counter_in(outputs: &[open_deno_kv_engine_kit::ReadRangeOutput]) -> (u64, Versionstamp) {
+    match outputs[0].entries.first() {
+        Some(entry) => match entry.value {
+            KvValue::U64(n) => (n, entry.versionstamp),
+            ref other => panic!("the counter holds {other:?}"),
+        },
+        None => panic!("the counter is absent"),
+    }
+}
+
+/// Polls the future `read` once: that asks for the read (and registers it with the group it
+/// waits for); its answer, if it came at once.
+async fn ask<F: std::future::Future + Unpin>(read: &mut F) -> std::task::Poll<F::Output> {
+    futures::poll!(read)
+}
+
+/// A `get` of a key that the group in flight is writing, asked for before that group's `COMMIT`
+/// went out, waits for the group and is answered with what it left: no round trip of its own,
+/// and the value the write just committed rather than the one before it. (The window is found
+/// as in the test above.)
+#[tokio::test]
+async fn a_get_of_a_key_the_group_in_flight_writes_is_answered_by_its_commit() {
+    let Some(cluster) = cluster() else { return };
+    let (proxy, kv) = writer_through(&cluster).await;
+    let kv = std::sync::Arc::new(kv);
+    let mut stamp = create_counter(&*kv).await;
+    for attempt in 0..50 {
+        let before = proxy.client_turns();
+        let n = attempt + 1;
+        let first = tokio::spawn({
+            let (kv, write) = (kv.clone(), write(n, Some(stamp)));
+            async move { kv.atomic_write(write).await }
+        });
+        let in_window = loop {
+            tokio::task::yield_now().await;
+            match added(&before, &proxy.client_turns()).into_iter().max() {
+                Some(1) => break true,
+                Some(0) | None => {}
+                Some(_) => break false,
+            }
+        };
+        let mut read = Box::pin(kv.snapshot_read(get_counter()));
+        let asked = ask(&mut read).await;
+        stamp = first
+            .await
+            .expect("the write's task")
+            .unwrap()
+            .expect("its check holds")
+            .versionstamp;
+        let answer = match asked {
+            std::task::Poll::Ready(answer) => answer,
+            std::task::Poll::Pending => read.await,
+        }
+        .expect("the read");
+        let turns: u64 = added(&before, &proxy.client_turns()).iter().sum();
+        if in_window {
+            assert_eq!(counter_in(&answer), (n, stamp), "what the write committed");
+            // The group's two flights and nothing for the read; the handle's once-a-second
+            // sweep of expired keys may have taken a turn too: then try again.
+            if turns == 2 {
+                return;
+            }
+        }
+    }
+    panic!("50 attempts never read between the group's two flights without a round trip");
+}
+
+/// A `get` of a key that a write submitted to the committer (and not yet taken: the committer
+/// is busy with another group) will set waits for the group that takes that write, and is
+/// answered with what it left, without a round trip of its own.
+#[tokio::test]
+async fn a_get_of_a_key_a_queued_write_sets_waits_for_its_group() {
+    let Some(cluster) = cluster() else { return };
+    let (proxy, kv) = writer_through(&cluster).await;
+    let kv = std::sync::Arc::new(kv);
+    create_counter(&*kv).await;
+    for attempt in 0..20u64 {
+        let before = proxy.client_turns();
+        // A group that writes another key, in flight.
+        let other = tokio::spawn({
+            let kv = kv.clone();
+            async move { support::set(&*kv, &key!["other"], KvValue::U64(attempt)).await }
+        });
+        while added(&before, &proxy.client_turns()).into_iter().max() != Some(1) {
+            tokio::task::yield_now().await;
+        }
+        // Queued behind it: a blind set of the counter.
+        let mut set = Box::pin(kv.atomic_write(AtomicWrite {
+            mutations: vec![Mutation::set(
+                support::enc(&key!["counter"]),
+                KvValue::U64(100 + attempt),
+            )],
+            ..AtomicWrite::default()
+        }));
+        assert!(ask(&mut set).await.is_pending(), "queued");
+        let mut read = Box::pin(kv.snapshot_read(get_counter()));
+        assert!(
+            ask(&mut read).await.is_pending(),
+            "it waits for the queued write"
+        );
+        other.await.expect("the other write's task");
+        let stamp = set.await.unwrap().expect("no check").versionstamp;
+        let answer = read.await.expect("the read");
+        assert_eq!(counter_in(&answer), (100 + attempt, stamp));
+        // Two groups of two flights, and nothing for the read (a sweep may have taken a turn:
+        // then try again).
+        let turns: u64 = added(&before, &proxy.client_turns()).iter().sum();
+        if turns == 4 {
+            return;
+        }
+    }
+    panic!("20 attempts never read a queued write's key without a round trip");
 }
