@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use futures::StreamExt;
 use open_deno_kv_engine_kit::change_log::{ChangeLogStatus, ChangeRecord};
 use open_deno_kv_engine_kit::queue::{QueueMessageHandle, QueuedMessage};
 use open_deno_kv_engine_kit::{
@@ -388,25 +389,39 @@ impl Engine for PostgresBackend {
         crate::change_log::read(&self.pool, &self.sql, after, limit).await
     }
 
+    /// The handle listens for other processes' commits while the stream lives (the `listener`
+    /// module).
     fn watch(&self, keys: ValidatedWatch) -> Result<WatchStream, KvError> {
-        Ok(watch_stream(
+        let interested = self.events.interested();
+        let stream = watch_stream(
             keys.into_inner(),
             self.watch_reader(),
             &self.events.signal,
             self.options.clock.clone(),
-        ))
+        );
+        Ok(stream
+            .map(move |emission| {
+                let _alive = &interested;
+                emission
+            })
+            .boxed())
     }
 
     async fn count_range(&self, range: ValidatedRange) -> Result<RangeCount, KvError> {
         reader::count_range(&self.pool, &self.sql, &range, self.options.clock.now()).await
     }
 
+    /// The handle listens for other processes' commits while the stream lives.
     fn watch_range(&self, range: ValidatedRange) -> Result<RangeWatchStream, KvError> {
-        Ok(range_watch_stream(
-            range.into_inner(),
-            self.watch_reader(),
-            &self.events.signal,
-        ))
+        let interested = self.events.interested();
+        let stream =
+            range_watch_stream(range.into_inner(), self.watch_reader(), &self.events.signal);
+        Ok(stream
+            .map(move |event| {
+                let _alive = &interested;
+                event
+            })
+            .boxed())
     }
 
     /// Closes this handle: its watch streams end, its waiting dequeues return `None`, and its

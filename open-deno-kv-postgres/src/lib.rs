@@ -37,6 +37,8 @@
 //!   renews; a dead consumer's message comes back when its lease runs out.
 //! - **Watch** (`listener.rs`): commits `NOTIFY`; a LISTEN connection per handle wakes the
 //!   watches, which re-read their keys (open-deno-kv-engine-kit's [`watch_stream`](open_deno_kv_engine_kit::watch_stream)).
+//!   It listens only while the handle has a watch stream or a waiting dequeue: a listening
+//!   session slows every commit on the database.
 //! - **Expiry** (`housekeeping.rs`): a sweep deletes expired rows every second.
 //! - **Change log** (`change_log.rs`): opt-in, for point-in-time restores; the retention lives
 //!   in the `kv_meta` row every writer locks, and each commit's record is written by its group's

@@ -272,6 +272,8 @@ impl Queue {
     pub(crate) async fn next(
         self: &Arc<Self>,
     ) -> Result<Option<Box<dyn QueueMessageHandle>>, KvError> {
+        // Other processes' enqueues must wake this wait (the `listener` module).
+        let _interested = self.ctx.events.interested();
         next_delivery(
             self.ctx.events.notifier.subscribe_queue(),
             &*self.ctx.clock,

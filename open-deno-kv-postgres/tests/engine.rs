@@ -175,6 +175,58 @@ async fn two_handles_share_one_store_its_order_its_watches_and_its_queue() {
     stored.await.expect("B's success reached the store");
 }
 
+/// A handle listens for other processes' commits only while it has a watch or a waiting dequeue
+/// (and briefly after). Each time it starts listening again it wakes every waiter once, so a
+/// watch or a dequeue that begins on a handle that has stopped listening misses nothing: here
+/// the other handle commits at once, in the window where the `LISTEN` may not have taken
+/// effect yet, after each pause long enough for the handle to stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_that_stopped_listening_misses_nothing_when_a_waiter_comes() {
+    let Some(cluster) = cluster() else { return };
+    let a = Arc::new(open(&cluster, "quiet").await.unwrap());
+    let b = Arc::new(open(&cluster, "quiet").await.unwrap());
+    let quiet = open_deno_kv_postgres::testing::LISTEN_LINGER + Duration::from_millis(200);
+    for round in 0..3u64 {
+        tokio::time::sleep(quiet).await;
+        let mut watch = b.watch(vec![k("seen")]).unwrap();
+        let stamp = set(&*a, "seen", round).await;
+        let seen = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match &watch.next().await.unwrap().unwrap()[0] {
+                    WatchKeyOutput::Changed(Some(entry)) if entry.versionstamp == stamp => break,
+                    _ => {}
+                }
+            }
+        });
+        seen.await
+            .unwrap_or_else(|_| panic!("round {round}: B's new watch missed A's commit"));
+        drop(watch);
+
+        tokio::time::sleep(quiet).await;
+        let consumer = {
+            let b = b.clone();
+            tokio::spawn(async move { b.dequeue_next_message().await })
+        };
+        let write = AtomicWrite {
+            enqueues: vec![Enqueue {
+                payload: vec![0xff, 0x0f, 0x49, 0x02],
+                ready_at: chrono::Utc::now(),
+                keys_if_undelivered: vec![],
+                backoff_schedule: None,
+            }],
+            ..AtomicWrite::default()
+        };
+        a.atomic_write(write).await.unwrap().unwrap();
+        let message = tokio::time::timeout(Duration::from_secs(5), consumer)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: B's new dequeue missed A's enqueue"))
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        message.finish(true).await.unwrap();
+    }
+}
+
 /// Concurrent writes share transactions (rows written together share `xmin`), and a write whose
 /// check fails inside a group fails alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

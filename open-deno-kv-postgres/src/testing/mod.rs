@@ -42,6 +42,10 @@ pub use patroni::{PatroniCluster, PatroniSettings};
 pub use pgbouncer::{PoolMode, TestPgBouncer};
 pub use proxy::{CommitCut, SilentCutProxy};
 
+/// How long a handle keeps listening for other processes' commits after its last watch or
+/// waiting dequeue ends (tests wait past it to see a handle that stopped).
+pub const LISTEN_LINGER: std::time::Duration = crate::listener::LINGER;
+
 /// A PostgreSQL schema name of `path`'s own (`store_` and a 64-bit FNV-1a hash of the path),
 /// for harnesses that give every store a directory (the crash harness, open-deno-kv-bench): each
 /// directory gets a store of its own in one database.
