@@ -10,7 +10,9 @@
 //! a leader takes everything waiting as its next group), for an async engine; it shares none of
 //! that committer's code.
 //!
-//! When nothing is waiting after a group, the engine hears that the committer is idle
+//! When a group woke other tasks than its writers (reads waiting for it), the task yields once
+//! before it answers the writers, so that those tasks run first; when nothing is
+//! waiting after a group, the engine hears that the committer is idle
 //! ([`GroupTransaction::idle`]).
 //!
 //! **Cancel safety.** Once submitted, an item is run whether or not its caller still waits: a
@@ -34,6 +36,12 @@ pub(crate) trait GroupTransaction: Send + 'static {
 
     /// Runs `items` in one transaction and returns one answer per item, in order.
     async fn run(&mut self, items: Vec<Self::Item>) -> Vec<Self::Answer>;
+
+    /// Whether the group just run woke tasks other than its writers (readers waiting for it),
+    /// which then run before the writers are answered.
+    fn woke_others(&self) -> bool {
+        false
+    }
 
     /// Nothing is waiting after a group: the committer is about to wait for the next item.
     fn idle(&mut self) {}
@@ -68,6 +76,12 @@ impl<G: GroupTransaction> Committer<G> {
             while receiver.recv_many(&mut group, max_group).await > 0 {
                 let (items, replies): (Vec<G::Item>, Vec<_>) = group.drain(..).unzip();
                 let answers = engine.run(items).await;
+                // The reads the group woke (the `in_flight` module) run before the writers hear
+                // back: a check-and-set that read this commit submits its retry first, and the
+                // answered writers' own reads then wait for that group instead of racing it.
+                if engine.woke_others() {
+                    tokio::task::yield_now().await;
+                }
                 for (reply, answer) in replies.into_iter().zip(answers) {
                     // A caller that stopped waiting only misses its answer.
                     let _ = reply.send(answer);

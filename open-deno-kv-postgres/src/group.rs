@@ -132,6 +132,8 @@ pub(crate) struct WriteGroup {
     in_flight: Arc<InFlight>,
     /// The running attempt, as those reads see it.
     attempt: Option<AttemptGuard>,
+    /// Whether the last run's commit answered reads that waited for it.
+    woke_readers: bool,
 }
 
 /// The committer's connection with its statements prepared.
@@ -225,6 +227,7 @@ impl WriteGroup {
             after_commit: None,
             in_flight,
             attempt: None,
+            woke_readers: false,
         }
     }
 
@@ -574,7 +577,7 @@ impl WriteGroup {
         );
         self.events.notifier.notify(&sent.effects);
         if let Some(attempt) = self.attempt.take() {
-            attempt.committed(sent.after.clone());
+            self.woke_readers = attempt.committed(sent.after.clone());
         }
         self.after_commit = Some(sent.after);
         sent.answers
@@ -644,7 +647,12 @@ impl GroupTransaction for WriteGroup {
     async fn run(&mut self, mut items: Vec<WriteRequest>) -> Vec<WriteAnswer> {
         // Taken: reads of their keys no longer wait for them as queued writes.
         self.in_flight.take(&mut items);
+        self.woke_readers = false;
         self.answer(items).await
+    }
+
+    fn woke_others(&self) -> bool {
+        self.woke_readers
     }
 
     /// The reads that waited for writes answered without an attempt ask the server.

@@ -8,7 +8,10 @@
 //! the next group, and the loop another read. So a `get` (every range of the read one key) of a
 //! key that a write mutates waits when that write is in the group being committed, or submitted
 //! to the committer and not yet taken (then for the committer's next attempt, normally the one
-//! that commits it). Then:
+//! that commits it). A `get` of a key that the committer's last commit wrote, with nothing of the
+//! kind running or queued, first lets the other tasks run once (a yield): the commit has just
+//! woken the reads that waited for it, and one of them may be about to submit the retry this read
+//! would race. Then:
 //!
 //! - the group committed, the read was invoked before its `COMMIT` was sent, and the group
 //!   decided every key read: the answer is what the group left ([`AfterCommit::read_points`]),
@@ -19,7 +22,8 @@
 //!   every key read) the read goes to the server, as every other read does: after the group, so
 //!   it sees that group's commit rather than the state just before it.
 //!
-//! **The price**: such a read takes up to two commits (the group in flight, then the one that
+//! **The price**: a read of a key this handle wrote last pays one yield; a read that waits takes
+//! up to two commits (the group in flight, then the one that
 //! takes the write it waits for; each two round trips and a WAL flush) instead of one round
 //! trip, and only when this handle is writing that very key at that moment. Reads of other keys,
 //! reads with a scan, eventual reads on replicas and other processes' reads never wait. A group
@@ -92,6 +96,8 @@ struct Inner {
     queued: HashMap<u64, usize>,
     /// Where reads of queued keys wait: the committer's next attempt.
     next: Option<Waiters>,
+    /// Hashes of the keys the last committed attempt wrote.
+    recent: Vec<u64>,
     /// The committer stopped: nothing waits any more.
     closed: bool,
 }
@@ -227,23 +233,37 @@ impl InFlight {
         invoked: Instant,
         now: DateTime<Utc>,
     ) -> Option<Vec<ReadRangeOutput>> {
-        let mut decision = {
-            let mut inner = self.lock();
-            if inner.closed || (inner.current.is_none() && inner.queued.is_empty()) {
-                return None;
-            }
-            let keys: Vec<u64> = ranges
-                .iter()
-                .map(|r| r.point_key().map(key_hash))
-                .collect::<Option<_>>()?;
-            let written = |written: &[u64]| keys.iter().any(|k| written.contains(k));
-            match &inner.current {
-                Some(current) if written(&current.keys) => current.waiters.subscribe(),
-                _ if keys.iter().any(|k| inner.queued.contains_key(k)) => {
-                    inner.next.get_or_insert_with(waiters).subscribe()
+        let mut yielded = false;
+        let mut decision = loop {
+            {
+                let mut inner = self.lock();
+                if inner.closed
+                    || (inner.current.is_none()
+                        && inner.queued.is_empty()
+                        && inner.recent.is_empty())
+                {
+                    return None;
                 }
-                _ => return None,
+                let keys: Vec<u64> = ranges
+                    .iter()
+                    .map(|r| r.point_key().map(key_hash))
+                    .collect::<Option<_>>()?;
+                let written = |written: &[u64]| keys.iter().any(|k| written.contains(k));
+                match &inner.current {
+                    Some(current) if written(&current.keys) => {
+                        break current.waiters.subscribe();
+                    }
+                    _ if keys.iter().any(|k| inner.queued.contains_key(k)) => {
+                        break inner.next.get_or_insert_with(waiters).subscribe();
+                    }
+                    _ if yielded || !written(&inner.recent) => return None,
+                    _ => {}
+                }
             }
+            // A key the last commit wrote: a writer of it the commit just woke (a check-and-set
+            // about to retry) may be about to submit. Let it run once, then look again.
+            yielded = true;
+            tokio::task::yield_now().await;
         };
         let decided = decision
             .wait_for(|d| !matches!(d, Decision::Pending))
@@ -271,10 +291,14 @@ impl Drop for Queued {
 
 impl AttemptGuard {
     /// The attempt committed, leaving `after`: its waiting readers may be answered from it.
-    pub(crate) fn committed(self, after: Arc<AfterCommit>) {
+    /// Whether any read was waiting.
+    pub(crate) fn committed(self, after: Arc<AfterCommit>) -> bool {
+        self.in_flight.lock().recent.clone_from(&self.attempt.keys);
+        let woken = self.attempt.waiters.receiver_count() > 0;
         self.attempt
             .waiters
             .send_replace(Decision::Committed(after));
+        woken
     }
 }
 
@@ -358,7 +382,10 @@ mod tests {
             futures::poll!(read.as_mut()).is_pending(),
             "it waits for the group"
         );
-        attempt.committed(left("counter", invoked + Duration::from_millis(1)));
+        assert!(
+            attempt.committed(left("counter", invoked + Duration::from_millis(1))),
+            "a read was waiting"
+        );
         let answer = read.await.expect("answered from the commit");
         let entry = &answer[0].entries[0];
         assert_eq!(entry.value, KvValue::U64(1));
@@ -481,5 +508,41 @@ mod tests {
             Poll::Ready(None),
             "closed"
         );
+    }
+
+    /// A `get` of a key the last commit wrote, with nothing running or queued, lets the other
+    /// tasks run once: a retry submitted meanwhile is then waited for. Other keys go straight on.
+    #[tokio::test]
+    async fn a_get_of_a_key_just_written_lets_a_retry_be_submitted_first() {
+        let in_flight = Arc::new(InFlight::default());
+        let sent = Instant::now();
+        let woke = in_flight
+            .begin(&[setting("counter")])
+            .committed(left("counter", sent));
+        assert!(!woke, "nothing was waiting");
+        let other = [get("other")];
+        let other = in_flight.read(&other, Instant::now(), now());
+        assert_eq!(futures::poll!(std::pin::pin!(other)), Poll::Ready(None));
+
+        let ranges = [get("counter")];
+        let invoked = Instant::now();
+        let mut read = std::pin::pin!(in_flight.read(&ranges, invoked, now()));
+        assert!(futures::poll!(read.as_mut()).is_pending(), "it yields once");
+        let mut items = vec![setting("counter")];
+        items[0].queued = Some(in_flight.queue(&items[0].write.mutations));
+        assert!(
+            futures::poll!(read.as_mut()).is_pending(),
+            "it waits for the retry"
+        );
+        in_flight.take(&mut items);
+        in_flight
+            .begin(&items)
+            .committed(left("counter", invoked + Duration::from_millis(1)));
+        assert!(read.await.is_some(), "answered by the retry's commit");
+
+        // Nothing submitted during the yield: the server answers.
+        let mut read = std::pin::pin!(in_flight.read(&ranges, Instant::now(), now()));
+        assert!(futures::poll!(read.as_mut()).is_pending());
+        assert_eq!(read.await, None);
     }
 }
