@@ -207,15 +207,7 @@ async fn a_handle_that_stopped_listening_misses_nothing_when_a_waiter_comes() {
             let b = b.clone();
             tokio::spawn(async move { b.dequeue_next_message().await })
         };
-        let write = AtomicWrite {
-            enqueues: vec![Enqueue {
-                payload: vec![0xff, 0x0f, 0x49, 0x02],
-                ready_at: chrono::Utc::now(),
-                keys_if_undelivered: vec![],
-                backoff_schedule: None,
-            }],
-            ..AtomicWrite::default()
-        };
+        let write = message_write(b"wake", &open_deno_kv_engine_kit::SystemClock);
         a.atomic_write(write).await.unwrap().unwrap();
         let message = tokio::time::timeout(Duration::from_secs(5), consumer)
             .await

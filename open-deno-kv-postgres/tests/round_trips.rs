@@ -227,13 +227,43 @@ async fn a_lone_write_is_two_round_trips_and_a_failed_check_one_and_a_rollback()
     );
 }
 
+/// Sets the counter to `n` if its versionstamp is `stamp`, on a task of its own, and watches the
+/// proxy until that group's first flight is out: `true` if it then still waits for its second
+/// (the window the tests below ask for something in), `false` if the group got further first.
+/// The runtime has one thread, so nothing moves between this look and the caller's next step.
+async fn first_flight_out(
+    kv: &std::sync::Arc<Checked<PostgresBackend>>,
+    proxy: &SilentCutProxy,
+    before: &[u64],
+    n: u64,
+    stamp: Versionstamp,
+) -> (
+    tokio::task::JoinHandle<
+        Result<Option<open_deno_kv_engine_kit::CommitResult>, open_deno_kv_engine_kit::KvError>,
+    >,
+    bool,
+) {
+    let first = tokio::spawn({
+        let (kv, write) = (kv.clone(), write(n, Some(stamp)));
+        async move { kv.atomic_write(write).await }
+    });
+    let in_window = loop {
+        tokio::task::yield_now().await;
+        match added(before, &proxy.client_turns()).into_iter().max() {
+            Some(1) => break true,
+            Some(0) | None => {}
+            Some(_) => break false,
+        }
+    };
+    (first, in_window)
+}
+
 /// A write asked for while a group that changes its checked key is committing, and queued behind
 /// it, fails its check at that commit: it is answered without a round trip of its own. Without
 /// that, it would cost its group's first flight (and an unawaited `ROLLBACK`).
 ///
-/// The window is found by watching the proxy: the second write is asked for once the first
-/// group's first flight has gone out and before its second has (the runtime has one thread, so
-/// nothing moves between the look and the ask). An attempt that misses the window is run again.
+/// The window is found by watching the proxy ([`first_flight_out`]). An attempt that misses the
+/// window is run again.
 #[tokio::test]
 async fn a_check_the_commit_in_flight_fails_costs_no_round_trip() {
     let Some(cluster) = cluster() else { return };
@@ -242,19 +272,7 @@ async fn a_check_the_commit_in_flight_fails_costs_no_round_trip() {
     let mut stamp = create_counter(&*kv).await;
     for attempt in 0..50 {
         let before = proxy.client_turns();
-        let first = tokio::spawn({
-            let (kv, write) = (kv.clone(), write(attempt + 1, Some(stamp)));
-            async move { kv.atomic_write(write).await }
-        });
-        // Until the first group's first flight is out (and not yet its second).
-        let in_window = loop {
-            tokio::task::yield_now().await;
-            match added(&before, &proxy.client_turns()).into_iter().max() {
-                Some(1) => break true,
-                Some(0) | None => {}
-                Some(_) => break false,
-            }
-        };
+        let (first, in_window) = first_flight_out(&kv, &proxy, &before, attempt + 1, stamp).await;
         // Asked for now (its first poll), with the check the first group is about to falsify.
         let mut second = std::pin::pin!(kv.atomic_write(write(100, Some(stamp))));
         let asked = futures::poll!(second.as_mut());
@@ -320,18 +338,7 @@ async fn a_get_of_a_key_the_group_in_flight_writes_is_answered_by_its_commit() {
     for attempt in 0..50 {
         let before = proxy.client_turns();
         let n = attempt + 1;
-        let first = tokio::spawn({
-            let (kv, write) = (kv.clone(), write(n, Some(stamp)));
-            async move { kv.atomic_write(write).await }
-        });
-        let in_window = loop {
-            tokio::task::yield_now().await;
-            match added(&before, &proxy.client_turns()).into_iter().max() {
-                Some(1) => break true,
-                Some(0) | None => {}
-                Some(_) => break false,
-            }
-        };
+        let (first, in_window) = first_flight_out(&kv, &proxy, &before, n, stamp).await;
         let mut read = Box::pin(kv.snapshot_read(get_counter()));
         let asked = ask(&mut read).await;
         stamp = first
