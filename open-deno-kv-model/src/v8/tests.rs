@@ -847,6 +847,32 @@ fn as_f64_numbers(json: &Value) -> Value {
     }
 }
 
+/// Whether `bytes` hold five bytes in a row with the continuation bit set: where a varint may run
+/// past the five bytes a 32-bit one needs.
+fn has_overlong_varint(bytes: &[u8]) -> bool {
+    bytes.windows(5).any(|w| w.iter().all(|b| b & 0x80 != 0))
+}
+
+/// V8's `ValueDeserializer` reads a varint on while its bytes have the continuation bit set,
+/// dropping the bits beyond the integer's width; so does this reader. `v8_valueserializer` 0.1
+/// (the test oracle) stops a 32-bit varint after five bytes whatever the fifth says, and reads the
+/// rest as the next tag. Such bytes are never written (a 32-bit varint takes at most five), only
+/// damaged ones hold them: found by `damaged_values_never_panic`, where one damaged byte turned a
+/// number's varint into six bytes that swallowed the tag of a regular expression.
+#[test]
+fn a_varint_longer_than_five_bytes_reads_on_as_v8_does() {
+    // A dense array of two int32s, the first one's varint six bytes long (the bits of the sixth
+    // are beyond 32 and dropped): [0, 2].
+    let bytes = hex::decode("ff0f4102498080808080024904240002").expect("hex");
+    let ours = read::read(&bytes).expect("our reader reads all six");
+    let ours = tagged::graph_to_tagged(&ours).expect("tagged");
+    assert_eq!(ours, json!({"array": [{"number": "0"}, {"number": "2"}]}));
+    // The oracle stops after five bytes and takes the sixth for the next element's tag.
+    let theirs = oracle::read(&bytes).map(|g| tagged::graph_to_tagged(&g).ok());
+    assert_ne!(theirs, Some(Some(ours)));
+    assert!(has_overlong_varint(&bytes));
+}
+
 proptest! {
     #[test]
     fn tagged_trees_round_trip(json in prop_oneof![
@@ -918,8 +944,11 @@ proptest! {
         if let Ok(KvValue::V8(mut bytes)) = from_tagged_json(&json) {
             let i = at.index(bytes.len());
             bytes[i] = byte;
-            // Where both readers accept the damaged bytes, they read the same value.
-            if let (Ok(ours), Some(theirs)) = (read::read(&bytes), oracle::read(&bytes))
+            // Where both readers accept the damaged bytes, they read the same value, unless the
+            // damage made a varint longer than five bytes, which they read differently (see
+            // `a_varint_longer_than_five_bytes_reads_on_as_v8_does`).
+            if !has_overlong_varint(&bytes)
+                && let (Ok(ours), Some(theirs)) = (read::read(&bytes), oracle::read(&bytes))
                 && let (Ok(a), Ok(b)) =
                     (tagged::graph_to_tagged(&ours), tagged::graph_to_tagged(&theirs))
             {
