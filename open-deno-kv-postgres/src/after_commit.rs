@@ -40,7 +40,8 @@ use open_deno_kv_engine_kit::{
 use crate::codec;
 use crate::group::WriteRequest;
 
-/// What one committed group left behind (see the module documentation).
+/// What one committed group left behind (see the module documentation). The committer keeps the
+/// last one until the next group commits: at most a group's entries (`max_group` writes).
 #[derive(Debug, Clone)]
 pub(crate) struct AfterCommit {
     /// Just before the group's `COMMIT` was sent: the commit happened after it.
@@ -74,7 +75,7 @@ impl AfterCommit {
 
     /// The row the group left at `key`, expired or not, if it decided the key: `Some(None)` for
     /// none, `None` when the group did not touch the key.
-    pub(crate) fn decided(&self, key: &[u8]) -> Option<Option<&StoredEntry>> {
+    fn decided(&self, key: &[u8]) -> Option<Option<&StoredEntry>> {
         match self.writes.get(key) {
             Some(entry) => Some(entry.as_ref()),
             None if self.deleted_ranges.iter().any(|r| r.contains(key)) => Some(None),

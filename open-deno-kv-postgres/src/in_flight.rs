@@ -33,8 +33,8 @@
 //! The keys are kept as hashes: a collision makes a read wait for a group that does not write
 //! its key, then read from the server, which is still a correct answer.
 
-use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
@@ -78,7 +78,7 @@ fn release(waiters: &Waiters) {
 /// One attempt to commit a group, seen by the reads that wait for it.
 struct Attempt {
     /// Hashes of every key a write of the group sets, deletes, sums, mins or maxes.
-    keys: Vec<u64>,
+    keys: HashSet<u64>,
     waiters: Waiters,
 }
 
@@ -96,8 +96,8 @@ struct Inner {
     queued: HashMap<u64, usize>,
     /// Where reads of queued keys wait: the committer's next attempt.
     next: Option<Waiters>,
-    /// Hashes of the keys the last committed attempt wrote.
-    recent: Vec<u64>,
+    /// The last attempt that committed: the keys it wrote.
+    recent: Option<Arc<Attempt>>,
     /// The committer stopped: nothing waits any more.
     closed: bool,
 }
@@ -133,7 +133,7 @@ fn key_hash(key: &[u8]) -> u64 {
 
 /// Hashes of the keys `mutations` name (a range delete's and a versionstamped key's are not
 /// known by key).
-fn hashes<'a>(mutations: impl Iterator<Item = &'a Mutation>) -> Vec<u64> {
+fn hashes<'a>(mutations: impl Iterator<Item = &'a Mutation>) -> impl Iterator<Item = u64> {
     mutations
         .filter(|m| {
             !matches!(
@@ -142,7 +142,6 @@ fn hashes<'a>(mutations: impl Iterator<Item = &'a Mutation>) -> Vec<u64> {
             )
         })
         .map(|m| key_hash(&m.key))
-        .collect()
 }
 
 impl Inner {
@@ -165,7 +164,7 @@ impl InFlight {
 
     /// Registers the keys `mutations` write, for a write about to be submitted to the committer.
     pub(crate) fn queue(self: &Arc<Self>, mutations: &[Mutation]) -> Queued {
-        let keys = hashes(mutations.iter());
+        let keys: Vec<u64> = hashes(mutations.iter()).collect();
         let mut inner = self.lock();
         for key in &keys {
             *inner.queued.entry(*key).or_default() += 1;
@@ -190,7 +189,7 @@ impl InFlight {
     /// Publishes an attempt to commit `items`; point reads of the keys they write wait for it,
     /// and so do the reads that waited for the committer's next attempt.
     pub(crate) fn begin(self: &Arc<Self>, items: &[WriteRequest]) -> AttemptGuard {
-        let keys = hashes(items.iter().flat_map(|item| item.write.mutations.iter()));
+        let keys = hashes(items.iter().flat_map(|item| item.write.mutations.iter())).collect();
         let mut inner = self.lock();
         let waiters = inner.next.take().unwrap_or_else(waiters);
         let attempt = Arc::new(Attempt { keys, waiters });
@@ -240,7 +239,7 @@ impl InFlight {
                 if inner.closed
                     || (inner.current.is_none()
                         && inner.queued.is_empty()
-                        && inner.recent.is_empty())
+                        && inner.recent.is_none())
                 {
                     return None;
                 }
@@ -248,16 +247,16 @@ impl InFlight {
                     .iter()
                     .map(|r| r.point_key().map(key_hash))
                     .collect::<Option<_>>()?;
-                let written = |written: &[u64]| keys.iter().any(|k| written.contains(k));
-                match &inner.current {
-                    Some(current) if written(&current.keys) => {
-                        break current.waiters.subscribe();
-                    }
-                    _ if keys.iter().any(|k| inner.queued.contains_key(k)) => {
-                        break inner.next.get_or_insert_with(waiters).subscribe();
-                    }
-                    _ if yielded || !written(&inner.recent) => return None,
-                    _ => {}
+                let writes =
+                    |attempt: &&Arc<Attempt>| keys.iter().any(|k| attempt.keys.contains(k));
+                if let Some(current) = inner.current.as_ref().filter(writes) {
+                    break current.waiters.subscribe();
+                }
+                if keys.iter().any(|k| inner.queued.contains_key(k)) {
+                    break inner.next.get_or_insert_with(waiters).subscribe();
+                }
+                if yielded || inner.recent.as_ref().filter(writes).is_none() {
+                    return None;
                 }
             }
             // A key the last commit wrote: a writer of it the commit just woke (a check-and-set
@@ -293,7 +292,7 @@ impl AttemptGuard {
     /// The attempt committed, leaving `after`: its waiting readers may be answered from it.
     /// Whether any read was waiting.
     pub(crate) fn committed(self, after: Arc<AfterCommit>) -> bool {
-        self.in_flight.lock().recent.clone_from(&self.attempt.keys);
+        self.in_flight.lock().recent = Some(self.attempt.clone());
         let woken = self.attempt.waiters.receiver_count() > 0;
         self.attempt
             .waiters

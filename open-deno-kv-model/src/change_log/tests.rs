@@ -160,8 +160,6 @@ fn records_back_to_back_read_back_in_order() {
     );
 }
 
-use super::RecordHead;
-
 /// Records continued after the one before them read back whole: database and previous commit
 /// from that record, entries stamped with their own commit without the stamp. A record that does
 /// not follow the one before it is stored whole. A continued record cannot come first or stand
@@ -251,7 +249,6 @@ mod plain_writes {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::change_log::RecordHead;
     use crate::{AtomicWrite, Enqueue, Limits, Mutation, encode_key, key, stage_atomic_write};
 
     fn key_of(n: u8) -> Vec<u8> {
