@@ -152,7 +152,7 @@ async fn time_way(kv: Arc<dyn Backend>, way: Way, entries: usize) -> Result<f64>
             let mutations = (first..(first + PAGE).min(entries))
                 .map(|i| {
                     let key = encode_key(&key![name, u64::try_from(i)?])?;
-                    Ok(Mutation::set(key, KvValue::Bytes(vec![7; 100])))
+                    Ok(Mutation::set(key, KvValue::Bytes(vec![7; 100].into())))
                 })
                 .collect::<Result<Vec<_>>>()?;
             write(&kv, mutations).await?;
@@ -228,7 +228,7 @@ async fn list_page(kv: &Arc<dyn Backend>, start: &[u8], range: &KeyRange) -> Res
     Ok(out
         .into_iter()
         .flat_map(|r| r.entries)
-        .map(|e| e.key)
+        .map(|e| e.key.to_vec())
         .collect())
 }
 

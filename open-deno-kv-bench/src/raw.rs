@@ -11,6 +11,7 @@
 
 use std::path::Path;
 
+use open_deno_kv_engine_kit::PageBuilder;
 use open_deno_kv_model::{KvEntry, KvValue, Versionstamp};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
@@ -198,11 +199,29 @@ fn page_entry(key: &[u8], record: &[u8]) -> Result<KvEntry> {
         return Err("a raw record has an expiry".into());
     }
     Ok(KvEntry {
-        key: key.to_vec(),
+        key: key.to_vec().into(),
         value: KvValue::decode(value.to_vec(), i64::from(header[0]))?,
         versionstamp: Versionstamp::from_bytes(stamp),
         expires_at: None,
     })
+}
+
+/// Checks a raw page scanned from `s`: `scan_len` entries, each with its key and value.
+fn check_page(page: &[KvEntry], keys: &KeyTable, s: usize, scan_len: usize) -> Result<()> {
+    if page.len() != scan_len {
+        return Err(format!(
+            "raw scan from {s} returned {}, expected {scan_len}",
+            page.len()
+        )
+        .into());
+    }
+    for (n, entry) in page.iter().enumerate() {
+        match &entry.value {
+            KvValue::Bytes(bytes) if entry.key == keys.get(s + n) => check_value(bytes, s + n)?,
+            _ => return Err(format!("raw scan from {s}: entry {n} is wrong").into()),
+        }
+    }
+    Ok(())
 }
 
 fn check_record(record: &[u8], i: usize) -> Result<()> {
@@ -338,20 +357,51 @@ impl RawRedb {
             let (k, v) = item?;
             page.push(page_entry(k.value(), v.value())?);
         }
-        if page.len() != scan_len {
-            return Err(format!(
-                "raw scan from {s} returned {}, expected {scan_len}",
-                page.len()
-            )
-            .into());
-        }
-        for (n, entry) in page.iter().enumerate() {
-            match &entry.value {
-                KvValue::Bytes(bytes) if entry.key == keys.get(s + n) => check_value(bytes, s + n)?,
-                _ => return Err(format!("raw scan from {s}: entry {n} is wrong").into()),
+        check_page(&page, keys, s, scan_len)
+    }
+
+    /// [`RawRedb::scan_page`] with the page built as open-deno-kv-redb builds it: the keys and
+    /// values copied into one buffer and handed out as slices of it (`PageBuilder`).
+    fn scan_shared_page(
+        &self,
+        keys: &KeyTable,
+        s: usize,
+        scan_len: usize,
+        end: &[u8],
+    ) -> Result<()> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(REDB_TABLE)?;
+        let mut page = PageBuilder::with_capacity(scan_len);
+        for item in table.range::<&[u8]>(keys.get(s)..end)?.take(scan_len) {
+            let (k, v) = item?;
+            let (header, value) = v
+                .value()
+                .split_first_chunk::<RECORD_HEADER>()
+                .ok_or("a raw record is shorter than its header")?;
+            let mut stamp = [0; 10];
+            stamp.copy_from_slice(&header[1..11]);
+            if header[11] != 0 {
+                return Err("a raw record has an expiry".into());
             }
+            let stamp = Versionstamp::from_bytes(stamp);
+            page.push(k.value(), value, i64::from(header[0]), stamp, None)?;
         }
-        Ok(())
+        check_page(&page.finish(), keys, s, scan_len)
+    }
+
+    /// [`RawRedb::scans`] with each scan answered as a page sharing one buffer
+    /// ([`RawRedb::scan_shared_page`]).
+    pub fn scans_sharing_pages(
+        &self,
+        keys: &KeyTable,
+        starts: &[usize],
+        scan_len: usize,
+        end: &[u8],
+        warmup: usize,
+    ) -> Result<Measured> {
+        timed_scans(starts, warmup, |s| {
+            self.scan_shared_page(keys, s, scan_len, end)
+        })
     }
 
     /// [`RawRedb::scans`] with each scan answered as a page of owned entries

@@ -4,7 +4,7 @@
 //! The floor ([`RawRedb::scans`]) copies each key and record out and drops them at once, so the
 //! allocator hands the same two blocks back a hundred times per scan. A Deno KV read cannot do
 //! that: it answers a page of owned entries, every key and value its own allocation, alive until
-//! the caller is done with the page. This diagnostic times three ways on the same data (W4's
+//! the caller is done with the page. This diagnostic times four ways on the same data (W4's
 //! keys, values, scan starts and warm-up), alternating within every round, the first way rotated
 //! from round to round:
 //!
@@ -12,11 +12,14 @@
 //! - **raw page**: raw redb doing exactly what a read must return, with nothing else — a page of
 //!   owned `KvEntry`s, each record's header decoded, checked after the scan and then dropped
 //!   ([`RawRedb::scans_keeping_pages`]);
+//! - **raw page, shared buffer**: the same page built as open-deno-kv-redb builds it, the keys and
+//!   values copied into one buffer and handed out as slices of it
+//!   (`open_deno_kv_engine_kit::PageBuilder`, [`RawRedb::scans_sharing_pages`]);
 //! - **kv-redb**: the backend, through `Backend::snapshot_read` from a task on a multi-thread
 //!   runtime's worker, as W4 runs it.
 //!
 //! It prints each way's median scans per second and p50 over the rounds, and the ratios of the
-//! rounds' own figures: kv-redb against each raw way, and the page against the floor. Run it
+//! rounds' own figures: kv-redb against each raw way, and each page against the floor. Run it
 //! again with `GLIBC_TUNABLES=glibc.malloc.tcache_count=1000` to see what glibc's allocator
 //! costs a page (BENCHMARKS.md, "W4").
 
@@ -42,16 +45,18 @@ const SCAN_LEN: usize = 100;
 enum Way {
     RawFloor,
     RawPage,
+    RawShared,
     KvRedb,
 }
 
 impl Way {
-    const ALL: [Way; 3] = [Way::RawFloor, Way::RawPage, Way::KvRedb];
+    const ALL: [Way; 4] = [Way::RawFloor, Way::RawPage, Way::RawShared, Way::KvRedb];
 
     fn name(self) -> &'static str {
         match self {
             Way::RawFloor => "raw floor (copy, drop)",
             Way::RawPage => "raw page (owned entries)",
+            Way::RawShared => "raw page (shared buffer)",
             Way::KvRedb => "open-deno-kv-redb",
         }
     }
@@ -110,6 +115,9 @@ fn measure(dir: &Path, keys: usize, scans: usize, rounds: usize) -> Result<()> {
             let measured = match way {
                 Way::RawFloor => raw.scans(&table, &starts, scan_len, &end, warmup)?,
                 Way::RawPage => raw.scans_keeping_pages(&table, &starts, scan_len, &end, warmup)?,
+                Way::RawShared => {
+                    raw.scans_sharing_pages(&table, &starts, scan_len, &end, warmup)?
+                }
                 Way::KvRedb => {
                     let task = workloads::w4_scans(
                         kv.clone(),
@@ -184,7 +192,9 @@ fn print_report(figures: &BTreeMap<Way, Vec<Figures>>, keys: usize, scans: usize
     for (top, bottom) in [
         (Way::KvRedb, Way::RawFloor),
         (Way::KvRedb, Way::RawPage),
+        (Way::KvRedb, Way::RawShared),
         (Way::RawPage, Way::RawFloor),
+        (Way::RawShared, Way::RawFloor),
     ] {
         println!(
             "| {} / {} | {} | {} |",

@@ -59,11 +59,14 @@ fn denokv_reads_our_segments_as_we_mean_them() {
                 (b"\x02b\x00", None),
                 (
                     b"\x02c\x00",
-                    Some(KvValue::V8(vec![0xff, 0x0f, 0x49, 0x02])),
+                    Some(KvValue::V8(vec![0xff, 0x0f, 0x49, 0x02].into())),
                 ),
             ],
         ),
-        commit(6, vec![(b"\x02d\x00", Some(KvValue::Bytes(vec![1, 2, 3])))]),
+        commit(
+            6,
+            vec![(b"\x02d\x00", Some(KvValue::Bytes(vec![1, 2, 3].into())))],
+        ),
     ];
     let closed = DateTime::from_timestamp_millis(1_700_000_000_123).unwrap();
     let encoded = encode_segment(&records, closed).unwrap();
@@ -176,14 +179,14 @@ fn we_read_segments_denokvs_types_write() {
 fn snapshot_ranges_agree_both_ways() {
     let entries = vec![
         KvEntry {
-            key: b"\x02a\x00".to_vec(),
+            key: b"\x02a\x00".to_vec().into(),
             value: KvValue::U64(1),
             versionstamp: Versionstamp::from_version(3, 2),
             expires_at: DateTime::from_timestamp_millis(1_800_000_000_000),
         },
         KvEntry {
-            key: b"\x02b\x00".to_vec(),
-            value: KvValue::Bytes(vec![9]),
+            key: b"\x02b\x00".to_vec().into(),
+            value: KvValue::Bytes(vec![9].into()),
             versionstamp: Versionstamp::from_version(4, 0),
             expires_at: None,
         },
@@ -197,8 +200,8 @@ fn snapshot_ranges_agree_both_ways() {
     {
         assert_eq!(data.key[0], b'd');
         assert_eq!(meta.key[0], b'm');
-        assert_eq!(&data.key[1..], entry.key.as_slice());
-        assert_eq!(&meta.key[1..], entry.key.as_slice());
+        assert_eq!(&data.key[1..], &entry.key[..]);
+        assert_eq!(&meta.key[1..], &entry.key[..]);
         // denokv reads the metadata this way: 10 bytes, one, then 8 little-endian bytes.
         assert_eq!(&meta.value[..10], entry.versionstamp.as_bytes());
         assert_eq!(meta.value[10] as i64, entry.value.encoding().id());
@@ -228,8 +231,8 @@ fn snapshot_ranges_agree_both_ways() {
     assert_eq!(
         read,
         vec![KvEntry {
-            key: b"\x02k\x00".to_vec(),
-            value: KvValue::Bytes(vec![5]),
+            key: b"\x02k\x00".to_vec().into(),
+            value: KvValue::Bytes(vec![5].into()),
             versionstamp: Versionstamp::from_version(8, 0),
             expires_at: None,
         }]

@@ -174,7 +174,7 @@ impl Iterator for BackupLines {
 fn to_snapshot_item(item: DumpItem) -> Result<SnapshotItem, String> {
     Ok(match item {
         DumpItem::Entry(entry, _) => SnapshotItem::Entry(KvEntry {
-            key: encode_key(&entry.key).map_err(|e| e.to_string())?,
+            key: encode_key(&entry.key).map_err(|e| e.to_string())?.into(),
             versionstamp: entry
                 .versionstamp
                 .ok_or("a backup entry needs its \"versionstamp\"")?,

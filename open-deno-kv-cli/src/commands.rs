@@ -50,7 +50,8 @@ pub fn parse_value(text: &str, value_type: ValueType) -> Result<KvValue, CliErro
         })?),
         ValueType::Bytes => KvValue::Bytes(
             hex::decode(text.trim())
-                .map_err(|_| CliError::BadValue(format!("{text:?} is not hex bytes")))?,
+                .map_err(|_| CliError::BadValue(format!("{text:?} is not hex bytes")))?
+                .into(),
         ),
         ValueType::Tagged => {
             let json: serde_json::Value = serde_json::from_str(text)

@@ -197,7 +197,11 @@ impl DumpEntry {
 /// The dump line of a queued message.
 pub fn message_json(message: &QueuedMessage) -> Result<Json, CliError> {
     let mut line = Map::new();
-    insert_value(&mut line, "message", &KvValue::V8(message.payload.clone()))?;
+    insert_value(
+        &mut line,
+        "message",
+        &KvValue::V8(message.payload.clone().into()),
+    )?;
     line.insert("id".into(), Json::from(message.id.to_string()));
     line.insert("ready_at".into(), time_json(message.ready_at));
     let keys = message
@@ -576,12 +580,12 @@ mod tests {
             panic!("JSON is stored as V8")
         };
         let ready_at = open_deno_kv_model::ms_to_datetime(1_795_416_615_502).unwrap();
-        let message = QueuedMessage::new(payload.clone(), ready_at, vec![key.clone()], vec![]);
+        let message = QueuedMessage::new(payload.to_vec(), ready_at, vec![key.clone()], vec![]);
         let line = message_json(&message).unwrap();
         let mut reader = DumpReader::new();
         let read = reader.read_line(&line.to_string()).unwrap();
         let expected = Enqueue {
-            payload,
+            payload: payload.to_vec(),
             ready_at,
             keys_if_undelivered: vec![key],
             // An empty schedule (never retry) stays empty, not Deno's default.

@@ -54,7 +54,7 @@ fn key(key: &Key) -> Result<Json, CliError> {
             Ok(match part {
                 KeyPart::String(text) => Json::from(text.as_str()),
                 KeyPart::Bool(flag) => Json::from(*flag),
-                KeyPart::Bytes(bytes) => value(&KvValue::Bytes(bytes.clone()))?,
+                KeyPart::Bytes(bytes) => value(&KvValue::Bytes(bytes.clone().into()))?,
                 KeyPart::Int(int) => i64::try_from(int)
                     .map(Json::from)
                     .or_else(|_| u64::try_from(int).map(Json::from))

@@ -561,12 +561,12 @@ fn dump_then_load_keeps_what_the_tagged_form_drops() {
             let bytes = hex::decode(hex_bytes).unwrap_or_else(|e| panic!("{e}"));
             kv.set(
                 open_deno_kv::key!["lossy", i as i64],
-                open_deno_kv::KvValue::V8(bytes.clone()),
+                open_deno_kv::KvValue::V8(bytes.clone().into()),
             )
             .await
             .unwrap_or_else(|e| panic!("{e}"));
             kv.enqueue(
-                open_deno_kv::KvValue::V8(bytes),
+                open_deno_kv::KvValue::V8(bytes.into()),
                 open_deno_kv::EnqueueOptions::default(),
             )
             .await

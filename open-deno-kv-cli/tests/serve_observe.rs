@@ -66,7 +66,7 @@ fn json_logs_carry_requests_but_no_token_key_or_value() {
     let write = AtomicWrite {
         mutations: vec![Mutation::set(
             encode_key(&key![SECRET_KEY_PART]).unwrap_or_else(|e| panic!("{e}")),
-            KvValue::Bytes(SECRET_VALUE.as_bytes().to_vec()),
+            KvValue::Bytes(SECRET_VALUE.as_bytes().to_vec().into()),
         )],
         ..Default::default()
     };

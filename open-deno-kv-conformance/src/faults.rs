@@ -320,7 +320,7 @@ impl Backend for FaultyBackend {
                         found
                             .into_iter()
                             .flat_map(|r| r.entries)
-                            .map(|e| open_deno_kv_model::Mutation::delete(e.key)),
+                            .map(|e| open_deno_kv_model::Mutation::delete(e.key.to_vec())),
                     );
                 }
                 write.mutations = mutations;

@@ -76,8 +76,8 @@ impl ValueGen {
     fn value(self) -> KvValue {
         match self {
             ValueGen::U64(n) => KvValue::U64(n),
-            ValueGen::Bytes(b) => KvValue::Bytes(vec![b; usize::from(b % 4)]),
-            ValueGen::Number(x) => KvValue::V8(number_bytes(f64::from(x))),
+            ValueGen::Bytes(b) => KvValue::Bytes(vec![b; usize::from(b % 4)].into()),
+            ValueGen::Number(x) => KvValue::V8(number_bytes(f64::from(x)).into()),
         }
     }
 }
@@ -359,7 +359,12 @@ impl Model {
                     Some(KvValue::U64(_)) => return Err("Cannot sum KvU64 with Number".into()),
                     Some(KvValue::Bytes(_)) => return Err("unsupported value type".into()),
                 };
-                self.put(m.key.clone(), KvValue::V8(number_bytes(sum)), stamp, None);
+                self.put(
+                    m.key.clone(),
+                    KvValue::V8(number_bytes(sum).into()),
+                    stamp,
+                    None,
+                );
             }
             MutationKind::Min(KvValue::U64(x)) | MutationKind::Max(KvValue::U64(x)) => {
                 let is_min = matches!(m.kind, MutationKind::Min(_));
@@ -413,7 +418,7 @@ impl Model {
             .into_iter()
             .filter(|e| e.key.as_slice() >= start && e.key.as_slice() < end)
             .map(|e| KvEntry {
-                key: e.key.clone(),
+                key: e.key.clone().into(),
                 value: e.value.clone(),
                 versionstamp: e.stamp,
                 expires_at: e.expires,
@@ -469,7 +474,10 @@ fn build_write(
                 MutGen::Delete => (MutationKind::Delete, None),
                 MutGen::DeleteRange(range) => return Mutation::delete_range(range.range(pool)),
                 MutGen::SumU64(n) => (sum_kind(KvValue::U64(*n)), None),
-                MutGen::SumNumber(x) => (sum_kind(KvValue::V8(number_bytes(f64::from(*x)))), None),
+                MutGen::SumNumber(x) => (
+                    sum_kind(KvValue::V8(number_bytes(f64::from(*x)).into())),
+                    None,
+                ),
                 MutGen::Min(n) => (MutationKind::Min(KvValue::U64(*n)), None),
                 MutGen::Max(n) => (MutationKind::Max(KvValue::U64(*n)), None),
                 MutGen::SetVersionstamped(v) => {
@@ -650,10 +658,10 @@ async fn list_all(
         let Some(last) = page.last() else {
             return Ok(entries);
         };
-        start = last.key.clone();
+        start = last.key.to_vec();
         start.push(0);
         let full = page.len() == 1000;
-        entries.extend(page.into_iter().map(|e| (e.key.clone(), e)));
+        entries.extend(page.into_iter().map(|e| (e.key.to_vec(), e)));
         if !full {
             return Ok(entries);
         }

@@ -164,7 +164,7 @@ impl Prefixed {
             let keys: Vec<Vec<u8>> = page
                 .into_iter()
                 .flat_map(|range| range.entries)
-                .map(|entry| entry.key)
+                .map(|entry| entry.key.to_vec())
                 .collect();
             if keys.is_empty() {
                 return Ok(());
@@ -214,7 +214,7 @@ impl Backend for Prefixed {
                     .entries
                     .into_iter()
                     .map(|mut entry| {
-                        entry.key = self.strip(entry.key)?;
+                        entry.key = self.strip(entry.key.to_vec())?.into();
                         Ok(entry)
                     })
                     .collect::<Result<_, KvError>>()?;
@@ -258,7 +258,7 @@ impl Backend for Prefixed {
                     .into_iter()
                     .map(|output| match output {
                         WatchKeyOutput::Changed(Some(mut entry)) => {
-                            entry.key = strip_with(&prefix, entry.key)?;
+                            entry.key = strip_with(&prefix, entry.key.to_vec())?.into();
                             Ok(WatchKeyOutput::Changed(Some(entry)))
                         }
                         other => Ok(other),
@@ -294,7 +294,7 @@ impl Backend for Prefixed {
                     .map(|mut change| {
                         change.key = strip_with(&prefix, change.key)?;
                         if let Some(entry) = &mut change.entry {
-                            entry.key = strip_with(&prefix, std::mem::take(&mut entry.key))?;
+                            entry.key = strip_with(&prefix, entry.key.to_vec())?.into();
                         }
                         Ok(change)
                     })

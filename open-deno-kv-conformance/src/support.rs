@@ -26,7 +26,7 @@ pub fn v8_string(text: &str) -> KvValue {
     );
     bytes.push(u8::try_from(text.len()).unwrap_or(0));
     bytes.extend_from_slice(text.as_bytes());
-    KvValue::V8(bytes)
+    KvValue::V8(bytes.into())
 }
 
 /// Sets one key; panics if the write fails or does not commit.

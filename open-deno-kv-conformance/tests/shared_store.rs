@@ -26,7 +26,7 @@ fn everything() -> SnapshotRead {
 
 async fn keys(kv: &dyn Backend) -> Vec<Vec<u8>> {
     let ranges = kv.snapshot_read(everything()).await.expect("read");
-    ranges[0].entries.iter().map(|e| e.key.clone()).collect()
+    ranges[0].entries.iter().map(|e| e.key.to_vec()).collect()
 }
 
 async fn set(kv: &dyn Backend, key: Vec<u8>) -> Result<(), open_deno_kv_engine_kit::KvError> {

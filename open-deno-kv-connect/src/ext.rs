@@ -593,7 +593,7 @@ mod tests {
     fn snapshot_read_expiry_round_trips_and_must_match_the_entries() {
         let at = DateTime::from_timestamp_millis(1_700_000_000_000).unwrap();
         let entry = |expires_at| open_deno_kv_model::KvEntry {
-            key: vec![2, b'k', 0],
+            key: vec![2, b'k', 0].into(),
             value: open_deno_kv_model::KvValue::U64(1),
             versionstamp: open_deno_kv_model::Versionstamp::from_version(1, 0),
             expires_at,

@@ -183,7 +183,7 @@ mod tests {
 
     fn entry(name: &str, expires_at: Option<DateTime<Utc>>) -> KvEntry {
         KvEntry {
-            key: vec![2, name.as_bytes()[0], 0],
+            key: vec![2, name.as_bytes()[0], 0].into(),
             value: KvValue::U64(7),
             versionstamp: Versionstamp::from_version(3, 0),
             expires_at,

@@ -18,8 +18,8 @@ pub fn value_from_pb(value: pb::KvValue) -> Result<KvValue, ProtocolError> {
 
 fn decode_value(data: Vec<u8>, encoding: i32) -> Result<KvValue, ProtocolError> {
     match pb::ValueEncoding::try_from(encoding) {
-        Ok(pb::ValueEncoding::VeV8) => Ok(KvValue::V8(data)),
-        Ok(pb::ValueEncoding::VeBytes) => Ok(KvValue::Bytes(data)),
+        Ok(pb::ValueEncoding::VeV8) => Ok(KvValue::V8(data.into())),
+        Ok(pb::ValueEncoding::VeBytes) => Ok(KvValue::Bytes(data.into())),
         Ok(pb::ValueEncoding::VeLe64) => {
             let len = data.len();
             let raw: [u8; 8] = data.try_into().map_err(|_| {
@@ -46,14 +46,14 @@ fn encode_value(value: &KvValue) -> (Vec<u8>, i32) {
         open_deno_kv_model::ValueEncoding::U64 => pb::ValueEncoding::VeLe64,
         open_deno_kv_model::ValueEncoding::Bytes => pb::ValueEncoding::VeBytes,
     };
-    (data, encoding as i32)
+    (data.to_vec(), encoding as i32)
 }
 
 /// An entry on the wire (the expiry is not part of the protocol).
 pub fn entry_to_pb(entry: &KvEntry) -> pb::KvEntry {
     let (value, encoding) = encode_value(&entry.value);
     pb::KvEntry {
-        key: entry.key.clone(),
+        key: entry.key.to_vec(),
         value,
         encoding,
         versionstamp: entry.versionstamp.as_bytes().to_vec(),
@@ -64,7 +64,7 @@ pub fn entry_to_pb(entry: &KvEntry) -> pb::KvEntry {
 pub fn entry_from_pb(entry: pb::KvEntry) -> Result<KvEntry, ProtocolError> {
     let versionstamp = versionstamp_from(&entry.versionstamp)?;
     Ok(KvEntry {
-        key: entry.key,
+        key: entry.key.into(),
         value: decode_value(entry.value, entry.encoding)?,
         versionstamp,
         expires_at: None,

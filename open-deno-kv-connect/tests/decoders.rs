@@ -17,9 +17,9 @@ fn valid_write() -> pb::AtomicWrite {
         mutations: vec![
             pb::Mutation {
                 key: vec![2, b'a', 0],
-                value: Some(convert::value_to_pb(&KvValue::V8(vec![
-                    0xff, 0x10, 0x49, 0x02,
-                ]))),
+                value: Some(convert::value_to_pb(&KvValue::V8(
+                    vec![0xff, 0x10, 0x49, 0x02].into(),
+                ))),
                 mutation_type: pb::MutationType::MSet as i32,
                 expire_at_ms: 1_700_000_000_000,
                 ..Default::default()

@@ -405,8 +405,8 @@ fn diff(state: &mut WatchState, current: Vec<WatchedEntry>) -> Option<Vec<WatchK
 /// use open_deno_kv_engine_kit::watch::WatchDiff;
 /// use open_deno_kv_engine_kit::{KvEntry, KvValue, Versionstamp, WatchKeyOutput};
 /// let entry = |version: u64| KvEntry {
-///     key: vec![2, b'k', 0],
-///     value: KvValue::Bytes(vec![]),
+///     key: vec![2, b'k', 0].into(),
+///     value: KvValue::Bytes(vec![].into()),
 ///     versionstamp: Versionstamp::from_version(version, 0),
 ///     expires_at: None,
 /// };

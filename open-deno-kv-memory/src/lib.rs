@@ -20,12 +20,12 @@
 //!
 //! let kv = MemoryBackend::new();
 //! let k = encode_key(&key!["greeting"])?;
-//! let write = AtomicWrite { mutations: vec![Mutation::set(k.clone(), KvValue::Bytes(b"hi".to_vec()))], ..Default::default() };
+//! let write = AtomicWrite { mutations: vec![Mutation::set(k.clone(), KvValue::Bytes(b"hi".to_vec().into()))], ..Default::default() };
 //! let committed = kv.atomic_write(write).await?.expect("no checks, so it commits");
 //!
 //! let read = SnapshotRead { ranges: vec![ReadRange::single_encoded_key(k)], ..Default::default() };
 //! let entries = &kv.snapshot_read(read).await?[0].entries;
-//! assert_eq!(entries[0].value, KvValue::Bytes(b"hi".to_vec()));
+//! assert_eq!(entries[0].value, KvValue::Bytes(b"hi".to_vec().into()));
 //! assert_eq!(entries[0].versionstamp, committed.versionstamp);
 //! # Ok(()) }
 //! ```

@@ -12,14 +12,17 @@ use open_deno_kv_engine_kit::change_log::ChangeRecord;
 use open_deno_kv_engine_kit::queue::{DeliveryOutcome, IdMap, Leases, QueuedMessage, Settlement};
 use open_deno_kv_engine_kit::{
     ChangeSignal, CommitResult, DatabaseId, Effects, IntegrityReport, KeyRange, KvEntry, KvError,
-    Notifier, RangeCount, ReadRange, ReadRangeOutput, StoredEntry, ValidatedWrite, Versionstamp,
-    WatchedEntry, is_expired, stage_atomic_write,
+    Notifier, PageBuilder, RangeCount, ReadRange, ReadRangeOutput, StoredEntry, ValidatedWrite,
+    Versionstamp, WatchedEntry, is_expired, stage_atomic_write,
 };
 use tokio::sync::watch;
 use uuid::Uuid;
 
 mod backup;
 mod change_log;
+mod entry;
+
+use entry::MemEntry;
 
 /// The data behind one or more [`crate::MemoryBackend`] handles. Clones share the same data.
 #[derive(Clone, Default)]
@@ -40,7 +43,7 @@ struct Shared {
 struct State {
     /// The store's identity, made with it.
     identity: Identity,
-    entries: BTreeMap<Vec<u8>, StoredEntry>,
+    entries: BTreeMap<Vec<u8>, MemEntry>,
     /// (expiry time, key) for every entry that has one, to purge expired entries in order.
     expiries: BTreeSet<(DateTime<Utc>, Vec<u8>)>,
     /// The last commit's version; the next commit gets `version + 1`.
@@ -137,7 +140,7 @@ impl MemoryStore {
         keys.iter()
             .map(|key| {
                 let stored = state.entries.get(key).filter(|e| !e.is_expired(now));
-                WatchedEntry::from(stored.map(|stored| to_entry(key, stored)))
+                WatchedEntry::from(stored.map(|stored| stored.to_entry(key)))
             })
             .collect()
     }
@@ -231,10 +234,6 @@ impl MemoryStore {
     }
 }
 
-fn to_entry(key: &[u8], stored: &StoredEntry) -> KvEntry {
-    KvEntry::from_stored(key.to_vec(), stored.clone())
-}
-
 impl State {
     /// Every message, waiting or running, by ready time (running ones as ready at `now`).
     fn queued(&self, now: DateTime<Utc>) -> Vec<QueuedMessage> {
@@ -262,7 +261,7 @@ impl State {
                 .entries
                 .get_key_value(key)
                 .filter(|(_, stored)| !stored.is_expired(now))
-                .map(|(key, stored)| to_entry(key, stored))
+                .map(|(key, stored)| stored.to_entry(key))
                 .into_iter()
                 .collect();
         }
@@ -270,16 +269,25 @@ impl State {
             Bound::Included(range.start.as_slice()),
             Bound::Excluded(range.end.as_slice()),
         );
-        let visible = |(key, stored): (&Vec<u8>, &StoredEntry)| {
-            (!stored.is_expired(now)).then(|| to_entry(key, stored))
-        };
         let limit = range.limit as usize;
-        let found = self.entries.range::<[u8], _>(bounds);
-        if range.reverse {
-            found.rev().filter_map(visible).take(limit).collect()
-        } else {
-            found.filter_map(visible).take(limit).collect()
+        // A page's small entries share one buffer (`PageBuilder`), as open-deno-kv-redb's do.
+        let mut page = PageBuilder::with_capacity(limit.min(256));
+        let mut found = self.entries.range::<[u8], _>(bounds);
+        let mut next = || {
+            if range.reverse {
+                found.next_back()
+            } else {
+                found.next()
+            }
+        };
+        while page.len() < limit
+            && let Some((key, stored)) = next()
+        {
+            if !stored.is_expired(now) {
+                stored.push_onto(&mut page, key);
+            }
         }
+        page.finish()
     }
 
     /// Applies a write through open-deno-kv-model's write path on a staging overlay; only a successful
@@ -292,7 +300,7 @@ impl State {
         self.purge_expired(now);
         let versionstamp = Versionstamp::from_version(self.version + 1, 0);
         let entries = &self.entries;
-        let read = |key: &[u8]| Ok(entries.get(key).cloned());
+        let read = |key: &[u8]| Ok(entries.get(key).map(MemEntry::to_stored));
         let Some(mut staged) = stage_atomic_write(read, write, versionstamp, now)? else {
             return Ok(None);
         };
@@ -330,6 +338,7 @@ impl State {
     fn store(&mut self, key: Vec<u8>, entry: Option<StoredEntry>) {
         let old = match entry {
             Some(entry) => {
+                let entry = MemEntry::from(entry);
                 if let Some(at) = entry.expires_at {
                     self.expiries.insert((at, key.clone()));
                 }
@@ -377,7 +386,7 @@ impl State {
         );
         for (key, entry) in self.entries.range::<[u8], _>(bounds) {
             if !entry.is_expired(now) {
-                count.add(key.len(), entry.value.encoded_len());
+                count.add(key.len(), entry.value_len());
             }
         }
         count

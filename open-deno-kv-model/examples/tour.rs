@@ -33,10 +33,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let stamp = Versionstamp::from_version(120, 0);
     println!("\nCommit version 120 has versionstamp {stamp}");
 
-    let stored = KvValue::V8(v8_number(1.5));
+    let stored = KvValue::V8(v8_number(1.5).into());
     let sum = apply_sum(
         Some(&stored),
-        &KvValue::V8(v8_number(2.0)),
+        &KvValue::V8(v8_number(2.0).into()),
         &SumBounds::default(),
     )?;
     if let KvValue::V8(bytes) = sum {
@@ -46,7 +46,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
 
-    let too_big = Mutation::set(encode_key(&key!["big"])?, KvValue::Bytes(vec![0; 70_000]));
+    let too_big = Mutation::set(
+        encode_key(&key!["big"])?,
+        KvValue::Bytes(vec![0; 70_000].into()),
+    );
     let write = AtomicWrite {
         mutations: vec![too_big],
         ..Default::default()

@@ -39,7 +39,7 @@
 //! use open_deno_kv_model::{KvEntry, KvValue, Snapshot, SnapshotItem, Versionstamp};
 //!
 //! let entry = KvEntry {
-//!     key: vec![2, b'a', 0],
+//!     key: vec![2, b'a', 0].into(),
 //!     value: KvValue::U64(1),
 //!     versionstamp: Versionstamp::from_version(3, 0),
 //!     expires_at: None,
@@ -320,7 +320,7 @@ impl ImportOrder {
                         self.versionstamp
                     )));
                 }
-                self.last_key = Some(entry.key.clone());
+                self.last_key = Some(entry.key.to_vec());
                 self.newest = self.newest.max(Some(entry.versionstamp));
             }
             SnapshotItem::Message(_) => self.entries_ended()?,

@@ -109,6 +109,7 @@ pub use write::{
 // workspace that implements `Backend` or `QueueMessageHandle` (boxed, dyn-compatible traits) uses
 // the same `async_trait` attribute.
 pub use async_trait::async_trait;
+pub use bytes::{self, Bytes};
 pub use chrono;
 pub use num_bigint;
 

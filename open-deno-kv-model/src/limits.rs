@@ -12,7 +12,7 @@
 //! ```
 //! use open_deno_kv_model::{encode_key, key, AtomicWrite, KvValue, Limits, Mutation};
 //! let limits = Limits::deno();
-//! let big = Mutation::set(encode_key(&key!["k"]).unwrap(), KvValue::Bytes(vec![0; 65_537]));
+//! let big = Mutation::set(encode_key(&key!["k"]).unwrap(), KvValue::Bytes(vec![0; 65_537].into()));
 //! let write = AtomicWrite { mutations: vec![big], ..Default::default() };
 //! let err = limits.validate_atomic_write(&write, chrono::Utc::now()).unwrap_err();
 //! assert_eq!(err.to_string(), "Value too large (max 65536 bytes)");

@@ -122,7 +122,9 @@ pub fn after_failed_delivery(message: &QueuedMessage, now: DateTime<Utc>) -> Del
                 mutations: message
                     .keys_if_undelivered
                     .iter()
-                    .map(|key| Mutation::set(key.clone(), KvValue::V8(message.payload.clone())))
+                    .map(|key| {
+                        Mutation::set(key.clone(), KvValue::V8(message.payload.clone().into()))
+                    })
                     .collect(),
                 ..Default::default()
             }),
@@ -183,7 +185,7 @@ mod tests {
         assert_eq!(write.mutations.len(), 2);
         for (m, key) in write.mutations.iter().zip(&keys) {
             assert_eq!(&m.key, key);
-            assert_eq!(m.kind, MutationKind::Set(KvValue::V8(vec![9])));
+            assert_eq!(m.kind, MutationKind::Set(KvValue::V8(vec![9].into())));
             assert_eq!(m.expire_at, None);
         }
     }

@@ -12,6 +12,7 @@
 //! assert!(list.start < list.end);
 //! ```
 
+use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
 use crate::{Key, KeyError, KvValue, StoredEntry, Versionstamp, encode_key};
@@ -111,8 +112,8 @@ impl SnapshotRead {
 /// A stored entry as a read returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvEntry {
-    /// The encoded key.
-    pub key: Vec<u8>,
+    /// The encoded key, a reference-counted slice like the value's bytes (see [`KvValue`]).
+    pub key: Bytes,
     /// The value.
     pub value: KvValue,
     /// The versionstamp of the commit that last wrote this key.
@@ -124,9 +125,9 @@ pub struct KvEntry {
 
 impl KvEntry {
     /// The entry a read returns for a stored row.
-    pub fn from_stored(key: Vec<u8>, stored: StoredEntry) -> Self {
+    pub fn from_stored(key: impl Into<Bytes>, stored: StoredEntry) -> Self {
         KvEntry {
-            key,
+            key: key.into(),
             value: stored.value,
             versionstamp: stored.versionstamp,
             expires_at: stored.expires_at,
@@ -141,7 +142,7 @@ impl KvEntry {
             versionstamp: self.versionstamp,
             expires_at: self.expires_at,
         };
-        (self.key, stored)
+        (self.key.into(), stored)
     }
 }
 

@@ -141,8 +141,8 @@ impl SumOperand {
     fn into_value(self) -> Result<KvValue, MutationError> {
         match self {
             SumOperand::U64(n) => Ok(KvValue::U64(n)),
-            SumOperand::Number(x) => Ok(KvValue::V8(v8_number(x))),
-            SumOperand::BigInt(x) => v8_bigint(&x).map(KvValue::V8),
+            SumOperand::Number(x) => Ok(KvValue::V8(v8_number(x).into())),
+            SumOperand::BigInt(x) => v8_bigint(&x).map(|b| KvValue::V8(b.into())),
         }
     }
 }

@@ -17,6 +17,7 @@
 //! assert_eq!(KvValue::decode(bytes, encoding.id()).unwrap(), v);
 //! ```
 
+use bytes::Bytes;
 use thiserror::Error;
 
 /// How a stored value's bytes are to be read. The numeric ids are Deno's and appear on disk.
@@ -76,12 +77,17 @@ pub enum ValueError {
 ///
 /// V8 values are kept as the serializer's bytes: a backend stores them verbatim and never needs to
 /// understand them (only `sum` looks inside, see [`crate::rules`]).
+///
+/// The bytes are a [`Bytes`]: a reference-counted slice. Cloning a value counts a reference
+/// instead of copying, and an engine may answer a page of entries as slices of one buffer, one
+/// allocation for the page instead of two for every entry (BENCHMARKS.md, "W4"). `Vec<u8>`, `&[u8]`
+/// and `&'static [u8]` convert into it with `.into()` or [`Bytes::copy_from_slice`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum KvValue {
     /// V8 `ValueSerializer` bytes.
-    V8(Vec<u8>),
+    V8(Bytes),
     /// Raw bytes (a JavaScript `Uint8Array`).
-    Bytes(Vec<u8>),
+    Bytes(Bytes),
     /// A `Deno.KvU64`.
     U64(u64),
 }
@@ -96,6 +102,13 @@ impl From<u64> for KvValue {
 /// Rust bytes are a JavaScript `Uint8Array` (the bytes encoding).
 impl From<Vec<u8>> for KvValue {
     fn from(bytes: Vec<u8>) -> Self {
+        KvValue::Bytes(bytes.into())
+    }
+}
+
+/// Rust bytes are a JavaScript `Uint8Array` (the bytes encoding).
+impl From<Bytes> for KvValue {
+    fn from(bytes: Bytes) -> Self {
         KvValue::Bytes(bytes)
     }
 }
@@ -103,7 +116,7 @@ impl From<Vec<u8>> for KvValue {
 /// Rust bytes are a JavaScript `Uint8Array` (the bytes encoding).
 impl From<&[u8]> for KvValue {
     fn from(bytes: &[u8]) -> Self {
-        KvValue::Bytes(bytes.to_vec())
+        KvValue::Bytes(Bytes::copy_from_slice(bytes))
     }
 }
 
@@ -126,24 +139,28 @@ impl KvValue {
         }
     }
 
-    /// The stored bytes and their encoding.
-    pub fn encode(&self) -> (Vec<u8>, ValueEncoding) {
+    /// The stored bytes and their encoding. The bytes of a V8 or bytes value are shared, not
+    /// copied.
+    pub fn encode(&self) -> (Bytes, ValueEncoding) {
         match self {
             KvValue::V8(b) | KvValue::Bytes(b) => (b.clone(), self.encoding()),
-            KvValue::U64(n) => (n.to_le_bytes().to_vec(), ValueEncoding::U64),
+            KvValue::U64(n) => (Bytes::copy_from_slice(&n.to_le_bytes()), ValueEncoding::U64),
         }
     }
 
-    /// Reads a value back from stored bytes and the encoding id stored beside them.
-    pub fn decode(bytes: Vec<u8>, encoding_id: i64) -> Result<Self, ValueError> {
+    /// Reads a value back from stored bytes and the encoding id stored beside them. The bytes
+    /// are taken as they are: a `Vec<u8>` is not copied, and a [`Bytes`] slice of a larger
+    /// buffer stays a slice of it.
+    pub fn decode(bytes: impl Into<Bytes>, encoding_id: i64) -> Result<Self, ValueError> {
+        let bytes = bytes.into();
         Ok(match ValueEncoding::from_id(encoding_id)? {
             ValueEncoding::V8 => KvValue::V8(bytes),
             ValueEncoding::Bytes => KvValue::Bytes(bytes),
             ValueEncoding::U64 => {
-                let len = bytes.len();
                 let raw: [u8; 8] = bytes
+                    .as_ref()
                     .try_into()
-                    .map_err(|_| ValueError::BadU64Length(len))?;
+                    .map_err(|_| ValueError::BadU64Length(bytes.len()))?;
                 KvValue::U64(u64::from_le_bytes(raw))
             }
         })
@@ -187,6 +204,6 @@ mod tests {
     #[test]
     fn sizes_count_u64_as_eight() {
         assert_eq!(KvValue::U64(1).encoded_len(), 8);
-        assert_eq!(KvValue::Bytes(vec![0; 3]).encoded_len(), 3);
+        assert_eq!(KvValue::from(vec![0; 3]).encoded_len(), 3);
     }
 }

@@ -122,7 +122,8 @@ async fn export_entries(
         let full = rows.len() as i64 == PAGE;
         for row in &rows {
             let entry = codec::entry(row)?;
-            after.clone_from(&entry.key);
+            after.clear();
+            after.extend_from_slice(&entry.key);
             if items.send(Ok(SnapshotItem::Entry(entry))).await.is_err() {
                 return Ok(false);
             }

@@ -82,7 +82,7 @@ impl EntryColumns {
     pub(crate) fn push(&mut self, key: &[u8], entry: &StoredEntry) {
         let (bytes, encoding) = entry.value.encode();
         self.keys.push(key.to_vec());
-        self.values.push(bytes);
+        self.values.push(bytes.to_vec());
         // Ids are 1, 2, 3 (open_deno_kv_engine_kit::ValueEncoding).
         self.encodings.push(encoding.id() as i16);
         self.stamps.push(entry.versionstamp.as_bytes().to_vec());

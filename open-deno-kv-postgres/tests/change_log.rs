@@ -263,7 +263,7 @@ async fn a_dead_letter_write_is_logged() {
     assert_chain(start, &logged);
     assert_eq!(logged[0].changes.enqueued.len(), 1);
     let dead = logged[1].changes.writes[&k("dead")].as_ref().expect("set");
-    assert_eq!(dead.value, KvValue::V8(b"job".to_vec()));
+    assert_eq!(dead.value, KvValue::V8(b"job".to_vec().into()));
     assert_eq!(logged[1].at, clock.now());
     kv.close().await.unwrap();
 }

@@ -208,9 +208,13 @@ async fn ten_primary_restarts_under_load_lose_and_duplicate_nothing() {
             .await
             .remove(0);
         let Some(last) = entries.last() else { break };
-        page.start = last.key.clone();
+        page.start = last.key.to_vec();
         page.start.push(0);
-        stored.extend(entries.into_iter().map(|e| (e.key, e.versionstamp)));
+        stored.extend(
+            entries
+                .into_iter()
+                .map(|e| (e.key.to_vec(), e.versionstamp)),
+        );
     }
     for (&(n, i), stamp) in &writes.acked {
         assert_eq!(

@@ -352,7 +352,7 @@ async fn interleaved_sets(
         raw_set(&db, &key, &value, raw_durability)?;
         raw += start.elapsed();
         let write = AtomicWrite {
-            mutations: vec![Mutation::set(key, KvValue::Bytes(value))],
+            mutations: vec![Mutation::set(key, KvValue::Bytes(value.into()))],
             ..Default::default()
         };
         let start = Instant::now();
@@ -376,7 +376,7 @@ fn open_backend(path: &Path, durability: Durability) -> Result<Checked<RedbBacke
 
 fn set_write(key: Vec<u8>, i: usize) -> AtomicWrite {
     AtomicWrite {
-        mutations: vec![Mutation::set(key, KvValue::Bytes(value_bytes(i)))],
+        mutations: vec![Mutation::set(key, KvValue::Bytes(value_bytes(i).into()))],
         ..Default::default()
     }
 }
@@ -450,7 +450,7 @@ async fn preload_backend(path: &Path, keys: &[Vec<u8>]) -> Result<Checked<RedbBa
             .enumerate()
             .map(|(j, key)| {
                 let i = batch * PRELOAD_BATCH + j;
-                Mutation::set(key.clone(), KvValue::Bytes(value_bytes(i)))
+                Mutation::set(key.clone(), KvValue::Bytes(value_bytes(i).into()))
             })
             .collect();
         kv.atomic_write(AtomicWrite {

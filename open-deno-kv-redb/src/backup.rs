@@ -87,7 +87,7 @@ fn export_from(
             continue;
         }
         sink.send(SnapshotItem::Entry(KvEntry {
-            key: key.value().to_vec(),
+            key: key.value().to_vec().into(),
             value: record.value()?,
             versionstamp: record.versionstamp,
             expires_at: record.expires_at,

@@ -17,7 +17,7 @@
 
 use chrono::{DateTime, Utc};
 use open_deno_kv_engine_kit::queue::QueuedMessage;
-use open_deno_kv_engine_kit::{KvError, KvValue, StoredEntry, Versionstamp};
+use open_deno_kv_engine_kit::{KvError, KvValue, PageBuilder, StoredEntry, Versionstamp};
 use uuid::Uuid;
 
 use crate::error::corrupt;
@@ -130,6 +130,18 @@ impl<'a> EntryRecord<'a> {
             self.value.to_vec(),
             i64::from(self.encoding),
         )?)
+    }
+
+    /// Adds the entry stored under `key` to a read's page, its bytes copied into the page.
+    pub(crate) fn push_onto(&self, page: &mut PageBuilder, key: &[u8]) -> Result<(), KvError> {
+        page.push(
+            key,
+            self.value,
+            i64::from(self.encoding),
+            self.versionstamp,
+            self.expires_at,
+        )?;
+        Ok(())
     }
 
     /// The whole entry, as open-deno-kv-model's write path sees it.
@@ -322,8 +334,8 @@ mod tests {
     fn entries_round_trip_with_and_without_expiry() {
         for (value, expires_at) in [
             (KvValue::U64(u64::MAX), None),
-            (KvValue::Bytes(vec![]), Some(at(1_704_067_200, 1))),
-            (KvValue::V8(vec![0xff, 0x0f, b'"', 1, b'x']), None),
+            (KvValue::Bytes(vec![].into()), Some(at(1_704_067_200, 1))),
+            (KvValue::V8(vec![0xff, 0x0f, b'"', 1, b'x'].into()), None),
         ] {
             let entry = StoredEntry {
                 value,

@@ -52,7 +52,7 @@
 //! let kv = RedbBackend::open("kv.redb")?;
 //! let k = encode_key(&key!["hello"])?;
 //! let write = AtomicWrite {
-//!     mutations: vec![Mutation::set(k.clone(), KvValue::Bytes(b"world".to_vec()))],
+//!     mutations: vec![Mutation::set(k.clone(), KvValue::Bytes(b"world".to_vec().into()))],
 //!     ..Default::default()
 //! };
 //! let committed = kv.atomic_write(write).await?.expect("no checks, so it commits");

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use open_deno_kv_engine_kit::queue::QueuedMessage;
 use open_deno_kv_engine_kit::{
-    Clock, KeyRange, KvEntry, KvError, RangeCount, ReadRange, ReadRangeOutput, WatchedEntry,
-    is_expired,
+    Clock, KeyRange, KvEntry, KvError, PageBuilder, RangeCount, ReadRange, ReadRangeOutput,
+    WatchedEntry, is_expired,
 };
 use redb::{ReadableDatabase, ReadableTable};
 
@@ -160,16 +160,17 @@ fn read_range(
     let rows = table
         .range::<&[u8]>(range.start.as_slice()..range.end.as_slice())
         .map_err(storage)?;
-    // Room for a typical page of a list (Deno's default batch is 100) without regrowing; a
-    // larger limit grows as entries are found.
-    let mut entries = Vec::with_capacity(limit.min(256));
+    // The page's small entries share one buffer (see `PageBuilder`); room for a typical page of
+    // a list (Deno's default batch is 100) without regrowing, a larger limit grows as found.
+    let mut page = PageBuilder::with_capacity(limit.min(256));
     let mut take = |row: Result<_, redb::StorageError>| -> Result<bool, KvError> {
         let (key, value): (redb::AccessGuard<&[u8]>, redb::AccessGuard<&[u8]>) =
             row.map_err(storage)?;
-        if let Some(entry) = visible(key.value(), value.value(), time)? {
-            entries.push(entry);
+        let record = EntryRecord::decode(value.value())?;
+        if !time.expired(record.expires_at) {
+            record.push_onto(&mut page, key.value())?;
         }
-        Ok(entries.len() < limit)
+        Ok(page.len() < limit)
     };
     if range.reverse {
         for row in rows.rev() {
@@ -184,7 +185,7 @@ fn read_range(
             }
         }
     }
-    Ok(entries)
+    Ok(page.finish())
 }
 
 /// The entry stored as `record` under `key`, unless it has expired.
@@ -199,7 +200,7 @@ fn visible(
         return Ok(None);
     }
     Ok(Some(KvEntry {
-        key: key.into(),
+        key: key.into().into(),
         value: record.value()?,
         versionstamp: record.versionstamp,
         expires_at: record.expires_at,

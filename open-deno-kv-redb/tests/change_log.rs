@@ -349,7 +349,7 @@ async fn a_dead_letter_write_is_logged() {
     assert_eq!(dead.previous, enqueued);
     assert_eq!(dead.at, clock.now());
     let entry = dead.changes.writes[&k("dead")].as_ref().expect("written");
-    assert_eq!(entry.value, KvValue::V8(payload));
+    assert_eq!(entry.value, KvValue::V8(payload.into()));
     assert_eq!(entry.versionstamp, dead.versionstamp);
     kv.close().await.expect("close");
 }

@@ -114,7 +114,7 @@ impl Engine for RemoteBackend {
             }
             let mut previous: Option<&[u8]> = None;
             for entry in &got.entries {
-                let key = entry.key.as_slice();
+                let key = &entry.key[..];
                 if key < asked.start.as_slice() || key >= asked.end.as_slice() {
                     return Err(protocol("an entry outside its range"));
                 }

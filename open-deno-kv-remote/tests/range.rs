@@ -111,7 +111,11 @@ async fn keys_in(kv: &dyn Backend, range: &KeyRange) -> Vec<Vec<u8>> {
         ..Default::default()
     };
     let mut out = kv.snapshot_read(read).await.unwrap();
-    out.remove(0).entries.into_iter().map(|e| e.key).collect()
+    out.remove(0)
+        .entries
+        .into_iter()
+        .map(|e| e.key.to_vec())
+        .collect()
 }
 
 fn everything() -> KeyRange {
@@ -178,10 +182,10 @@ async fn a_count_leaves_out_expired_entries() {
     let write = AtomicWrite {
         mutations: vec![
             Mutation::set(users(1), KvValue::U64(1)),
-            Mutation::set(users(2), KvValue::Bytes(vec![0; 100])),
+            Mutation::set(users(2), KvValue::Bytes(vec![0; 100].into())),
             Mutation {
                 expire_at: Some(soon),
-                ..Mutation::set(users(3), KvValue::Bytes(vec![0; 50]))
+                ..Mutation::set(users(3), KvValue::Bytes(vec![0; 50].into()))
             },
             Mutation::set(outside()[1].clone(), KvValue::U64(1)),
         ],

@@ -109,7 +109,7 @@ async fn works_against_a_server_backed_by_sqlite() {
     // A server-side mutation error keeps its text.
     sqlite
         .atomic_write(AtomicWrite {
-            mutations: vec![Mutation::set(key("text"), KvValue::Bytes(vec![1]))],
+            mutations: vec![Mutation::set(key("text"), KvValue::Bytes(vec![1].into()))],
             ..Default::default()
         })
         .await

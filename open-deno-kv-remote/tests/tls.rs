@@ -98,7 +98,7 @@ async fn https_with_the_servers_ca_works() {
         let mut write = open_deno_kv_engine_kit::AtomicWrite::default();
         write.mutations.push(open_deno_kv_engine_kit::Mutation::set(
             key.clone(),
-            open_deno_kv_engine_kit::KvValue::Bytes(b"over TLS".to_vec()),
+            open_deno_kv_engine_kit::KvValue::Bytes(b"over TLS".to_vec().into()),
         ));
         kv.atomic_write(write).await.unwrap();
         let read = open_deno_kv_engine_kit::SnapshotRead {
@@ -115,7 +115,7 @@ async fn https_with_the_servers_ca_works() {
         assert_eq!(
             entry.map(|e| e.value),
             Some(open_deno_kv_engine_kit::KvValue::Bytes(
-                b"over TLS".to_vec()
+                b"over TLS".to_vec().into()
             ))
         );
         kv.close().await.unwrap();

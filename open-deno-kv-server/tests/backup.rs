@@ -33,8 +33,8 @@ const OFFER: &[u8] = br#"{"supportedVersions":[1,2,3]}"#;
 
 fn entry(i: u32) -> SnapshotItem {
     SnapshotItem::Entry(KvEntry {
-        key: encode_key(&key!["item", i]).unwrap(),
-        value: KvValue::Bytes(vec![7; 1000]),
+        key: encode_key(&key!["item", i]).unwrap().into(),
+        value: KvValue::Bytes(vec![7; 1000].into()),
         versionstamp: Versionstamp::from_version(5, 0),
         expires_at: None,
     })
@@ -107,7 +107,7 @@ async fn an_export_streams_its_header_items_and_end() {
     for i in 0..700u32 {
         write.mutations.push(Mutation::set(
             encode_key(&key!["item", i]).unwrap(),
-            KvValue::Bytes(vec![1; 1000]),
+            KvValue::Bytes(vec![1; 1000].into()),
         ));
         if write.mutations.len() == 500 {
             running
@@ -163,7 +163,7 @@ async fn an_export_dropped_half_read_gives_its_slot_back() {
     for i in 0..500u32 {
         write.mutations.push(Mutation::set(
             encode_key(&key!["item", i]).unwrap(),
-            KvValue::Bytes(vec![1; 20_000]),
+            KvValue::Bytes(vec![1; 20_000].into()),
         ));
         if write.mutations.len() == 40 {
             running

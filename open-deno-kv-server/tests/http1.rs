@@ -317,7 +317,7 @@ async fn data_path_reads_writes_and_checks() {
     // A sum on a non-u64 value: 400 with Deno's text.
     let bad_sum = AtomicWrite {
         mutations: vec![
-            Mutation::set(k("s"), KvValue::Bytes(vec![1])),
+            Mutation::set(k("s"), KvValue::Bytes(vec![1].into())),
             Mutation::sum(k("s"), KvValue::U64(1)),
         ],
         ..Default::default()
@@ -402,7 +402,10 @@ async fn bad_requests_get_4xx_with_reasons() {
 
     // Limits, with denokv's texts: a value over 64 KiB, 11 ranges, 101 checks.
     let too_big = AtomicWrite {
-        mutations: vec![Mutation::set(k("v"), KvValue::Bytes(vec![0; 65_537]))],
+        mutations: vec![Mutation::set(
+            k("v"),
+            KvValue::Bytes(vec![0; 65_537].into()),
+        )],
         ..Default::default()
     };
     let reply = write(&running, &headers, &too_big).await;

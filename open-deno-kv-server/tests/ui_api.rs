@@ -74,7 +74,7 @@ async fn seed(backend: &dyn Backend) {
     ));
     write.mutations.push(Mutation::set(
         encode_key(&key!["other", "bytes"]).unwrap(),
-        KvValue::Bytes(vec![1, 2, 3]),
+        KvValue::Bytes(vec![1, 2, 3].into()),
     ));
     assert!(backend.atomic_write(write).await.unwrap().is_some());
 }

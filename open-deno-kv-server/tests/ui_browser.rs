@@ -415,7 +415,7 @@ async fn the_explorer_lists_pages_edits_refuses_conflicts_and_follows_changes() 
     put(
         backend.as_ref(),
         &key!["config", vec![1u8, 2]],
-        KvValue::Bytes(vec![9, 8, 7]),
+        KvValue::Bytes(vec![9, 8, 7].into()),
         None,
     )
     .await;

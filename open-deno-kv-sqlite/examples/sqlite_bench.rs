@@ -293,7 +293,7 @@ fn verdict(met: bool) -> &'static str {
 }
 
 fn bench_value() -> KvValue {
-    KvValue::Bytes(vec![0xa5; VALUE_SIZE])
+    KvValue::Bytes(vec![0xa5; VALUE_SIZE].into())
 }
 
 fn set_one(i: usize) -> Result<AtomicWrite, BoxError> {

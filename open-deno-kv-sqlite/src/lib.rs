@@ -36,7 +36,7 @@
 //! use open_deno_kv_sqlite::{FileEngine, SqliteBackend};
 //! let kv = SqliteBackend::open("kv.sqlite3")?;
 //! let write = AtomicWrite {
-//!     mutations: vec![Mutation::set(encode_key(&key!["hello"])?, KvValue::Bytes(b"world".to_vec()))],
+//!     mutations: vec![Mutation::set(encode_key(&key!["hello"])?, KvValue::Bytes(b"world".to_vec().into()))],
 //!     ..Default::default()
 //! };
 //! kv.atomic_write(write).await?;

@@ -225,7 +225,7 @@ impl WriteTransaction for SqlTransaction<'_> {
             .map_err(|_| bad("version beyond i64".into()))?;
         let seq = i64::from(entry.versionstamp.seq());
         let expiry = expiry_to_ms(entry.expires_at);
-        let row = params![key, bytes, encoding.id(), version, seq, expiry];
+        let row = params![key, &bytes[..], encoding.id(), version, seq, expiry];
         execute(self.conn, PUT, row)
     }
 

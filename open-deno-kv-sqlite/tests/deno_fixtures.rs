@@ -302,7 +302,7 @@ async fn list_all(kv: &Checked<SqliteBackend>) -> Vec<KvEntry> {
         let page = outputs.remove(0).entries;
         let full = page.len() == PAGE as usize;
         if let Some(last) = page.last() {
-            start = last.key.clone();
+            start = last.key.to_vec();
             start.push(0);
         }
         all.extend(page);
@@ -483,7 +483,7 @@ async fn key_vectors_database_holds_the_vectors_in_order() {
         }
         assert_eq!(
             entry.value,
-            KvValue::V8(expected),
+            KvValue::V8(expected.into()),
             "value of key {}",
             hex::encode(key)
         );
@@ -725,7 +725,7 @@ async fn special_queue_messages_arrive_at_their_time_in_order() {
             });
             assert_eq!(
                 entry.value,
-                KvValue::V8(row.data.clone()),
+                KvValue::V8(row.data.clone().into()),
                 "{what}: dead letter value"
             );
             assert!(
@@ -794,7 +794,7 @@ fn test_write() -> AtomicWrite {
     AtomicWrite {
         mutations: vec![Mutation::set(
             encode_key(&key!["open-deno-kv-sqlite", "fixture-test"]).expect("key"),
-            KvValue::Bytes(b"written by open-deno-kv-sqlite".to_vec()),
+            KvValue::Bytes(b"written by open-deno-kv-sqlite".to_vec().into()),
         )],
         ..Default::default()
     }
@@ -870,7 +870,7 @@ async fn a_write_keeps_migration_state_and_advances_data_version() {
         assert_eq!(written.versionstamp, committed.versionstamp);
         assert_eq!(
             written.value,
-            KvValue::Bytes(b"written by open-deno-kv-sqlite".to_vec())
+            KvValue::Bytes(b"written by open-deno-kv-sqlite".to_vec().into())
         );
         if let Some(manifest) = &manifest {
             // Everything Deno wrote is still there, untouched.

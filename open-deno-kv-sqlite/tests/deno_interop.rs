@@ -584,78 +584,86 @@ fn rust_writes_deno_reads() {
     let value_cases: Vec<(&str, KvValue, Json)> = vec![
         (
             "one-byte string (hand-built)",
-            KvValue::V8(v8_ascii("hello")),
+            KvValue::V8(v8_ascii("hello").into()),
             json!({ "string": "hello" }),
         ),
         (
             "empty string",
-            KvValue::V8(v8_ascii("")),
+            KvValue::V8(v8_ascii("").into()),
             json!({ "string": "" }),
         ),
         (
             "two-byte string",
-            KvValue::V8(v8_two_byte(two_byte)),
+            KvValue::V8(v8_two_byte(two_byte).into()),
             json!({ "string": two_byte }),
         ),
         (
             "utf-8 string",
-            KvValue::V8(v8_utf8("ünïcødé 🦀")),
+            KvValue::V8(v8_utf8("ünïcødé 🦀").into()),
             json!({ "string": "ünïcødé 🦀" }),
         ),
-        ("number", KvValue::V8(v8_number(3.25)), typed_number(3.25)),
+        (
+            "number",
+            KvValue::V8(v8_number(3.25).into()),
+            typed_number(3.25),
+        ),
         (
             "number -0",
-            KvValue::V8(v8_number(-0.0)),
+            KvValue::V8(v8_number(-0.0).into()),
             typed_number(-0.0),
         ),
         (
             "number NaN",
-            KvValue::V8(v8_number(f64::NAN)),
+            KvValue::V8(v8_number(f64::NAN).into()),
             typed_number(f64::NAN),
         ),
         (
             "number Infinity",
-            KvValue::V8(v8_number(f64::INFINITY)),
+            KvValue::V8(v8_number(f64::INFINITY).into()),
             typed_number(f64::INFINITY),
         ),
         (
             "int32 (hand-built)",
-            KvValue::V8(vec![0xff, 0x0f, b'I', 0x0e]),
+            KvValue::V8(vec![0xff, 0x0f, b'I', 0x0e].into()),
             typed_number(7.0),
         ),
         (
             "bigint 2^100",
-            KvValue::V8(v8_bigint(&(BigInt::from(1u8) << 100_u32)).expect("bigint")),
+            KvValue::V8(
+                v8_bigint(&(BigInt::from(1u8) << 100_u32))
+                    .expect("bigint")
+                    .into(),
+            ),
             json!({ "bigint": (BigInt::from(1u8) << 100_u32).to_string() }),
         ),
         (
             "bigint -5",
-            KvValue::V8(v8_bigint(&BigInt::from(-5)).expect("bigint")),
+            KvValue::V8(v8_bigint(&BigInt::from(-5)).expect("bigint").into()),
             json!({ "bigint": "-5" }),
         ),
         (
             "true",
-            KvValue::V8(vec![0xff, 0x0f, b'T']),
+            KvValue::V8(vec![0xff, 0x0f, b'T'].into()),
             json!({ "bool": true }),
         ),
         (
             "false",
-            KvValue::V8(vec![0xff, 0x0f, b'F']),
+            KvValue::V8(vec![0xff, 0x0f, b'F'].into()),
             json!({ "bool": false }),
         ),
         (
             "null",
-            KvValue::V8(vec![0xff, 0x0f, b'0']),
+            KvValue::V8(vec![0xff, 0x0f, b'0'].into()),
             json!({ "null": null }),
         ),
         (
             "undefined",
-            KvValue::V8(vec![0xff, 0x0f, b'_']),
+            KvValue::V8(vec![0xff, 0x0f, b'_'].into()),
             json!({ "undefined": null }),
         ),
         (
             "object",
-            KvValue::V8(v8_object()),
+            KvValue::V8(v8_object().into()),
             json!({ "object": [
                 ["a", typed_number(1.0)],
                 ["b", { "array": [{ "bool": true }, { "string": "x" }] }],
@@ -664,12 +672,12 @@ fn rust_writes_deno_reads() {
         ),
         (
             "bytes",
-            KvValue::Bytes(vec![0, 1, 2, 0xff]),
+            KvValue::Bytes(vec![0, 1, 2, 0xff].into()),
             json!({ "bytes": "000102ff" }),
         ),
         (
             "empty bytes",
-            KvValue::Bytes(vec![]),
+            KvValue::Bytes(vec![].into()),
             json!({ "bytes": "" }),
         ),
         ("u64 0", KvValue::U64(0), json!({ "u64": "0" })),
@@ -693,7 +701,7 @@ fn rust_writes_deno_reads() {
         let mutations = key_cases
             .iter()
             .enumerate()
-            .map(|(i, k)| set(k, KvValue::V8(v8_number(i as f64))))
+            .map(|(i, k)| set(k, KvValue::V8(v8_number(i as f64).into())))
             .collect();
         let vs = commit_mutations(&kv, mutations).await;
         for (i, k) in key_cases.iter().enumerate() {
@@ -718,9 +726,9 @@ fn rust_writes_deno_reads() {
         // Expiry: a day from now (visible), and an hour ago (already expired when written).
         let now = Utc::now();
         let future_at = now + TimeDelta::days(1);
-        let mut future = set(&exp_future, KvValue::V8(v8_ascii("stays")));
+        let mut future = set(&exp_future, KvValue::V8(v8_ascii("stays").into()));
         future.expire_at = Some(future_at);
-        let mut past = set(&exp_past, KvValue::V8(v8_ascii("gone")));
+        let mut past = set(&exp_past, KvValue::V8(v8_ascii("gone").into()));
         past.expire_at = Some(now - TimeDelta::hours(1));
         let vs = commit_mutations(&kv, vec![future, past]).await;
         expected.push(Expected {
@@ -732,7 +740,7 @@ fn rust_writes_deno_reads() {
         // A versionstamped key: ["vs", <the commit's versionstamp>].
         let stamped = Mutation {
             key: encode_key(&key!["vs"]).expect("key"),
-            kind: MutationKind::SetSuffixVersionstampedKey(KvValue::V8(v8_ascii("stamped"))),
+            kind: MutationKind::SetSuffixVersionstampedKey(KvValue::V8(v8_ascii("stamped").into())),
             expire_at: None,
         };
         let vs = commit_mutations(&kv, vec![stamped]).await;
@@ -1055,13 +1063,13 @@ fn deno_writes_rust_reads() {
     expect_value(
         &mut checks,
         key!["v", "bytes"],
-        KvValue::Bytes(vec![0, 1, 2, 0xff]),
+        KvValue::Bytes(vec![0, 1, 2, 0xff].into()),
         &values_vs,
     );
     expect_value(
         &mut checks,
         key!["v", "empty bytes"],
-        KvValue::Bytes(vec![]),
+        KvValue::Bytes(vec![].into()),
         &values_vs,
     );
     expect_value(
@@ -1178,7 +1186,7 @@ fn deno_writes_rust_reads() {
         Some(payload) => checks.eq(
             "queue payload",
             &out["queue"]["payload"],
-            &typed_value(&KvValue::V8(payload.clone())),
+            &typed_value(&KvValue::V8(payload.clone().into())),
         ),
     }
 

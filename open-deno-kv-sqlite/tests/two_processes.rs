@@ -388,7 +388,7 @@ async fn watch_and_queue_see_another_process() {
         let set = AtomicWrite {
             mutations: vec![Mutation::set(
                 watched,
-                KvValue::Bytes(WATCHED_VALUE.to_vec()),
+                KvValue::Bytes(WATCHED_VALUE.to_vec().into()),
             )],
             ..Default::default()
         };
@@ -450,7 +450,7 @@ async fn watch_and_queue_see_another_process() {
     };
     let watch_latency = set_at.elapsed();
     assert_eq!(entry.key, watched);
-    assert_eq!(entry.value, KvValue::Bytes(WATCHED_VALUE.to_vec()));
+    assert_eq!(entry.value, KvValue::Bytes(WATCHED_VALUE.to_vec().into()));
 
     // The consumer receives the child's message.
     wait_for_file(&dir.path().join("enqueued"), Some(&mut child)).await;

@@ -205,9 +205,9 @@ impl ListStream {
         }
         if let Some(last) = page.last() {
             if self.reverse {
-                self.end = last.key.clone();
+                self.end = last.key.to_vec();
             } else {
-                self.start = [last.key.as_slice(), &[0]].concat();
+                self.start = [&last.key[..], &[0]].concat();
             }
         }
         self.buffer.extend(page);
@@ -224,7 +224,7 @@ impl Stream for ListStream {
                 return Poll::Ready(None);
             }
             if let Some(stored) = this.buffer.pop_front() {
-                this.last_key = Some(stored.key.clone());
+                this.last_key = Some(stored.key.to_vec());
                 if let Some(remaining) = &mut this.remaining {
                     *remaining -= 1;
                 }

@@ -236,7 +236,7 @@ async fn deliver<T: FromValue, H: QueueHandler<T>>(
     handler: Arc<H>,
     on_error: FailureReporter,
 ) {
-    let failure = match T::from_value(KvValue::V8(message.payload().to_vec())) {
+    let failure = match T::from_value(KvValue::V8(message.payload().to_vec().into())) {
         Err(err) => Some(DeliveryFailure::Payload(err.to_string())),
         Ok(payload) => match AssertUnwindSafe(async { handler.handle(payload).await })
             .catch_unwind()

@@ -116,21 +116,21 @@ impl IntoValue for u64 {
 impl IntoValue for Vec<u8> {
     /// A `Uint8Array`.
     fn into_value(self) -> Result<KvValue> {
-        Ok(KvValue::Bytes(self))
+        Ok(KvValue::Bytes(self.into()))
     }
 }
 
 impl IntoValue for &[u8] {
     /// A `Uint8Array`.
     fn into_value(self) -> Result<KvValue> {
-        Ok(KvValue::Bytes(self.to_vec()))
+        Ok(KvValue::Bytes(self.to_vec().into()))
     }
 }
 
 impl<const N: usize> IntoValue for &[u8; N] {
     /// A `Uint8Array`.
     fn into_value(self) -> Result<KvValue> {
-        Ok(KvValue::Bytes(self.to_vec()))
+        Ok(KvValue::Bytes(self.to_vec().into()))
     }
 }
 
@@ -148,7 +148,7 @@ impl IntoValue for &serde_json::Value {
 
 impl IntoValue for Primitive {
     fn into_value(self) -> Result<KvValue> {
-        Ok(KvValue::V8(self.to_v8()?))
+        Ok(KvValue::V8(self.to_v8()?.into()))
     }
 }
 

@@ -55,7 +55,7 @@ async fn set_get_delete_round_trip_every_value_kind() -> open_deno_kv::Result<()
     assert_eq!(kv.get(key!["u64"]).await?.value, Some(KvValue::U64(7)));
     assert_eq!(
         kv.get(key!["bytes"]).await?.value,
-        Some(KvValue::Bytes(vec![1, 2, 3]))
+        Some(KvValue::Bytes(vec![1, 2, 3].into()))
     );
     let stored = kv.get(key!["json"]).await?;
     let value = stored

@@ -60,7 +60,7 @@ fn cases(name: &str) -> Vec<Case> {
             let bytes = hex::decode(str_field(message, "data_hex", &label)).expect("data_hex");
             out.push(Case {
                 header: Some(hex::encode(bytes.get(..2).unwrap_or_default())),
-                value: KvValue::V8(bytes),
+                value: KvValue::V8(bytes.into()),
                 value_json: message["value_json"].clone(),
                 label,
             });

@@ -122,16 +122,16 @@ fn from_denokv(err: denokv_sqlite::SqliteBackendError) -> KvError {
 
 fn value_to_denokv(value: KvValue) -> dk::KvValue {
     match value {
-        KvValue::V8(bytes) => dk::KvValue::V8(bytes),
-        KvValue::Bytes(bytes) => dk::KvValue::Bytes(bytes),
+        KvValue::V8(bytes) => dk::KvValue::V8(bytes.into()),
+        KvValue::Bytes(bytes) => dk::KvValue::Bytes(bytes.into()),
         KvValue::U64(n) => dk::KvValue::U64(n),
     }
 }
 
 fn value_from_denokv(value: dk::KvValue) -> KvValue {
     match value {
-        dk::KvValue::V8(bytes) => KvValue::V8(bytes),
-        dk::KvValue::Bytes(bytes) => KvValue::Bytes(bytes),
+        dk::KvValue::V8(bytes) => KvValue::V8(bytes.into()),
+        dk::KvValue::Bytes(bytes) => KvValue::Bytes(bytes.into()),
         dk::KvValue::U64(n) => KvValue::U64(n),
     }
 }
@@ -148,7 +148,7 @@ fn range_to_denokv(range: &ReadRange) -> Result<dk::ReadRange, KvError> {
 
 fn entry_from_denokv(entry: dk::KvEntry) -> KvEntry {
     KvEntry {
-        key: entry.key,
+        key: entry.key.into(),
         value: value_from_denokv(entry.value),
         versionstamp: Versionstamp::from_bytes(entry.versionstamp),
         // denokv_sqlite's entries do not carry their expiry.

@@ -81,8 +81,8 @@ async fn values_versionstamps_and_ranges_round_trip() {
     let scratch = Scratch::new("values");
     let kv = open(&scratch);
     let values = [
-        ("a", KvValue::Bytes(vec![1, 2, 3])),
-        ("b", KvValue::V8(vec![0xff, 0x0f, 0x22, 0x01, 0x78])),
+        ("a", KvValue::Bytes(vec![1, 2, 3].into())),
+        ("b", KvValue::V8(vec![0xff, 0x0f, 0x22, 0x01, 0x78].into())),
         ("c", KvValue::U64(42)),
     ];
     let mut stamps = Vec::new();
@@ -122,7 +122,7 @@ async fn values_versionstamps_and_ranges_round_trip() {
         })
         .await
         .expect("read");
-    let keys: Vec<Vec<u8>> = out[0].entries.iter().map(|e| e.key.clone()).collect();
+    let keys: Vec<Vec<u8>> = out[0].entries.iter().map(|e| e.key.to_vec()).collect();
     assert_eq!(keys, vec![k("a"), k("b"), k("c")]);
     assert_eq!(out[1].entries.len(), 1);
     assert_eq!(out[1].entries[0].key, k("c"));

@@ -82,7 +82,7 @@ pub fn value_bytes(i: usize) -> Vec<u8> {
 
 /// [`value_bytes`] as a `Uint8Array` value.
 pub fn bench_value(i: usize) -> KvValue {
-    KvValue::Bytes(value_bytes(i))
+    KvValue::Bytes(value_bytes(i).into())
 }
 
 /// Checks a value read back for `["bench", i]`.

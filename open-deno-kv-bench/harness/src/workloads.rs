@@ -104,7 +104,7 @@ async fn for_each_entry(
             .unwrap_or_default();
         let full = page.len() == MAX_READ_LIMIT;
         if let Some(last) = page.last() {
-            from = last.key.clone();
+            from = last.key.to_vec();
             from.push(0);
         }
         page.into_iter().for_each(&mut each);
@@ -439,7 +439,10 @@ pub async fn w6_sums(kv: Kv, tasks: usize, sums: usize, hot: usize, mode: Mode) 
     prefix_start.push(0x00);
     prefix_end.push(0xff);
     let entries = read_all(&kv, prefix_start, prefix_end).await?;
-    let found: BTreeMap<Vec<u8>, KvValue> = entries.into_iter().map(|e| (e.key, e.value)).collect();
+    let found: BTreeMap<Vec<u8>, KvValue> = entries
+        .into_iter()
+        .map(|e| (e.key.to_vec(), e.value))
+        .collect();
     for (k, want) in expected.iter().enumerate() {
         let got = found.get(&hot_keys[k]);
         let matches = match got {

@@ -77,7 +77,7 @@ pub fn encode_snapshot_range(entries: &[KvEntry]) -> Vec<u8> {
         };
         range.data_list.push(BackupKvPair {
             key: data_key,
-            value,
+            value: value.to_vec(),
         });
         range.metadata_list.push(BackupKvPair {
             key: meta_key,
@@ -134,7 +134,7 @@ pub fn decode_snapshot_range(object: &str, bytes: &[u8]) -> Result<Vec<KvEntry>,
             })?),
         };
         entries.push(KvEntry {
-            key: key.to_vec(),
+            key: key.to_vec().into(),
             value,
             versionstamp: metadata.versionstamp,
             expires_at,
@@ -401,7 +401,7 @@ pub fn encode_segment(
                         versionstamp,
                         kind: BackupKvMutationKind::MkSet as i32,
                         key: key.clone(),
-                        value,
+                        value: value.to_vec(),
                         value_encoding: i32::try_from(encoding.id()).unwrap_or(0),
                         expire_at_ms: entry
                             .expires_at

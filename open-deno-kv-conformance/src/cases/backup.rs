@@ -165,7 +165,7 @@ async fn an_export_taken_during_writes_holds_whole_commits(env: Env) {
                 entry.versionstamp
             );
         }
-        let keys: Vec<&Vec<u8>> = entries.iter().map(|e| &e.key).collect();
+        let keys: Vec<&[u8]> = entries.iter().map(|e| &e.key[..]).collect();
         assert!(keys.windows(2).all(|w| w[0] < w[1]), "entries in key order");
         let now = get(&*kv, &key!["a"]).await.map(|e| e.versionstamp);
         overlapped += usize::from(now != Some(a.versionstamp));
@@ -182,7 +182,7 @@ async fn an_export_taken_during_writes_holds_whole_commits(env: Env) {
 fn enqueue_at(env: &Env, text: &str, delay: Duration) -> Enqueue {
     Enqueue {
         payload: match v8_string(text) {
-            KvValue::V8(bytes) => bytes,
+            KvValue::V8(bytes) => bytes.to_vec(),
             _ => unreachable!("v8_string is V8"),
         },
         ready_at: env.clock().now() + TimeDelta::from_std(delay).unwrap_or(TimeDelta::MAX),
@@ -252,7 +252,7 @@ async fn all_entries(kv: &dyn Backend) -> Vec<KvEntry> {
 async fn an_import_restores_entries_messages_and_versionstamps(env: Env) {
     let kv = env.kv.clone();
     set(&*kv, &key!["u64"], KvValue::U64(7)).await;
-    set(&*kv, &key!["bytes"], KvValue::Bytes(vec![0, 1, 2])).await;
+    set(&*kv, &key!["bytes"], KvValue::Bytes(vec![0, 1, 2].into())).await;
     set(&*kv, &key!["v8"], v8_string("hello")).await;
     let now = env.clock().now();
     set_expiring(
@@ -327,7 +327,7 @@ async fn an_import_restores_entries_messages_and_versionstamps(env: Env) {
 
 fn one_entry(name: &str, version: u64) -> SnapshotItem {
     SnapshotItem::Entry(KvEntry {
-        key: enc(&key![name]),
+        key: enc(&key![name]).into(),
         value: KvValue::U64(1),
         versionstamp: Versionstamp::from_version(version, 0),
         expires_at: None,

@@ -34,9 +34,9 @@ async fn set_then_get_returns_value_and_versionstamp(env: Env) {
 
 async fn every_value_encoding_round_trips(env: Env) {
     let values = [
-        (key!["v8"], KvValue::V8(vec![0xff, 0x10, b'T'])),
-        (key!["bytes"], KvValue::Bytes(vec![0, 1, 2, 0xff])),
-        (key!["empty bytes"], KvValue::Bytes(vec![])),
+        (key!["v8"], KvValue::V8(vec![0xff, 0x10, b'T'].into())),
+        (key!["bytes"], KvValue::Bytes(vec![0, 1, 2, 0xff].into())),
+        (key!["empty bytes"], KvValue::Bytes(vec![].into())),
         (key!["u64"], KvValue::U64(u64::MAX)),
         (key!["u64 zero"], KvValue::U64(0)),
     ];
@@ -54,10 +54,10 @@ async fn every_value_encoding_round_trips(env: Env) {
 
 async fn overwrite_replaces_value_and_versionstamp(env: Env) {
     let first = set(&*env.kv, &key!["a"], KvValue::U64(1)).await;
-    let second = set(&*env.kv, &key!["a"], KvValue::Bytes(vec![2])).await;
+    let second = set(&*env.kv, &key!["a"], KvValue::Bytes(vec![2].into())).await;
     assert!(second > first, "a later commit has a larger versionstamp");
     let entry = get(&*env.kv, &key!["a"]).await.expect("set");
-    assert_eq!(entry.value, KvValue::Bytes(vec![2]));
+    assert_eq!(entry.value, KvValue::Bytes(vec![2].into()));
     assert_eq!(entry.versionstamp, second);
 }
 

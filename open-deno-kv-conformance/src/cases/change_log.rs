@@ -235,7 +235,7 @@ async fn range_deletes_and_enqueues_are_logged(env: Env) {
             ],
             enqueues: vec![Enqueue {
                 payload: match v8_string("job") {
-                    KvValue::V8(bytes) => bytes,
+                    KvValue::V8(bytes) => bytes.to_vec(),
                     _ => unreachable!("v8_string is V8"),
                 },
                 ready_at: env.clock().now() + chrono::TimeDelta::hours(1),
@@ -487,7 +487,7 @@ async fn a_restore_holds_the_messages_enqueued_up_to_its_commit(env: Env) {
     let enqueue = |text: &str| AtomicWrite {
         enqueues: vec![Enqueue {
             payload: match v8_string(text) {
-                KvValue::V8(bytes) => bytes,
+                KvValue::V8(bytes) => bytes.to_vec(),
                 _ => unreachable!("v8_string is V8"),
             },
             ready_at: later,

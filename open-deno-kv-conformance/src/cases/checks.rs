@@ -41,7 +41,7 @@ async fn rejected(kv: &dyn Backend, write: AtomicWrite) {
 /// The V8 bytes of a short ASCII string.
 fn v8_bytes(text: &str) -> Vec<u8> {
     match v8_string(text) {
-        KvValue::V8(bytes) => bytes,
+        KvValue::V8(bytes) => bytes.to_vec(),
         other => panic!("v8_string gave {other:?}"),
     }
 }
@@ -345,7 +345,10 @@ async fn failed_check_enqueues_nothing(env: Env) {
         .expect("the committed message is due now")
         .expect("dequeue works")
         .expect("the backend is open");
-    assert_eq!(KvValue::V8(first.payload().to_vec()), v8_string("sent"));
+    assert_eq!(
+        KvValue::V8(first.payload().to_vec().into()),
+        v8_string("sent")
+    );
     first.finish(true).await.expect("finish");
 
     // Only the committed message exists: nothing else is due, now or later.

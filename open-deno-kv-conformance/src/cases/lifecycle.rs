@@ -79,7 +79,7 @@ fn enqueue_write(env: &Env, payload: &str, after: Duration) -> AtomicWrite {
     let delay = chrono::TimeDelta::from_std(after).unwrap_or(chrono::TimeDelta::MAX);
     AtomicWrite {
         enqueues: vec![Enqueue {
-            payload,
+            payload: payload.to_vec(),
             ready_at: env.clock().now() + delay,
             keys_if_undelivered: vec![],
             backoff_schedule: None,
@@ -90,7 +90,7 @@ fn enqueue_write(env: &Env, payload: &str, after: Duration) -> AtomicWrite {
 
 fn payload_of(text: &str) -> Vec<u8> {
     match v8_string(text) {
-        KvValue::V8(bytes) => bytes,
+        KvValue::V8(bytes) => bytes.to_vec(),
         other => unreachable!("v8_string gave {other:?}"),
     }
 }
@@ -253,8 +253,13 @@ async fn blocked_dequeue_returns_when_closed(env: Env) {
 
 async fn reopen_keeps_entries_values_and_versionstamps(mut env: Env) {
     set(&*env.kv, &key!["v8"], v8_string("hello")).await;
-    set(&*env.kv, &key!["bytes"], KvValue::Bytes(vec![0, 1, 0xff])).await;
-    set(&*env.kv, &key!["empty"], KvValue::Bytes(vec![])).await;
+    set(
+        &*env.kv,
+        &key!["bytes"],
+        KvValue::Bytes(vec![0, 1, 0xff].into()),
+    )
+    .await;
+    set(&*env.kv, &key!["empty"], KvValue::Bytes(vec![].into())).await;
     set(&*env.kv, &key!["u64"], KvValue::U64(u64::MAX)).await;
     set(
         &*env.kv,

@@ -119,7 +119,7 @@ async fn all_keys(kv: &dyn Backend) -> Vec<Vec<u8>> {
         reverse: false,
     };
     let mut out = read(kv, vec![everything]).await;
-    out.remove(0).into_iter().map(|e| e.key).collect()
+    out.remove(0).into_iter().map(|e| e.key.to_vec()).collect()
 }
 
 async fn read_text(kv: &dyn Backend, ranges: Vec<ReadRange>) -> String {
@@ -137,7 +137,7 @@ fn sets_totalling(total: usize) -> AtomicWrite {
         .map(|k| {
             let len = left.min(65_536);
             left -= len;
-            Mutation::set(k, KvValue::Bytes(vec![7; len]))
+            Mutation::set(k, KvValue::Bytes(vec![7; len].into()))
         })
         .collect();
     assert_eq!(left, 0, "13 values of 64 KiB cover the total");
@@ -203,7 +203,7 @@ async fn key_size_on_read_is_2049_bytes(env: Env) {
 }
 
 async fn value_size_is_65536_bytes(env: Env) {
-    let full = KvValue::Bytes(vec![0xab; 65_536]);
+    let full = KvValue::Bytes(vec![0xab; 65_536].into());
     commit(
         &*env.kv,
         write_of(vec![Mutation::set(numbered(0), full.clone())]),
@@ -213,7 +213,7 @@ async fn value_size_is_65536_bytes(env: Env) {
         get_encoded(&*env.kv, &numbered(0)).await.map(|e| e.value),
         Some(full)
     );
-    let full_v8 = KvValue::V8(vec![0xff; 65_536]);
+    let full_v8 = KvValue::V8(vec![0xff; 65_536].into());
     commit(
         &*env.kv,
         write_of(vec![Mutation::set(numbered(1), full_v8)]),
@@ -221,8 +221,8 @@ async fn value_size_is_65536_bytes(env: Env) {
     .await;
 
     for over in [
-        KvValue::Bytes(vec![0; 65_537]),
-        KvValue::V8(vec![0xff; 65_537]),
+        KvValue::Bytes(vec![0; 65_537].into()),
+        KvValue::V8(vec![0xff; 65_537].into()),
     ] {
         let write = write_of(vec![Mutation::set(numbered(2), over)]);
         assert_eq!(write_error(&*env.kv, write).await, MAX_VALUE);
@@ -405,16 +405,17 @@ async fn total_mutation_size_counts_enqueue_payload_and_backoff(env: Env) {
 async fn total_key_size_is_81920_bytes_of_keys_with_values(env: Env) {
     let mut write = write_of(
         (0..40u8)
-            .map(|n| Mutation::set(key_of_len(2048, n), KvValue::Bytes(vec![])))
+            .map(|n| Mutation::set(key_of_len(2048, n), KvValue::Bytes(vec![].into())))
             .collect(),
     );
     write.mutations.push(Mutation::delete(enc(&key![false])));
     commit(&*env.kv, write.clone()).await;
     assert_eq!(all_keys(&*env.kv).await.len(), 40);
 
-    write
-        .mutations
-        .push(Mutation::set(enc(&key![true]), KvValue::Bytes(vec![])));
+    write.mutations.push(Mutation::set(
+        enc(&key![true]),
+        KvValue::Bytes(vec![].into()),
+    ));
     assert_eq!(
         write_error(&*env.kv, write).await,
         "Total key size too large (max 81920 bytes)"
@@ -522,7 +523,7 @@ async fn refused_write_applies_nothing(env: Env) {
         Mutation::set(enc(&key!["a"]), KvValue::U64(10)),
         Mutation::delete(enc(&key!["b"])),
         Mutation::sum(enc(&key!["c"]), KvValue::U64(3)),
-        Mutation::set(enc(&key!["d"]), KvValue::Bytes(vec![0; 65_537])),
+        Mutation::set(enc(&key!["d"]), KvValue::Bytes(vec![0; 65_537].into())),
     ]);
     assert_eq!(write_error(&*env.kv, write).await, MAX_VALUE);
     let entries = list_prefix(&*env.kv, &key![], 10, false).await;
@@ -544,7 +545,7 @@ async fn invalid_write_is_refused_even_if_its_check_fails(env: Env) {
         checks: vec![check(&key!["a"], None)],
         mutations: vec![Mutation::set(
             enc(&key!["b"]),
-            KvValue::V8(vec![0xff; 65_537]),
+            KvValue::V8(vec![0xff; 65_537].into()),
         )],
         ..Default::default()
     };
@@ -555,7 +556,7 @@ async fn invalid_write_is_refused_even_if_its_check_fails(env: Env) {
 /// key sizes, key sizes before value sizes.
 async fn count_limits_are_reported_before_key_and_value_sizes(env: Env) {
     let long_key = key_of_len(2049, 0);
-    let big_value = KvValue::Bytes(vec![0; 65_537]);
+    let big_value = KvValue::Bytes(vec![0; 65_537].into());
     let mut write = write_of(vec![Mutation::set(long_key, big_value)]);
     write.checks = (0..101)
         .map(|i| Check {

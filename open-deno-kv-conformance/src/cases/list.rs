@@ -538,10 +538,15 @@ async fn overwritten_key_is_listed_once_with_its_new_value(env: Env) {
     set(kv, &key!["p", "a"], v8_string("first")).await;
     set(kv, &key!["p", "b"], v8_string("other")).await;
     set(kv, &key!["p", "a"], v8_string("second")).await;
-    let latest = set(kv, &key!["p", "a"], KvValue::Bytes(b"third".to_vec())).await;
+    let latest = set(
+        kv,
+        &key!["p", "a"],
+        KvValue::Bytes(b"third".to_vec().into()),
+    )
+    .await;
     let listed = list_prefix(kv, &key!["p"], 100, false).await;
     assert_eq!(keys_of(&listed), [key!["p", "a"], key!["p", "b"]]);
-    assert_eq!(listed[0].value, KvValue::Bytes(b"third".to_vec()));
+    assert_eq!(listed[0].value, KvValue::Bytes(b"third".to_vec().into()));
     assert_eq!(listed[0].versionstamp, latest);
     let reverse = list_prefix(kv, &key!["p"], 100, true).await;
     assert_eq!(keys_of(&reverse), [key!["p", "b"], key!["p", "a"]]);

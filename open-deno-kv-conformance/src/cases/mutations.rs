@@ -46,12 +46,16 @@ pub(crate) fn cases() -> Vec<Case> {
 
 /// A V8 number value.
 fn num(x: f64) -> KvValue {
-    KvValue::V8(v8_number(x))
+    KvValue::V8(v8_number(x).into())
 }
 
 /// A V8 bigint value.
 fn big(x: impl Into<BigInt>) -> KvValue {
-    KvValue::V8(v8_bigint(&x.into()).expect("a test bigint serializes"))
+    KvValue::V8(
+        v8_bigint(&x.into())
+            .expect("a test bigint serializes")
+            .into(),
+    )
 }
 
 /// What JavaScript's serializer writes for a small integer such as `100`: a Smi, tag `I` with a
@@ -64,7 +68,7 @@ fn js_smi(x: i32) -> KvValue {
         zigzag >>= 7;
         if zigzag == 0 {
             bytes.push(low);
-            return KvValue::V8(bytes);
+            return KvValue::V8(bytes.into());
         }
         bytes.push(low | 0x80);
     }
@@ -80,15 +84,15 @@ fn bounded_sum(
 ) -> Mutation {
     let bytes = |bound: Option<KvValue>| match bound {
         Some(KvValue::V8(b)) => b,
-        None => Vec::new(),
+        None => Vec::new().into(),
         Some(other) => panic!("bounds are V8 values, not {other:?}"),
     };
     mutation(
         key,
         MutationKind::Sum {
             value: operand,
-            min_v8: bytes(min),
-            max_v8: bytes(max),
+            min_v8: bytes(min).to_vec(),
+            max_v8: bytes(max).to_vec(),
             clamp,
         },
     )
@@ -250,7 +254,7 @@ async fn u64_sum_on_non_u64_value_is_refused(env: Env) {
     let text = "Failed to perform 'sum' mutation on a non-U64 value in the database";
     for (k, stored) in [
         (key!["v8"], num(1.0)),
-        (key!["bytes"], KvValue::Bytes(vec![1])),
+        (key!["bytes"], KvValue::Bytes(vec![1].into())),
         (key!["string"], v8_string("1")),
     ] {
         set(&*env.kv, &k, stored.clone()).await;
@@ -265,7 +269,7 @@ async fn u64_sum_on_non_u64_value_is_refused(env: Env) {
 
 async fn min_max_on_non_u64_value_are_refused(env: Env) {
     let k = key!["a"];
-    set(&*env.kv, &k, KvValue::Bytes(vec![1])).await;
+    set(&*env.kv, &k, KvValue::Bytes(vec![1].into())).await;
     assert_eq!(
         refused(&*env.kv, min(&k, KvValue::U64(1))).await,
         "Failed to perform 'min' mutation on a non-U64 value in the database"
@@ -274,7 +278,10 @@ async fn min_max_on_non_u64_value_are_refused(env: Env) {
         refused(&*env.kv, max(&k, KvValue::U64(1))).await,
         "Failed to perform 'max' mutation on a non-U64 value in the database"
     );
-    assert_eq!(get_value(&*env.kv, &k).await, Some(KvValue::Bytes(vec![1])));
+    assert_eq!(
+        get_value(&*env.kv, &k).await,
+        Some(KvValue::Bytes(vec![1].into()))
+    );
 }
 
 /// min and max only take u64 operands; the operand is checked before the stored value, so a V8
@@ -289,7 +296,7 @@ async fn min_max_with_non_u64_operand_are_refused(env: Env) {
             "min on {k}"
         );
         assert_eq!(
-            refused(&*env.kv, max(&k, KvValue::Bytes(vec![1]))).await,
+            refused(&*env.kv, max(&k, KvValue::Bytes(vec![1].into()))).await,
             "Failed to perform 'max' mutation on a non-U64 operand",
             "max on {k}"
         );
@@ -305,7 +312,7 @@ async fn min_max_with_non_u64_operand_are_refused(env: Env) {
 async fn failed_mutation_rejects_the_whole_write(env: Env) {
     let kv = &*env.kv;
     let kept = set(kv, &key!["w", "kept"], KvValue::U64(1)).await;
-    set(kv, &key!["w", "bytes"], KvValue::Bytes(vec![0])).await;
+    set(kv, &key!["w", "bytes"], KvValue::Bytes(vec![0].into())).await;
     let write = AtomicWrite {
         mutations: vec![
             Mutation::set(enc(&key!["w", "new"]), KvValue::U64(1)),
@@ -342,7 +349,7 @@ async fn v8_number_sum_adds_numbers(env: Env) {
     // Deno's bytes for 3.5, from the fixture.
     assert_eq!(
         value,
-        KvValue::V8(vec![0xff, 0x0f, 0x4e, 0, 0, 0, 0, 0, 0, 0x0c, 0x40])
+        KvValue::V8(vec![0xff, 0x0f, 0x4e, 0, 0, 0, 0, 0, 0, 0x0c, 0x40].into())
     );
     apply(&*env.kv, sum(&k, num(-5.25))).await;
     assert_eq!(get_value(&*env.kv, &k).await, Some(num(-1.75)));
@@ -359,9 +366,7 @@ async fn v8_bigint_sum_is_exact_beyond_u64(env: Env) {
     // Deno's bytes for 1180591620717411303425n, from the fixture.
     assert_eq!(
         value,
-        KvValue::V8(vec![
-            0xff, 0x0f, 0x5a, 0x12, 0x01, 0, 0, 0, 0, 0, 0, 0, 0x40
-        ])
+        KvValue::V8(vec![0xff, 0x0f, 0x5a, 0x12, 0x01, 0, 0, 0, 0, 0, 0, 0, 0x40].into())
     );
     let minus_u128 = -BigInt::from(u128::MAX);
     apply(&*env.kv, sum(&k, big(minus_u128.clone()))).await;
@@ -560,9 +565,9 @@ async fn v8_sum_result_is_a_v8_double(env: Env) {
     set(kv, &key!["a"], js_smi(20)).await;
     apply(kv, sum(&key!["a"], js_smi(22))).await;
     let value = get_value(kv, &key!["a"]).await.expect("set");
-    assert_eq!(value, KvValue::V8(v8_number(42.0)));
+    assert_eq!(value, KvValue::V8(v8_number(42.0).into()));
     assert_eq!(
         value,
-        KvValue::V8(vec![0xff, 0x0f, 0x4e, 0, 0, 0, 0, 0, 0, 0x45, 0x40])
+        KvValue::V8(vec![0xff, 0x0f, 0x4e, 0, 0, 0, 0, 0, 0, 0x45, 0x40].into())
     );
 }

@@ -479,7 +479,7 @@ async fn deno_key_vectors_list_in_denos_byte_order(env: Env) {
     let kv = &*env.kv;
     let vectors = deno_key_vectors();
     for (k, hex) in scrambled(&vectors) {
-        set(kv, &k, KvValue::Bytes(from_hex(&hex))).await;
+        set(kv, &k, KvValue::Bytes(from_hex(&hex).into())).await;
     }
     let expected: Vec<String> = vectors.iter().map(|(_, hex)| hex.clone()).collect();
     let listed = list_prefix(kv, &key![], 1000, false).await;

@@ -65,7 +65,7 @@ fn payload(text: &str) -> Vec<u8> {
     let KvValue::V8(bytes) = v8_string(text) else {
         panic!("v8_string builds V8 bytes");
     };
-    bytes
+    bytes.to_vec()
 }
 
 /// A message due now, with Deno's default schedule and no dead-letter keys.
@@ -373,7 +373,11 @@ async fn exhausted_message_is_written_under_every_undelivered_key(env: Env) {
         let entry = get(&*env.kv, k)
             .await
             .unwrap_or_else(|| panic!("the payload should be written under {k}"));
-        assert_eq!(entry.value, KvValue::V8(payload("undeliverable")), "at {k}");
+        assert_eq!(
+            entry.value,
+            KvValue::V8(payload("undeliverable").into()),
+            "at {k}"
+        );
         assert!(
             entry.versionstamp > before,
             "{k} was written after the failure"
@@ -389,7 +393,7 @@ async fn exhausted_message_is_written_under_every_undelivered_key(env: Env) {
     for k in &keys {
         assert_eq!(
             get_value(&*env.kv, k).await,
-            Some(KvValue::V8(payload("undeliverable"))),
+            Some(KvValue::V8(payload("undeliverable").into())),
             "{k} has no expiry"
         );
     }
@@ -407,7 +411,7 @@ async fn empty_backoff_schedule_dead_letters_at_the_first_failure(env: Env) {
     finish(handle, false).await;
     assert_eq!(
         get_value(&*env.kv, &dead).await,
-        Some(KvValue::V8(payload("no retry")))
+        Some(KvValue::V8(payload("no retry").into()))
     );
     assert_no_message(&*env.kv, "right after the only failure").await;
     env.advance(A_YEAR);

@@ -295,7 +295,7 @@ async fn count_keys(kv: &dyn Backend, p: &Key) -> usize {
         total += page.len();
         match page.last() {
             Some(last) if page.len() == 1000 => {
-                range.start = last.key.clone();
+                range.start = last.key.to_vec();
                 range.start.push(0);
             }
             _ => return total,
@@ -399,7 +399,7 @@ async fn count_is_the_entries_and_their_sizes(env: Env) {
     let kv = &*env.kv;
     let entries = [
         (key!["n", 1], KvValue::U64(9)),
-        (key!["n", "long"], KvValue::Bytes(vec![1; 300])),
+        (key!["n", "long"], KvValue::Bytes(vec![1; 300].into())),
         (key!["n", 2, 3], v8_string("hello")),
     ];
     for (k, v) in &entries {

@@ -120,7 +120,7 @@ async fn one_commit_stamps_every_key_it_writes(env: Env) {
 async fn failed_writes_leave_every_versionstamp_as_it_was(env: Env) {
     let kv = &*env.kv;
     set(kv, &key!["a"], KvValue::U64(1)).await;
-    set(kv, &key!["bytes"], KvValue::Bytes(vec![1])).await;
+    set(kv, &key!["bytes"], KvValue::Bytes(vec![1].into())).await;
     let last = set(kv, &key!["b"], KvValue::U64(1)).await;
     let before = everything(kv).await;
 

@@ -88,7 +88,7 @@ fn changed(entry: KvEntry) -> WatchKeyOutput {
 
 fn entry(key: &Key, value: KvValue, versionstamp: Versionstamp) -> KvEntry {
     KvEntry {
-        key: enc(key),
+        key: enc(key).into(),
         value,
         versionstamp,
         expires_at: None,
@@ -120,12 +120,12 @@ async fn set_emits_changed_for_that_key_and_unchanged_for_the_others(env: Env) {
     let mut stream = watch(&*env.kv, &[a.clone(), b.clone(), c.clone()]);
     next_emission(&mut stream).await;
 
-    let stamp = set(&*env.kv, &b, KvValue::Bytes(vec![0, 0xff])).await;
+    let stamp = set(&*env.kv, &b, KvValue::Bytes(vec![0, 0xff].into())).await;
     assert_eq!(
         next_emission(&mut stream).await,
         vec![
             WatchKeyOutput::Unchanged,
-            changed(entry(&b, KvValue::Bytes(vec![0, 0xff]), stamp)),
+            changed(entry(&b, KvValue::Bytes(vec![0, 0xff].into()), stamp)),
             WatchKeyOutput::Unchanged,
         ]
     );
@@ -462,7 +462,7 @@ async fn dead_letter_write_is_seen(env: Env) {
         &*env.kv,
         AtomicWrite {
             enqueues: vec![Enqueue {
-                payload,
+                payload: payload.to_vec(),
                 ready_at: env.clock().now(),
                 keys_if_undelivered: vec![enc(&dead)],
                 backoff_schedule: Some(Vec::new()),

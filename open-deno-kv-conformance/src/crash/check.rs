@@ -248,7 +248,7 @@ impl History {
     /// message no earlier recovery received. (The parent waits for that many before it waits only
     /// briefly for any extra, duplicate one.)
     pub(crate) fn expected_messages(&self, entries: &[KvEntry]) -> usize {
-        let markers: HashSet<&[u8]> = entries.iter().map(|e| e.key.as_slice()).collect();
+        let markers: HashSet<&[u8]> = entries.iter().map(|e| &e.key[..]).collect();
         self.writes
             .values()
             .filter(|w| {
@@ -306,7 +306,7 @@ impl History {
                     ),
                 ));
             }
-            let Some(role) = roles.get(&entry.key) else {
+            let Some(role) = roles.get(&entry.key[..]) else {
                 out.push(violation(
                     Corrupt,
                     format!(

@@ -758,7 +758,7 @@ async fn scan(kv: &dyn Backend) -> Result<Vec<KvEntry>, String> {
         }
         match entries.last() {
             Some(last) if full => {
-                range.start = last.key.clone();
+                range.start = last.key.to_vec();
                 range.start.push(0);
             }
             _ => return Ok(entries),

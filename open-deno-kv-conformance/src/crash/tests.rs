@@ -40,7 +40,7 @@ impl Store {
             self.entries.insert(
                 m.key.clone(),
                 KvEntry {
-                    key: m.key,
+                    key: m.key.into(),
                     value,
                     versionstamp: stamp,
                     expires_at: None,
@@ -191,7 +191,7 @@ fn a_sum_without_its_marker_is_caught_by_the_counter() {
         .entries
         .entry(counter_key(index))
         .or_insert_with(|| KvEntry {
-            key: counter_key(index),
+            key: counter_key(index).into(),
             value: KvValue::U64(0),
             versionstamp: vs(1),
             expires_at: None,
@@ -233,7 +233,7 @@ fn messages_must_arrive_exactly_once() {
     again.entries.insert(
         super::workload::probe_key(),
         KvEntry {
-            key: super::workload::probe_key(),
+            key: super::workload::probe_key().into(),
             value: KvValue::U64(0),
             versionstamp: vs(1000),
             expires_at: None,
@@ -324,7 +324,7 @@ fn unknown_keys_and_wrong_values_are_corruption() {
     store.entries.insert(
         stray.clone(),
         KvEntry {
-            key: stray,
+            key: stray.into(),
             value: KvValue::U64(999),
             versionstamp: vs(5),
             expires_at: None,
@@ -336,7 +336,7 @@ fn unknown_keys_and_wrong_values_are_corruption() {
     let (mut history, mut store) = scenario();
     let id = first_id(|s| !s.group.is_empty(), 0..15);
     if let Some(entry) = store.entries.get_mut(&group_key(id, 0)) {
-        entry.value = KvValue::Bytes(vec![0; 3]);
+        entry.value = KvValue::Bytes(vec![0; 3].into());
     }
     let (violations, _) = history.check(&store.recovered(1000));
     assert!(
@@ -356,7 +356,7 @@ fn what_one_recovery_saw_the_next_must_still_see() {
     next.entries.insert(
         super::workload::probe_key(),
         KvEntry {
-            key: super::workload::probe_key(),
+            key: super::workload::probe_key().into(),
             value: KvValue::U64(0),
             versionstamp: vs(1000),
             expires_at: None,

@@ -116,7 +116,7 @@ impl WriteSpec {
         for (i, len) in self.group.iter().enumerate() {
             mutations.push(Mutation::set(
                 group_key(self.id, i),
-                KvValue::Bytes(group_value(self.id, i, *len)),
+                KvValue::Bytes(group_value(self.id, i, *len).into()),
             ));
         }
         if let Some(slot) = self.slot {

@@ -16,7 +16,7 @@
 //! use open_deno_kv_model::{KvEntry, KvValue, SnapshotItem, Versionstamp};
 //! let stamp = Versionstamp::from_version(9, 0);
 //! let entry = SnapshotItem::Entry(KvEntry {
-//!     key: vec![2, b'a', 0],
+//!     key: vec![2, b'a', 0].into(),
 //!     value: KvValue::U64(1),
 //!     versionstamp: Versionstamp::from_version(3, 0),
 //!     expires_at: None,
@@ -185,7 +185,7 @@ impl SnapshotWriter {
                 // Entries come in strictly increasing key order, and before every message, so
                 // the record's key-ordered map and separate message list keep the order.
                 self.batch.writes.insert(
-                    entry.key,
+                    entry.key.to_vec(),
                     Some(StoredEntry {
                         value: entry.value,
                         versionstamp: entry.versionstamp,
@@ -332,7 +332,7 @@ impl SnapshotReader {
         for (key, state) in record.changes.writes {
             let entry = state.ok_or_else(|| bad("a deletion in a snapshot".into()))?;
             items.push(SnapshotItem::Entry(KvEntry {
-                key,
+                key: key.into(),
                 value: entry.value,
                 versionstamp: entry.versionstamp,
                 expires_at: entry.expires_at,
@@ -615,8 +615,8 @@ mod tests {
 
     fn entry(name: &str, size: usize) -> SnapshotItem {
         SnapshotItem::Entry(KvEntry {
-            key: vec![2, name.as_bytes()[0], name.as_bytes()[1], 0],
-            value: KvValue::Bytes(vec![9; size]),
+            key: vec![2, name.as_bytes()[0], name.as_bytes()[1], 0].into(),
+            value: KvValue::Bytes(vec![9; size].into()),
             versionstamp: Versionstamp::from_version(3, 0),
             expires_at: DateTime::from_timestamp(1_700_000_000, 123_456_789),
         })

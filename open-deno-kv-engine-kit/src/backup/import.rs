@@ -40,7 +40,7 @@ fn counted(summary: &mut ImportSummary, item: SnapshotItem) -> ImportRow {
 /// use open_deno_kv_engine_kit::{KvEntry, KvValue, SnapshotItem, Versionstamp};
 ///
 /// let entry = KvEntry {
-///     key: vec![2, b'a', 0],
+///     key: vec![2, b'a', 0].into(),
 ///     value: KvValue::U64(1),
 ///     versionstamp: Versionstamp::from_version(1, 0),
 ///     expires_at: None,

@@ -220,7 +220,7 @@ async fn requests_beyond_the_limits_never_reach_the_engine() {
     let big = AtomicWrite {
         mutations: vec![Mutation::set(
             encode_key(&key!["a"]).expect("key"),
-            crate::KvValue::Bytes(vec![0; 65_537]),
+            crate::KvValue::Bytes(vec![0; 65_537].into()),
         )],
         ..Default::default()
     };

@@ -23,7 +23,7 @@ use open_deno_kv_engine_kit::{
 };
 use uuid::Uuid;
 
-use super::MemoryStore;
+use super::{MemEntry, MemoryStore};
 
 impl MemoryStore {
     /// Copies every entry visible at `now` and every message under the lock (see the module
@@ -33,7 +33,7 @@ impl MemoryStore {
             let state = self.lock();
             let entries: Vec<KvEntry> = (state.entries.iter())
                 .filter(|(_, stored)| !stored.is_expired(now))
-                .map(|(key, stored)| KvEntry::from_stored(key.clone(), stored.clone()))
+                .map(|(key, stored)| stored.to_entry(key))
                 .collect();
             (state.identity.0, state.version, entries, state.queued(now))
         };
@@ -87,7 +87,7 @@ impl MemoryStore {
 /// An import's items, gathered off the lock before they are installed.
 #[derive(Default)]
 struct Gathered {
-    entries: BTreeMap<Vec<u8>, StoredEntry>,
+    entries: BTreeMap<Vec<u8>, MemEntry>,
     expiries: BTreeSet<(DateTime<Utc>, Vec<u8>)>,
     ready: BTreeMap<(DateTime<Utc>, Uuid), QueuedMessage>,
 }
@@ -97,7 +97,7 @@ impl ImportWrites for Gathered {
         if let Some(at) = stored.expires_at {
             self.expiries.insert((at, key.clone()));
         }
-        self.entries.insert(key, stored);
+        self.entries.insert(key, MemEntry::from(stored));
         Ok(())
     }
 

@@ -5,7 +5,7 @@ use crate::KvValue;
 
 fn entry(key: u8, version: u64) -> SnapshotItem {
     SnapshotItem::Entry(KvEntry {
-        key: vec![2, key, 0],
+        key: vec![2, key, 0].into(),
         value: KvValue::U64(u64::from(key)),
         versionstamp: Versionstamp::from_version(version, 0),
         expires_at: None,

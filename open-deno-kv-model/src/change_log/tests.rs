@@ -57,7 +57,7 @@ fn a_record_reads_back_as_written() {
     changes.stage_put(
         b"v8",
         StoredEntry {
-            value: KvValue::V8(vec![0xff, 0x0f, 0x22, 0x01, 0x61]),
+            value: KvValue::V8(vec![0xff, 0x0f, 0x22, 0x01, 0x61].into()),
             versionstamp: vs(9),
             expires_at: Some(at(60)),
         },
@@ -66,7 +66,7 @@ fn a_record_reads_back_as_written() {
     changes.stage_put(
         b"raw",
         StoredEntry {
-            value: KvValue::Bytes(vec![1, 2, 3]),
+            value: KvValue::Bytes(vec![1, 2, 3].into()),
             versionstamp: vs(9),
             expires_at: None,
         },
@@ -173,7 +173,7 @@ fn continued_records_read_back_whole() {
     big.changes.stage_put(
         &[b'k'; 200],
         StoredEntry {
-            value: KvValue::Bytes(vec![9; 20_000]),
+            value: KvValue::Bytes(vec![9; 20_000].into()),
             versionstamp: vs(7),
             expires_at: Some(at(99)),
         },
@@ -258,8 +258,8 @@ mod plain_writes {
     fn value_of(kind: u8, n: u8) -> KvValue {
         match kind % 3 {
             0 => KvValue::U64(u64::from(n)),
-            1 => KvValue::Bytes(vec![n; usize::from(n % 7)]),
-            _ => KvValue::V8(vec![0xff, 0x0f, 0x49, n]),
+            1 => KvValue::Bytes(vec![n; usize::from(n % 7)].into()),
+            _ => KvValue::V8(vec![0xff, 0x0f, 0x49, n].into()),
         }
     }
 

@@ -209,7 +209,7 @@ fn mutations_apply_in_order() {
                 expire_at: None,
             },
             Mutation::delete(k("y")),
-            Mutation::set(k("y"), KvValue::Bytes(vec![1])),
+            Mutation::set(k("y"), KvValue::Bytes(vec![1].into())),
             Mutation {
                 key: k("z"),
                 kind: MutationKind::Max(KvValue::U64(3)),
@@ -220,7 +220,7 @@ fn mutations_apply_in_order() {
     };
     apply_atomic_write(&mut txn, &valid(&write), VS1, now()).unwrap();
     assert_eq!(txn.entries[&k("x")].value, KvValue::U64(12));
-    assert_eq!(txn.entries[&k("y")].value, KvValue::Bytes(vec![1]));
+    assert_eq!(txn.entries[&k("y")].value, KvValue::Bytes(vec![1].into()));
     assert_eq!(txn.entries[&k("z")].value, KvValue::U64(3));
 }
 
@@ -229,7 +229,7 @@ fn mutation_error_names_the_key() {
     let mut txn = MapTxn::default();
     let write = AtomicWrite {
         mutations: vec![
-            Mutation::set(k("n"), KvValue::V8(v8_number(1.0))),
+            Mutation::set(k("n"), KvValue::V8(v8_number(1.0).into())),
             Mutation::sum(k("n"), KvValue::U64(1)),
         ],
         ..Default::default()

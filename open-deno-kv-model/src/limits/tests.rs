@@ -83,10 +83,19 @@ fn write_key_size() {
 
 #[test]
 fn value_size() {
-    write_ok(&sets([numbered_key(0)], KvValue::Bytes(vec![0; 65_536])));
-    write_ok(&sets([numbered_key(0)], KvValue::V8(vec![0; 65_536])));
+    write_ok(&sets(
+        [numbered_key(0)],
+        KvValue::Bytes(vec![0; 65_536].into()),
+    ));
+    write_ok(&sets(
+        [numbered_key(0)],
+        KvValue::V8(vec![0; 65_536].into()),
+    ));
     assert_eq!(
-        write_err(&sets([numbered_key(0)], KvValue::V8(vec![0; 65_537]))),
+        write_err(&sets(
+            [numbered_key(0)],
+            KvValue::V8(vec![0; 65_537].into())
+        )),
         "Value too large (max 65536 bytes)"
     );
 }
@@ -140,7 +149,7 @@ fn write_totalling(total: usize) -> AtomicWrite {
         .map(|k| {
             let len = left.min(65_536);
             left -= len;
-            Mutation::set(k, KvValue::Bytes(vec![0; len]))
+            Mutation::set(k, KvValue::Bytes(vec![0; len].into()))
         })
         .collect();
     assert_eq!(left, 0);
@@ -180,14 +189,17 @@ fn total_mutation_size_counts_checks_and_backoff() {
 
 #[test]
 fn total_key_size_counts_only_keys_with_values() {
-    let mut write = sets((0..40).map(|_| key_of_len(2048)), KvValue::Bytes(vec![]));
+    let mut write = sets(
+        (0..40).map(|_| key_of_len(2048)),
+        KvValue::Bytes(vec![].into()),
+    );
     write
         .mutations
         .push(Mutation::delete(encode_key(&key![0]).unwrap()));
     write_ok(&write);
     write.mutations.push(Mutation::set(
         encode_key(&key![0]).unwrap(),
-        KvValue::Bytes(vec![]),
+        KvValue::Bytes(vec![].into()),
     ));
     assert_eq!(
         write_err(&write),
@@ -259,7 +271,7 @@ fn undelivered_keys_must_be_writable() {
 #[test]
 fn errors_follow_denos_order() {
     // Too many checks is reported before anything about keys or values.
-    let mut write = sets([key_of_len(2049)], KvValue::Bytes(vec![0; 70_000]));
+    let mut write = sets([key_of_len(2049)], KvValue::Bytes(vec![0; 70_000].into()));
     write.checks = (0..101)
         .map(|i| Check {
             key: numbered_key(i),

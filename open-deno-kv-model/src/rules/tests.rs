@@ -5,11 +5,11 @@ use v8_valueserializer::{Heap, Value, ValueDeserializer, ValueSerializer};
 use super::*;
 
 fn num(x: f64) -> KvValue {
-    KvValue::V8(v8_number(x))
+    KvValue::V8(v8_number(x).into())
 }
 
 fn big(x: i128) -> KvValue {
-    KvValue::V8(v8_bigint(&BigInt::from(x)).unwrap())
+    KvValue::V8(v8_bigint(&BigInt::from(x)).unwrap().into())
 }
 
 /// What JavaScript's serializer writes for a small integer such as `1`: a Smi (`I`, zigzag).
@@ -17,7 +17,8 @@ fn js_smi(x: i32) -> KvValue {
     KvValue::V8(
         ValueSerializer::default()
             .finish(&Heap::default(), &Value::I32(x))
-            .unwrap(),
+            .unwrap()
+            .into(),
     )
 }
 
@@ -72,9 +73,9 @@ fn sum_operands_read_as_the_crate_deserializer_reads_them() {
         js_smi(-7),
         num(2.5),
         big(-(1 << 100)),
-        KvValue::V8(hex::decode("ff10220568656c6c6f").unwrap()), // "hello"
-        KvValue::V8(hex::decode("ff106f7b00").unwrap()),         // {}
-        KvValue::V8(hex::decode("ff106f").unwrap()),             // truncated
+        KvValue::V8(hex::decode("ff10220568656c6c6f").unwrap().into()), // "hello"
+        KvValue::V8(hex::decode("ff106f7b00").unwrap().into()),         // {}
+        KvValue::V8(hex::decode("ff106f").unwrap().into()),             // truncated
     ];
     for operand in operands {
         let KvValue::V8(bytes) = &operand else {
@@ -118,7 +119,7 @@ fn u64_sum_type_errors_use_denos_texts() {
     );
     assert_eq!(
         err_text(apply_sum(
-            Some(&KvValue::Bytes(vec![1])),
+            Some(&KvValue::Bytes(vec![1].into())),
             &KvValue::U64(1),
             &none
         )),
@@ -189,8 +190,8 @@ fn number_sums_read_smis_and_write_doubles() {
 fn bigint_sums_are_exact() {
     let none = SumBounds::default();
     let huge = BigInt::from(u128::MAX) * 1000;
-    let stored = KvValue::V8(v8_bigint(&huge).unwrap());
-    let expected = KvValue::V8(v8_bigint(&(huge.clone() + 1)).unwrap());
+    let stored = KvValue::V8(v8_bigint(&huge).unwrap().into());
+    let expected = KvValue::V8(v8_bigint(&(huge.clone() + 1)).unwrap().into());
     assert_eq!(apply_sum(Some(&stored), &big(1), &none), Ok(expected));
     assert_eq!(apply_sum(Some(&big(-5)), &big(3), &none), Ok(big(-2)));
 }
@@ -248,16 +249,24 @@ fn mixed_sums_use_denos_texts() {
         "Cannot sum KvU64 with BigInt"
     );
     assert_eq!(
-        err_text(apply_sum(Some(&KvValue::Bytes(vec![])), &big(1), &none)),
+        err_text(apply_sum(
+            Some(&KvValue::Bytes(vec![].into())),
+            &big(1),
+            &none
+        )),
         "unsupported value type"
     );
-    let string = KvValue::V8(vec![0xff, 0x0f, b'"', 1, b'a']);
+    let string = KvValue::V8(vec![0xff, 0x0f, b'"', 1, b'a'].into());
     assert_eq!(
         err_text(apply_sum(Some(&string), &num(1.0), &none)),
         "unsupported value type"
     );
     assert_eq!(
-        err_text(apply_sum(Some(&KvValue::V8(vec![1, 2])), &num(1.0), &none)),
+        err_text(apply_sum(
+            Some(&KvValue::V8(vec![1, 2].into())),
+            &num(1.0),
+            &none
+        )),
         "invalid v8 value"
     );
 }
@@ -267,10 +276,13 @@ fn bad_operands_and_bounds() {
     let none = SumBounds::default();
     let text = "Some of the parameters are not valid V8 values";
     assert_eq!(
-        err_text(apply_sum(None, &KvValue::Bytes(vec![1]), &none)),
+        err_text(apply_sum(None, &KvValue::Bytes(vec![1].into()), &none)),
         text
     );
-    assert_eq!(err_text(apply_sum(None, &KvValue::V8(vec![]), &none)), text);
+    assert_eq!(
+        err_text(apply_sum(None, &KvValue::V8(vec![].into()), &none)),
+        text
+    );
     assert_eq!(
         err_text(apply_sum(
             None,

@@ -141,16 +141,16 @@ pub use self::write::WIRE_FORMAT_VERSION;
 /// use serde_json::json;
 /// assert_eq!(to_tagged_json(&KvValue::U64(5)).unwrap(), json!({"u64": "5"}));
 /// assert_eq!(
-///     to_tagged_json(&KvValue::Bytes(vec![1, 2, 3])).unwrap(),
+///     to_tagged_json(&KvValue::Bytes(vec![1, 2, 3].into())).unwrap(),
 ///     json!({"view": {"type": "Uint8Array", "bytes": "010203"}})
 /// );
 /// // Bytes Deno 2.9.6 wrote for `[1, , , , 5]` (a sparse array):
-/// let sparse = KvValue::V8(hex::decode("ff106105490049024908490a400205").unwrap());
+/// let sparse = KvValue::V8(hex::decode("ff106105490049024908490a400205").unwrap().into());
 /// assert_eq!(
 ///     to_tagged_json(&sparse).unwrap(),
 ///     json!({"array": [{"number": "1"}, {"hole": null}, {"hole": null}, {"hole": null}, {"number": "5"}]})
 /// );
-/// assert!(to_tagged_json(&KvValue::V8(vec![0xff, 0x10, 0x6f])).is_err()); // truncated
+/// assert!(to_tagged_json(&KvValue::V8(vec![0xff, 0x10, 0x6f].into())).is_err()); // truncated
 /// ```
 pub fn to_tagged_json(value: &KvValue) -> Result<serde_json::Value, V8Error> {
     tagged::to_tagged(value).map_err(|e| *e)
@@ -185,7 +185,7 @@ pub fn to_tagged_json(value: &KvValue) -> Result<serde_json::Value, V8Error> {
 /// // Deno's bytes for the string "hello":
 /// assert_eq!(
 ///     from_tagged_json(&json!({"string": "hello"})).unwrap(),
-///     KvValue::V8(hex::decode("ff10220568656c6c6f").unwrap())
+///     KvValue::V8(hex::decode("ff10220568656c6c6f").unwrap().into())
 /// );
 /// let err = from_tagged_json(&json!({"array": [{"ref": "$.x"}]})).unwrap_err();
 /// assert!(matches!(err, V8Error::BadRef { .. }));
@@ -215,11 +215,13 @@ pub fn from_tagged_json(json: &serde_json::Value) -> Result<KvValue, V8Error> {
 /// use serde_json::json;
 /// let value = open_deno_kv_model::v8::from_json(&json!({"a": 1, "b": 2})).unwrap();
 /// // Byte for byte what Deno 2.9.6 writes for `{ a: 1, b: 2 }`:
-/// assert_eq!(value, KvValue::V8(hex::decode("ff106f220161490222016249047b02").unwrap()));
+/// assert_eq!(value, KvValue::V8(hex::decode("ff106f220161490222016249047b02").unwrap().into()));
 /// ```
 pub fn from_json(json: &serde_json::Value) -> Result<KvValue, V8Error> {
     let graph = json::json_to_graph(json).map_err(|e| *e)?;
-    write::write(&graph).map(KvValue::V8).map_err(|e| *e)
+    write::write(&graph)
+        .map(|b| KvValue::V8(b.into()))
+        .map_err(|e| *e)
 }
 
 /// The plain JSON `JSON.stringify` would make of a stored value, with answers of its own where
@@ -315,17 +317,17 @@ pub fn to_js_literal(value: &KvValue) -> Result<String, V8Error> {
 /// ```
 /// use open_deno_kv_model::KvValue;
 /// use open_deno_kv_model::v8::{to_js_literal, to_v8_bytes};
-/// let bytes = to_v8_bytes(&KvValue::Bytes(vec![1, 2])).unwrap();
-/// assert_eq!(to_js_literal(&KvValue::V8(bytes)).unwrap(), "new Uint8Array([1, 2])");
+/// let bytes = to_v8_bytes(&KvValue::Bytes(vec![1, 2].into())).unwrap();
+/// assert_eq!(to_js_literal(&KvValue::V8(bytes.into())).unwrap(), "new Uint8Array([1, 2])");
 /// let bytes = to_v8_bytes(&KvValue::U64(5)).unwrap();
-/// assert_eq!(to_js_literal(&KvValue::V8(bytes)).unwrap(), "{ value: 5n }");
+/// assert_eq!(to_js_literal(&KvValue::V8(bytes.into())).unwrap(), "{ value: 5n }");
 /// ```
 pub fn to_v8_bytes(value: &KvValue) -> Result<Vec<u8>, V8Error> {
     let bytes = match value {
-        KvValue::V8(bytes) => Ok(bytes.clone()),
+        KvValue::V8(bytes) => Ok(bytes.to_vec()),
         KvValue::Bytes(bytes) => write::write(&graph::Graph::single(graph::Node::View {
             kind: graph::ViewKind::Uint8,
-            bytes: bytes.clone(),
+            bytes: bytes.to_vec(),
         })),
         KvValue::U64(n) => write::write(&graph::Graph::single(graph::Node::Object(vec![(
             "value".to_owned(),

@@ -200,14 +200,14 @@ pub(crate) fn from_tagged(json: &Value) -> Fallible<KvValue> {
             "view" => {
                 let (kind, bytes) = parse_view(content, "$")?;
                 if kind == ViewKind::Uint8 {
-                    return Ok(KvValue::Bytes(bytes));
+                    return Ok(KvValue::Bytes(bytes.into()));
                 }
             }
             _ => {}
         }
     }
     let graph = tagged_to_graph(json)?;
-    super::write::write(&graph).map(KvValue::V8)
+    super::write::write(&graph).map(|b| KvValue::V8(b.into()))
 }
 
 /// Reads tagged JSON into a graph (a top-level `u64` is refused: it is not a V8 value).

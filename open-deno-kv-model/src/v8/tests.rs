@@ -234,12 +234,12 @@ fn maps_and_sets_hold_zero_not_minus_zero() {
         "3a06"
     );
     assert_eq!(
-        to_tagged_json(&KvValue::V8(hex::decode(dup).unwrap())).unwrap(),
+        to_tagged_json(&KvValue::V8(hex::decode(dup).unwrap().into())).unwrap(),
         json!({"map": [[{"number": "1"}, {"number": "3"}], [{"number": "0"}, {"number": "2"}]]})
     );
     let dup = concat!("ff10", "6f", "220161", "4902", "220161", "4904", "7b02");
     assert_eq!(
-        to_tagged_json(&KvValue::V8(hex::decode(dup).unwrap())).unwrap(),
+        to_tagged_json(&KvValue::V8(hex::decode(dup).unwrap().into())).unwrap(),
         json!({"object": [["a", {"number": "2"}]]})
     );
 }
@@ -248,7 +248,7 @@ fn maps_and_sets_hold_zero_not_minus_zero() {
 fn top_level_special_encodings() {
     assert_eq!(
         from_tagged_json(&json!({"view": {"type": "Uint8Array", "bytes": "0102"}})).unwrap(),
-        KvValue::Bytes(vec![1, 2])
+        KvValue::Bytes(vec![1, 2].into())
     );
     assert_eq!(
         from_tagged_json(&json!({"u64": "18446744073709551615"})).unwrap(),
@@ -261,10 +261,10 @@ fn top_level_special_encodings() {
     ));
     round_trip(&json!({"array": [{"view": {"type": "Uint8Array", "bytes": "0102"}}]}));
     // V8 bytes holding a top-level Uint8Array read as the same tagged JSON as Bytes.
-    let v8_view = to_v8_bytes(&KvValue::Bytes(vec![1, 2])).unwrap();
+    let v8_view = to_v8_bytes(&KvValue::Bytes(vec![1, 2].into())).unwrap();
     assert_eq!(
-        to_tagged_json(&KvValue::V8(v8_view)).unwrap(),
-        to_tagged_json(&KvValue::Bytes(vec![1, 2])).unwrap()
+        to_tagged_json(&KvValue::V8(v8_view.into())).unwrap(),
+        to_tagged_json(&KvValue::Bytes(vec![1, 2].into())).unwrap()
     );
 }
 
@@ -273,7 +273,7 @@ fn values_the_writer_never_makes_still_read() {
     // A dense array with an extra property, an error with a stack and a cause, a sparse array
     // with a non-index key (hand-written V8 bytes).
     let dense_extra = "ff104102490249042201784906240102"; // [1, 2] with x: 3
-    let value = KvValue::V8(hex::decode(dense_extra).unwrap());
+    let value = KvValue::V8(hex::decode(dense_extra).unwrap().into());
     assert_eq!(to_js_literal(&value).unwrap(), "[1, 2, x: 3]");
     assert_eq!(to_json(&value).unwrap(), json!([1, 2]));
     assert_eq!(
@@ -281,7 +281,7 @@ fn values_the_writer_never_makes_still_read() {
         json!({"array": [{"number": "1"}, {"number": "2"}]})
     );
     let error = concat!("ff1072", "6d220161", "73220173", "636f7b00", "2e");
-    let value = KvValue::V8(hex::decode(error).unwrap());
+    let value = KvValue::V8(hex::decode(error).unwrap().into());
     assert_eq!(
         to_js_literal(&value).unwrap(),
         r#"new Error("a", { cause: {} })"#
@@ -292,7 +292,7 @@ fn values_the_writer_never_makes_still_read() {
     );
     // Wire format 15 (as Deno's engine and older Deno releases write).
     assert_eq!(
-        to_tagged_json(&KvValue::V8(crate::rules::v8_number(3.5))).unwrap(),
+        to_tagged_json(&KvValue::V8(crate::rules::v8_number(3.5).into())).unwrap(),
         json!({"number": "3.5"})
     );
 }
@@ -479,15 +479,15 @@ fn error_variants_carry_the_details() {
         }
     );
     assert!(matches!(
-        to_tagged_json(&KvValue::V8(vec![0xff, 0x10, b'Q'])),
+        to_tagged_json(&KvValue::V8(vec![0xff, 0x10, b'Q'].into())),
         Err(V8Error::InvalidBytes { .. })
     ));
     assert!(matches!(
-        to_json(&KvValue::V8(vec![])),
+        to_json(&KvValue::V8(vec![].into())),
         Err(V8Error::InvalidBytes { .. })
     ));
     assert!(matches!(
-        to_js_literal(&KvValue::V8(vec![0xff, 0x09, b'T'])),
+        to_js_literal(&KvValue::V8(vec![0xff, 0x09, b'T'].into())),
         Err(V8Error::InvalidBytes { .. })
     ));
 }
@@ -519,7 +519,7 @@ fn nesting_limit() {
         "240001".repeat(257)
     ))
     .unwrap();
-    let err = to_tagged_json(&KvValue::V8(bytes)).unwrap_err();
+    let err = to_tagged_json(&KvValue::V8(bytes.into())).unwrap_err();
     assert!(
         err.to_string().contains("nested deeper than 256 levels"),
         "{err}"
@@ -538,7 +538,7 @@ fn nesting_limit() {
 fn huge_sparse_arrays_are_refused_not_listed() {
     // A sparse array of length 2^32 - 1 holding nothing: 13 bytes.
     let bytes = hex::decode("ff1061ffffffff0f4000ffffffff0f").unwrap();
-    let value = KvValue::V8(bytes);
+    let value = KvValue::V8(bytes.into());
     assert!(matches!(
         to_tagged_json(&value),
         Err(V8Error::TooLarge { .. })
@@ -933,7 +933,7 @@ proptest! {
     fn arbitrary_bytes_never_panic(tail in prop::collection::vec(any::<u8>(), 0..48), header in any::<bool>()) {
         let mut bytes = if header { vec![0xff, 0x10] } else { Vec::new() };
         bytes.extend(tail);
-        let value = KvValue::V8(bytes);
+        let value = KvValue::V8(bytes.into());
         let _ = to_tagged_json(&value);
         let _ = to_json(&value);
         let _ = to_js_literal(&value);
@@ -941,7 +941,8 @@ proptest! {
 
     #[test]
     fn damaged_values_never_panic(json in arb_tagged(), at in any::<prop::sample::Index>(), byte in any::<u8>()) {
-        if let Ok(KvValue::V8(mut bytes)) = from_tagged_json(&json) {
+        if let Ok(KvValue::V8(stored)) = from_tagged_json(&json) {
+            let mut bytes = stored.to_vec();
             let i = at.index(bytes.len());
             bytes[i] = byte;
             // Where both readers accept the damaged bytes, they read the same value, unless the
@@ -954,7 +955,7 @@ proptest! {
             {
                 prop_assert_eq!(a, b);
             }
-            let value = KvValue::V8(bytes);
+            let value = KvValue::V8(bytes.into());
             if let Ok(tagged) = to_tagged_json(&value) {
                 // Whatever reads back is itself a value that round-trips.
                 let again = from_tagged_json(&tagged).map_err(|e| TestCaseError::fail(format!("{tagged}: {e}")))?;

@@ -96,7 +96,7 @@ fn a_failed_or_refused_write_does_not_disturb_its_group() {
     let clock = ManualClock::at_test_epoch();
     let mut thread = thread_on(&dir.path().join("kv.redb"), &clock);
     let now = clock.now();
-    let text = KvValue::V8(vec![0xff, 0x0f, b'"', 1, b'x']);
+    let text = KvValue::V8(vec![0xff, 0x0f, b'"', 1, b'x'].into());
     let first = AtomicWrite {
         mutations: vec![
             set("a", 1),

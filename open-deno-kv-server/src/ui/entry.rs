@@ -78,7 +78,7 @@ pub(super) fn parse_edit(kind: &str, text: &str) -> Result<KvValue, Failure> {
             ))
         }),
         "bytes" => hex::decode(text.trim().replace(char::is_whitespace, ""))
-            .map(KvValue::Bytes)
+            .map(|b| KvValue::Bytes(b.into()))
             .map_err(|_| bad("The bytes are not hex (two digits per byte).".to_owned())),
         other => Err(Failure::bad_request(format!(
             "Unknown value type {other:?}: expected json, string, tagged, u64 or bytes."
@@ -95,7 +95,7 @@ mod tests {
     fn edit_forms_write_back_the_same_value() {
         let values = [
             KvValue::U64(42),
-            KvValue::Bytes(vec![0, 1, 255]),
+            KvValue::Bytes(vec![0, 1, 255].into()),
             v8::from_json(&json!("text")).unwrap_or(KvValue::U64(0)),
             v8::from_json(&json!({"name": "Ada", "n": [1, 2.5, null]})).unwrap_or(KvValue::U64(0)),
             v8::from_tagged_json(&json!({"map": [[{"string": "a"}, {"bigint": "7"}]]}))

@@ -92,7 +92,7 @@ pub(super) async fn count_prefix(
         }
         match entries.last() {
             Some(last) if entries.len() == limit as usize => {
-                start = last.key.clone();
+                start = last.key.to_vec();
                 start.push(0x00);
             }
             _ => return Ok(count),
@@ -200,7 +200,7 @@ mod tests {
             let key = encode_key(&key!["a", i]).unwrap_or_default();
             write
                 .mutations
-                .push(Mutation::set(key, KvValue::Bytes(vec![0; 3])));
+                .push(Mutation::set(key, KvValue::Bytes(vec![0; 3].into())));
         }
         let outside = encode_key(&key!["b"]).unwrap_or_default();
         write

@@ -96,8 +96,8 @@ fn a_segment_is_the_backup_proto_mutation_range_byte_for_byte() {
 #[test]
 fn a_snapshot_range_is_the_backup_proto_snapshot_range_byte_for_byte() {
     let entry = KvEntry {
-        key: b"\x02k\x00".to_vec(),
-        value: KvValue::Bytes(vec![9, 8]),
+        key: b"\x02k\x00".to_vec().into(),
+        value: KvValue::Bytes(vec![9, 8].into()),
         versionstamp: Versionstamp::from_version(3, 1),
         expires_at: None,
     };
@@ -124,7 +124,7 @@ fn every_truncation_of_a_segment_is_refused() {
             (
                 vec![2, b'k', i, 0],
                 Some(StoredEntry {
-                    value: KvValue::Bytes(vec![i; 3]),
+                    value: KvValue::Bytes(vec![i; 3].into()),
                     versionstamp: stamp,
                     expires_at: None,
                 }),

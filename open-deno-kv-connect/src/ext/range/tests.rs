@@ -18,7 +18,7 @@ fn all() -> KeyRange {
 
 fn entry(name: &str, value: KvValue, expires_ms: Option<i64>) -> KvEntry {
     KvEntry {
-        key: k(name),
+        key: k(name).into(),
         value,
         versionstamp: Versionstamp::from_version(9, 0),
         expires_at: expires_ms.and_then(DateTime::from_timestamp_millis),
@@ -196,7 +196,7 @@ fn a_large_change_list_is_split_and_reassembled_into_one_event() {
     let changes: Vec<RangeChange> = (0..60)
         .map(|i| {
             let name = format!("k{i:03}");
-            let value = KvValue::Bytes(vec![i as u8; 60 * 1024]);
+            let value = KvValue::Bytes(vec![i as u8; 60 * 1024].into());
             let expiry = (i % 2 == 0).then_some(1_700_000_000_000 + i64::from(i));
             RangeChange {
                 key: k(&name),

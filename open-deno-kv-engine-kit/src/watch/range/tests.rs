@@ -29,7 +29,7 @@ impl Store {
                 .iter()
                 .map(|key| {
                     let entry = data.get(key).map(|&version| KvEntry {
-                        key: key.clone(),
+                        key: key.clone().into(),
                         value: KvValue::U64(version),
                         versionstamp: Versionstamp::from_version(version, 0),
                         expires_at: None,
@@ -58,7 +58,7 @@ fn changed(key: &[u8], version: Option<u64>) -> RangeChange {
     RangeChange {
         key: key.to_vec(),
         entry: version.map(|v| KvEntry {
-            key: key.to_vec(),
+            key: key.to_vec().into(),
             value: KvValue::U64(v),
             versionstamp: Versionstamp::from_version(v, 0),
             expires_at: None,
