@@ -389,34 +389,6 @@ impl RawRedb {
         check_page(&page.finish(), keys, s, scan_len)
     }
 
-    /// [`RawRedb::scans`] with each scan answered as a page sharing one buffer
-    /// ([`RawRedb::scan_shared_page`]).
-    pub fn scans_sharing_pages(
-        &self,
-        keys: &KeyTable,
-        starts: &[usize],
-        scan_len: usize,
-        end: &[u8],
-        warmup: usize,
-    ) -> Result<Measured> {
-        timed_scans(starts, warmup, |s| {
-            self.scan_shared_page(keys, s, scan_len, end)
-        })
-    }
-
-    /// [`RawRedb::scans`] with each scan answered as a page of owned entries
-    /// ([`RawRedb::scan_page`]).
-    pub fn scans_keeping_pages(
-        &self,
-        keys: &KeyTable,
-        starts: &[usize],
-        scan_len: usize,
-        end: &[u8],
-        warmup: usize,
-    ) -> Result<Measured> {
-        timed_scans(starts, warmup, |s| self.scan_page(keys, s, scan_len, end))
-    }
-
     /// W4: a read transaction and a range of `scan_len` entries (copied out) per scan.
     pub fn scans(
         &self,
@@ -426,8 +398,36 @@ impl RawRedb {
         end: &[u8],
         warmup: usize,
     ) -> Result<Measured> {
-        timed_scans(starts, warmup, |s| self.scan(keys, s, scan_len, end))
+        self.scans_answering(RawScan::Floor, keys, starts, scan_len, end, warmup)
     }
+
+    /// [`RawRedb::scans`] with each scan done the way `how` says (see `diagnose-scans`).
+    pub fn scans_answering(
+        &self,
+        how: RawScan,
+        keys: &KeyTable,
+        starts: &[usize],
+        scan_len: usize,
+        end: &[u8],
+        warmup: usize,
+    ) -> Result<Measured> {
+        timed_scans(starts, warmup, |s| match how {
+            RawScan::Floor => self.scan(keys, s, scan_len, end),
+            RawScan::OwnedPage => self.scan_page(keys, s, scan_len, end),
+            RawScan::SharedPage => self.scan_shared_page(keys, s, scan_len, end),
+        })
+    }
+}
+
+/// What a raw redb scan hands back ([`RawRedb::scans_answering`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawScan {
+    /// Each key and value copied out and dropped at once: the floor.
+    Floor,
+    /// A page of owned entries, each key and value its own allocation ([`RawRedb::scan_page`]).
+    OwnedPage,
+    /// A page built as the engines build theirs, from one buffer ([`RawRedb::scan_shared_page`]).
+    SharedPage,
 }
 
 /// W4's timing for every raw floor: `scan` from each of the first `warmup` starts untimed, then

@@ -11,10 +11,10 @@
 //! - **raw floor**: W4's raw redb floor, as the main run measures it;
 //! - **raw page**: raw redb doing exactly what a read must return, with nothing else — a page of
 //!   owned `KvEntry`s, each record's header decoded, checked after the scan and then dropped
-//!   ([`RawRedb::scans_keeping_pages`]);
+//!   ([`RawScan::OwnedPage`]);
 //! - **raw page, shared buffer**: the same page built as open-deno-kv-redb builds it, the keys and
 //!   values copied into one buffer and handed out as slices of it
-//!   (`open_deno_kv_engine_kit::PageBuilder`, [`RawRedb::scans_sharing_pages`]);
+//!   (`open_deno_kv_engine_kit::PageBuilder`, [`RawScan::SharedPage`]);
 //! - **kv-redb**: the backend, through `Backend::snapshot_read` from a task on a multi-thread
 //!   runtime's worker, as W4 runs it.
 //!
@@ -33,7 +33,7 @@ use open_deno_kv_redb::{RedbBackend, RedbOptions};
 use open_deno_kv_sqlite::FileEngine;
 
 use crate::data::{KeyTable, Result, bench_prefix_end, scan_starts};
-use crate::raw::RawRedb;
+use crate::raw::{RawRedb, RawScan};
 use crate::spec::Durability;
 use crate::stats::{Measured, median};
 use crate::workloads;
@@ -114,9 +114,13 @@ fn measure(dir: &Path, keys: usize, scans: usize, rounds: usize) -> Result<()> {
         for &way in order {
             let measured = match way {
                 Way::RawFloor => raw.scans(&table, &starts, scan_len, &end, warmup)?,
-                Way::RawPage => raw.scans_keeping_pages(&table, &starts, scan_len, &end, warmup)?,
-                Way::RawShared => {
-                    raw.scans_sharing_pages(&table, &starts, scan_len, &end, warmup)?
+                Way::RawPage | Way::RawShared => {
+                    let how = if way == Way::RawPage {
+                        RawScan::OwnedPage
+                    } else {
+                        RawScan::SharedPage
+                    };
+                    raw.scans_answering(how, &table, &starts, scan_len, &end, warmup)?
                 }
                 Way::KvRedb => {
                     let task = workloads::w4_scans(
