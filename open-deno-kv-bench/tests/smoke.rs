@@ -289,15 +289,19 @@ fn diagnose_scans_reports_every_way() {
     for way in [
         "| raw floor (copy, drop) |",
         "| raw page (owned entries) |",
+        "| raw page (shared buffer) |",
         "| open-deno-kv-redb |",
         "| open-deno-kv-redb / raw floor (copy, drop) |",
         "| open-deno-kv-redb / raw page (owned entries) |",
+        "| open-deno-kv-redb / raw page (shared buffer) |",
         "| raw page (owned entries) / raw floor (copy, drop) |",
+        "| raw page (shared buffer) / raw floor (copy, drop) |",
     ] {
         assert!(report.contains(way), "no row {way}:\n{report}");
     }
+    // Four ways, two rounds.
     let progress = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(progress.matches("[round ").count(), 6, "{progress}");
+    assert_eq!(progress.matches("[round ").count(), 8, "{progress}");
 }
 
 /// `diagnose-change-log` on every engine (postgres on a throwaway cluster it starts): each one's
