@@ -188,8 +188,8 @@ fn record(i: usize) -> Vec<u8> {
     out
 }
 
-/// The entry a record of [`record`]'s shape holds, decoded as a read returns it.
-fn page_entry(key: &[u8], record: &[u8]) -> Result<KvEntry> {
+/// A record of [`record`]'s shape, split: its encoding id, versionstamp and value bytes.
+fn split_record(record: &[u8]) -> Result<(i64, Versionstamp, &[u8])> {
     let (header, value) = record
         .split_first_chunk::<RECORD_HEADER>()
         .ok_or("a raw record is shorter than its header")?;
@@ -198,10 +198,16 @@ fn page_entry(key: &[u8], record: &[u8]) -> Result<KvEntry> {
     if header[11] != 0 {
         return Err("a raw record has an expiry".into());
     }
+    Ok((i64::from(header[0]), Versionstamp::from_bytes(stamp), value))
+}
+
+/// The entry a record of [`record`]'s shape holds, decoded as a read returns it.
+fn page_entry(key: &[u8], record: &[u8]) -> Result<KvEntry> {
+    let (encoding, versionstamp, value) = split_record(record)?;
     Ok(KvEntry {
         key: key.to_vec().into(),
-        value: KvValue::decode(value.to_vec(), i64::from(header[0]))?,
-        versionstamp: Versionstamp::from_bytes(stamp),
+        value: KvValue::decode(value.to_vec(), encoding)?,
+        versionstamp,
         expires_at: None,
     })
 }
@@ -374,17 +380,8 @@ impl RawRedb {
         let mut page = PageBuilder::with_capacity(scan_len);
         for item in table.range::<&[u8]>(keys.get(s)..end)?.take(scan_len) {
             let (k, v) = item?;
-            let (header, value) = v
-                .value()
-                .split_first_chunk::<RECORD_HEADER>()
-                .ok_or("a raw record is shorter than its header")?;
-            let mut stamp = [0; 10];
-            stamp.copy_from_slice(&header[1..11]);
-            if header[11] != 0 {
-                return Err("a raw record has an expiry".into());
-            }
-            let stamp = Versionstamp::from_bytes(stamp);
-            page.push(k.value(), value, i64::from(header[0]), stamp, None)?;
+            let (encoding, versionstamp, value) = split_record(v.value())?;
+            page.push(k.value(), value, encoding, versionstamp, None)?;
         }
         check_page(&page.finish(), keys, s, scan_len)
     }
