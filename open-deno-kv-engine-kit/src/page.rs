@@ -10,7 +10,8 @@
 //! One kept entry keeps its page's buffer alive. So that a caller who keeps a few entries of a
 //! large page does not keep much more memory than it asked for, an entry larger than
 //! [`SHARED_ENTRY_MAX`] bytes (key and value together) gets its own allocations, as before; the
-//! shared buffer then holds at most `limit` entries of at most that size.
+//! shared buffer then holds at most `limit` entries of at most that size, and at most half of it
+//! (or 16 KiB) is room never used.
 
 use chrono::{DateTime, Utc};
 use open_deno_kv_model::{Bytes, KvEntry, KvValue, ValueEncoding, ValueError, Versionstamp};
@@ -18,6 +19,10 @@ use open_deno_kv_model::{Bytes, KvEntry, KvValue, ValueEncoding, ValueError, Ver
 /// The largest entry (key and value bytes together) whose bytes go into the page's shared
 /// buffer; a larger one is copied into its own allocations.
 pub const SHARED_ENTRY_MAX: usize = 1024;
+
+/// The most a page reserves for its shared buffer before it knows how many entries it will hold;
+/// beyond it the buffer grows by doubling, so at most half of it is ever unused.
+const FIRST_RESERVE: usize = 16 * 1024;
 
 /// Where one entry's bytes are, until the page is finished.
 enum Place {
@@ -139,10 +144,12 @@ impl PageBuilder {
         };
         let place = if key.len() + bytes.len() <= SHARED_ENTRY_MAX {
             if self.buffer.capacity() == 0 {
-                // Room for a page of entries like the first without regrowing, within bounds.
+                // Room for a page of entries like the first without regrowing, but no more than
+                // `FIRST_RESERVE`: the entries keep the whole allocation alive, used or not, and
+                // a large limit over a short range would otherwise pin a mostly empty buffer.
                 let each = key.len() + bytes.len();
-                self.buffer
-                    .reserve(each.max(16) * self.pending.capacity().clamp(1, 256));
+                let page = each.max(16) * self.pending.capacity().max(1);
+                self.buffer.reserve(page.min(FIRST_RESERVE));
             }
             let start = self.buffer.len();
             self.buffer.extend_from_slice(key);
