@@ -21,8 +21,8 @@ use futures::StreamExt;
 use open_deno_kv_model::backup::ImportSummary;
 use open_deno_kv_model::change_log::{ChangeLogStatus, ChangeRecord};
 use open_deno_kv_model::{
-    AtomicWrite, Backend, Capabilities, Clock, CommitResult, IntegrityReport, KeyRange, KvError,
-    Limits, MutationKind, QueueMessageHandle, QueuedMessage, RangeCount, RangeWatchEvent,
+    AtomicWrite, Backend, Bytes, Capabilities, Clock, CommitResult, IntegrityReport, KeyRange,
+    KvError, Limits, MutationKind, QueueMessageHandle, QueuedMessage, RangeCount, RangeWatchEvent,
     RangeWatchStream, ReadRange, ReadRangeOutput, Snapshot, SnapshotRead, Versionstamp,
     WatchKeyOutput, WatchStream,
 };
@@ -89,15 +89,6 @@ impl Prefixed {
         out.extend_from_slice(&self.prefix);
         out.extend_from_slice(key);
         out
-    }
-
-    fn strip(&self, key: Vec<u8>) -> Result<Vec<u8>, KvError> {
-        match key.strip_prefix(self.prefix.as_slice()) {
-            Some(rest) => Ok(rest.to_vec()),
-            None => Err(KvError::storage(std::io::Error::other(
-                "the server returned a key outside the range it was asked for",
-            ))),
-        }
     }
 
     fn range(&self, range: KeyRange) -> KeyRange {
@@ -214,7 +205,7 @@ impl Backend for Prefixed {
                     .entries
                     .into_iter()
                     .map(|mut entry| {
-                        entry.key = self.strip(entry.key.to_vec())?.into();
+                        entry.key = strip_shared(&self.prefix, &entry.key)?;
                         Ok(entry)
                     })
                     .collect::<Result<_, KvError>>()?;
@@ -258,7 +249,7 @@ impl Backend for Prefixed {
                     .into_iter()
                     .map(|output| match output {
                         WatchKeyOutput::Changed(Some(mut entry)) => {
-                            entry.key = strip_with(&prefix, entry.key.to_vec())?.into();
+                            entry.key = strip_shared(&prefix, &entry.key)?;
                             Ok(WatchKeyOutput::Changed(Some(entry)))
                         }
                         other => Ok(other),
@@ -294,7 +285,7 @@ impl Backend for Prefixed {
                     .map(|mut change| {
                         change.key = strip_with(&prefix, change.key)?;
                         if let Some(entry) = &mut change.entry {
-                            entry.key = strip_with(&prefix, entry.key.to_vec())?.into();
+                            entry.key = strip_shared(&prefix, &entry.key)?;
                         }
                         Ok(change)
                     })
@@ -352,10 +343,23 @@ impl Backend for Prefixed {
 fn strip_with(prefix: &[u8], key: Vec<u8>) -> Result<Vec<u8>, KvError> {
     match key.strip_prefix(prefix) {
         Some(rest) => Ok(rest.to_vec()),
-        None => Err(KvError::storage(std::io::Error::other(
-            "the server returned a key outside the range it was asked for",
-        ))),
+        None => Err(outside_the_range()),
     }
+}
+
+/// An entry's key without `prefix`: a slice of the same bytes, not a copy.
+fn strip_shared(prefix: &[u8], key: &Bytes) -> Result<Bytes, KvError> {
+    if key.starts_with(prefix) {
+        Ok(key.slice(prefix.len()..))
+    } else {
+        Err(outside_the_range())
+    }
+}
+
+fn outside_the_range() -> KvError {
+    KvError::storage(std::io::Error::other(
+        "the server returned a key outside the range it was asked for",
+    ))
 }
 
 fn whole_database(what: &'static str) -> KvError {
