@@ -377,7 +377,7 @@ impl RawRedb {
     ) -> Result<()> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(REDB_TABLE)?;
-        let mut page = PageBuilder::with_capacity(scan_len);
+        let mut page = PageBuilder::for_limit(scan_len);
         for item in table.range::<&[u8]>(keys.get(s)..end)?.take(scan_len) {
             let (k, v) = item?;
             let (encoding, versionstamp, value) = split_record(v.value())?;

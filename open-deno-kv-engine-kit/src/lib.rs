@@ -65,7 +65,7 @@ pub use clock::SystemClock;
 pub use engine::Engine;
 pub use file_engine::FileEngine;
 pub use notifier::{Effects, Notifier};
-pub use page::{PageBuilder, PageValue, SHARED_ENTRY_MAX};
+pub use page::{PageBuilder, SHARED_ENTRY_MAX};
 pub use schema::SchemaTooNew;
 pub use watch::{
     ChangeSignal, WatchReader, WatchedEntry, blocking_range_watch_stream, blocking_watch_stream,

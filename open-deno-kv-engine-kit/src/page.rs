@@ -14,7 +14,7 @@
 //! (or 16 KiB) is room never used.
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_model::{Bytes, KvEntry, KvValue, ValueEncoding, ValueError, Versionstamp};
+use open_deno_kv_model::{Bytes, KvEntry, KvValue, KvValueRef, ValueError, Versionstamp};
 
 /// The largest entry (key and value bytes together) whose bytes go into the page's shared
 /// buffer; a larger one is copied into its own allocations.
@@ -51,17 +51,6 @@ enum PendingValue {
     U64(u64),
 }
 
-/// A value to add to a page ([`PageBuilder::push_value`]), borrowed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PageValue<'a> {
-    /// V8 `ValueSerializer` bytes.
-    V8(&'a [u8]),
-    /// Raw bytes.
-    Bytes(&'a [u8]),
-    /// A u64.
-    U64(u64),
-}
-
 /// Builds the entries of one range read from borrowed keys and stored values (see the module
 /// docs).
 ///
@@ -69,7 +58,7 @@ pub enum PageValue<'a> {
 /// use open_deno_kv_engine_kit::PageBuilder;
 /// use open_deno_kv_engine_kit::{KvValue, Versionstamp};
 ///
-/// let mut page = PageBuilder::with_capacity(2);
+/// let mut page = PageBuilder::for_limit(2);
 /// page.push(b"\x02a\x00", b"one", 3, Versionstamp::from_version(1, 0), None).unwrap();
 /// page.push(b"\x02b\x00", &7u64.to_le_bytes(), 2, Versionstamp::from_version(2, 0), None).unwrap();
 /// let entries = page.finish();
@@ -83,11 +72,13 @@ pub struct PageBuilder {
 }
 
 impl PageBuilder {
-    /// A builder for about `entries` entries (the read's limit, capped by the caller).
-    pub fn with_capacity(entries: usize) -> Self {
+    /// A builder for a read of at most `limit` entries. Room for a typical page (Deno's default
+    /// list batch is 100) is made at once, up to 256 entries; a larger limit grows as entries
+    /// are found.
+    pub fn for_limit(limit: usize) -> Self {
         PageBuilder {
             buffer: Vec::new(),
-            pending: Vec::with_capacity(entries),
+            pending: Vec::with_capacity(limit.min(256)),
         }
     }
 
@@ -101,8 +92,8 @@ impl PageBuilder {
         self.pending.is_empty()
     }
 
-    /// Adds an entry: its encoded key, its stored value bytes and their encoding id (1 V8,
-    /// 2 u64, 3 bytes, as [`KvValue::decode`] reads them), its versionstamp and expiry.
+    /// Adds an entry: its encoded key, its stored value bytes and their encoding id (as
+    /// [`KvValueRef::decode`] reads them), its versionstamp and expiry.
     ///
     /// Fails, adding nothing, when the encoding is unknown or a u64 is not eight bytes: stored
     /// bytes that are not a value are damage, to be reported.
@@ -114,33 +105,24 @@ impl PageBuilder {
         versionstamp: Versionstamp,
         expires_at: Option<DateTime<Utc>>,
     ) -> Result<(), ValueError> {
-        let value = match ValueEncoding::from_id(encoding_id)? {
-            ValueEncoding::V8 => PageValue::V8(value),
-            ValueEncoding::Bytes => PageValue::Bytes(value),
-            ValueEncoding::U64 => {
-                let raw: [u8; 8] = value
-                    .try_into()
-                    .map_err(|_| ValueError::BadU64Length(value.len()))?;
-                PageValue::U64(u64::from_le_bytes(raw))
-            }
-        };
+        let value = KvValueRef::decode(value, encoding_id)?;
         self.push_value(key, value, versionstamp, expires_at);
         Ok(())
     }
 
-    /// Adds an entry whose value is already known to be valid (an engine that keeps values
-    /// decoded, as open-deno-kv-memory does).
+    /// Adds an entry whose value is already decoded (an engine that keeps values decoded, as
+    /// open-deno-kv-memory does).
     pub fn push_value(
         &mut self,
         key: &[u8],
-        value: PageValue<'_>,
+        value: KvValueRef<'_>,
         versionstamp: Versionstamp,
         expires_at: Option<DateTime<Utc>>,
     ) {
         let (bytes, pending_value) = match value {
-            PageValue::V8(bytes) => (bytes, PendingValue::V8),
-            PageValue::Bytes(bytes) => (bytes, PendingValue::Bytes),
-            PageValue::U64(n) => (&[][..], PendingValue::U64(n)),
+            KvValueRef::V8(bytes) => (bytes, PendingValue::V8),
+            KvValueRef::Bytes(bytes) => (bytes, PendingValue::Bytes),
+            KvValueRef::U64(n) => (&[][..], PendingValue::U64(n)),
         };
         let place = if key.len() + bytes.len() <= SHARED_ENTRY_MAX {
             if self.buffer.capacity() == 0 {
@@ -212,7 +194,7 @@ mod tests {
 
     #[test]
     fn entries_come_back_in_order_with_their_values() {
-        let mut page = PageBuilder::with_capacity(4);
+        let mut page = PageBuilder::for_limit(4);
         page.push(b"a", b"\xff\x0f\x22\x01x", 1, stamp(1), None)
             .unwrap();
         page.push(b"b", b"raw", 3, stamp(2), None).unwrap();
@@ -237,7 +219,7 @@ mod tests {
 
     #[test]
     fn small_entries_share_one_buffer_and_large_ones_do_not() {
-        let mut page = PageBuilder::with_capacity(3);
+        let mut page = PageBuilder::for_limit(3);
         page.push(b"a", b"small", 3, stamp(1), None).unwrap();
         page.push(b"b", b"also small", 3, stamp(1), None).unwrap();
         let large = vec![7u8; SHARED_ENTRY_MAX];
@@ -267,7 +249,7 @@ mod tests {
 
     #[test]
     fn bytes_that_are_not_a_value_are_refused_and_nothing_is_added() {
-        let mut page = PageBuilder::with_capacity(2);
+        let mut page = PageBuilder::for_limit(2);
         assert_eq!(
             page.push(b"a", b"x", 4, stamp(1), None),
             Err(ValueError::UnknownEncoding(4))
@@ -282,7 +264,7 @@ mod tests {
 
     #[test]
     fn an_entry_outlives_its_page_and_the_others() {
-        let mut page = PageBuilder::with_capacity(2);
+        let mut page = PageBuilder::for_limit(2);
         page.push(b"a", b"kept", 3, stamp(1), None).unwrap();
         page.push(b"b", b"dropped", 3, stamp(1), None).unwrap();
         let kept = page.finish().swap_remove(0);

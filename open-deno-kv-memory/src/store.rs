@@ -271,7 +271,7 @@ impl State {
         );
         let limit = range.limit as usize;
         // A page's small entries share one buffer (`PageBuilder`), as open-deno-kv-redb's do.
-        let mut page = PageBuilder::with_capacity(limit.min(256));
+        let mut page = PageBuilder::for_limit(limit);
         let mut found = self.entries.range::<[u8], _>(bounds);
         let mut next = || {
             if range.reverse {

@@ -98,7 +98,7 @@ pub use rules::MutationError;
 pub use selector::ListSelector;
 pub use staged::{StagedCommit, stage_atomic_write};
 pub use validated::{Validated, ValidatedRange, ValidatedRead, ValidatedWatch, ValidatedWrite};
-pub use value::{KvValue, ValueEncoding, ValueError};
+pub use value::{KvValue, KvValueRef, ValueEncoding, ValueError};
 pub use versionstamp::{Versionstamp, VersionstampParseError};
 pub use watch::{ChangedKeys, RangeChange, RangeWatchEvent};
 pub use write::{

@@ -121,22 +121,24 @@ impl From<&[u8]> for KvValue {
 }
 
 impl KvValue {
+    /// The value borrowed: its bytes as a slice.
+    pub fn as_value_ref(&self) -> KvValueRef<'_> {
+        match self {
+            KvValue::V8(b) => KvValueRef::V8(b),
+            KvValue::Bytes(b) => KvValueRef::Bytes(b),
+            KvValue::U64(n) => KvValueRef::U64(*n),
+        }
+    }
+
     /// The encoding this value is stored with.
     pub fn encoding(&self) -> ValueEncoding {
-        match self {
-            KvValue::V8(_) => ValueEncoding::V8,
-            KvValue::Bytes(_) => ValueEncoding::Bytes,
-            KvValue::U64(_) => ValueEncoding::U64,
-        }
+        self.as_value_ref().encoding()
     }
 
     /// The number of bytes the value occupies when stored; this is what the value size limit
     /// counts (a u64 is 8).
     pub fn encoded_len(&self) -> usize {
-        match self {
-            KvValue::V8(b) | KvValue::Bytes(b) => b.len(),
-            KvValue::U64(_) => 8,
-        }
+        self.as_value_ref().encoded_len()
     }
 
     /// The stored bytes and their encoding. The bytes of a V8 or bytes value are shared, not
@@ -153,17 +155,68 @@ impl KvValue {
     /// buffer stays a slice of it.
     pub fn decode(bytes: impl Into<Bytes>, encoding_id: i64) -> Result<Self, ValueError> {
         let bytes = bytes.into();
+        Ok(match KvValueRef::decode(&bytes, encoding_id)? {
+            KvValueRef::V8(_) => KvValue::V8(bytes),
+            KvValueRef::Bytes(_) => KvValue::Bytes(bytes),
+            KvValueRef::U64(n) => KvValue::U64(n),
+        })
+    }
+}
+
+/// A value borrowed from wherever it is kept: a stored row, an engine's own entry. What an
+/// engine reads without copying, before it decides where the bytes go (a page's buffer, see
+/// open-deno-kv-engine-kit's `PageBuilder`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KvValueRef<'a> {
+    /// V8 `ValueSerializer` bytes.
+    V8(&'a [u8]),
+    /// Raw bytes (a JavaScript `Uint8Array`).
+    Bytes(&'a [u8]),
+    /// A `Deno.KvU64`.
+    U64(u64),
+}
+
+impl<'a> KvValueRef<'a> {
+    /// Reads stored bytes and the encoding id stored beside them, without copying: Deno's rules
+    /// for which ids exist and that a u64 is exactly 8 little-endian bytes.
+    pub fn decode(bytes: &'a [u8], encoding_id: i64) -> Result<Self, ValueError> {
         Ok(match ValueEncoding::from_id(encoding_id)? {
-            ValueEncoding::V8 => KvValue::V8(bytes),
-            ValueEncoding::Bytes => KvValue::Bytes(bytes),
+            ValueEncoding::V8 => KvValueRef::V8(bytes),
+            ValueEncoding::Bytes => KvValueRef::Bytes(bytes),
             ValueEncoding::U64 => {
                 let raw: [u8; 8] = bytes
-                    .as_ref()
                     .try_into()
                     .map_err(|_| ValueError::BadU64Length(bytes.len()))?;
-                KvValue::U64(u64::from_le_bytes(raw))
+                KvValueRef::U64(u64::from_le_bytes(raw))
             }
         })
+    }
+
+    /// The encoding this value is stored with.
+    pub fn encoding(&self) -> ValueEncoding {
+        match self {
+            KvValueRef::V8(_) => ValueEncoding::V8,
+            KvValueRef::Bytes(_) => ValueEncoding::Bytes,
+            KvValueRef::U64(_) => ValueEncoding::U64,
+        }
+    }
+
+    /// The number of bytes the value occupies when stored (a u64 is 8), as
+    /// [`KvValue::encoded_len`].
+    pub fn encoded_len(&self) -> usize {
+        match self {
+            KvValueRef::V8(b) | KvValueRef::Bytes(b) => b.len(),
+            KvValueRef::U64(_) => 8,
+        }
+    }
+
+    /// An owned value, its bytes copied.
+    pub fn to_value(&self) -> KvValue {
+        match *self {
+            KvValueRef::V8(b) => KvValue::V8(Bytes::copy_from_slice(b)),
+            KvValueRef::Bytes(b) => KvValue::Bytes(Bytes::copy_from_slice(b)),
+            KvValueRef::U64(n) => KvValue::U64(n),
+        }
     }
 }
 
@@ -198,6 +251,29 @@ mod tests {
         assert_eq!(
             KvValue::decode(u64::MAX.to_le_bytes().to_vec(), 2),
             Ok(KvValue::U64(u64::MAX))
+        );
+    }
+
+    #[test]
+    fn a_borrowed_value_reads_and_owns_as_an_owned_one_does() {
+        for (bytes, id) in [
+            (&b"\xff\x0f"[..], 1),
+            (&7u64.to_le_bytes()[..], 2),
+            (&b"raw"[..], 3),
+        ] {
+            let owned = KvValue::decode(bytes.to_vec(), id).unwrap();
+            let borrowed = KvValueRef::decode(bytes, id).unwrap();
+            assert_eq!(owned.as_value_ref(), borrowed);
+            assert_eq!(borrowed.to_value(), owned);
+            assert_eq!(borrowed.encoding().id(), id);
+        }
+        assert_eq!(
+            KvValueRef::decode(&[1; 9], 2),
+            Err(ValueError::BadU64Length(9))
+        );
+        assert_eq!(
+            KvValueRef::decode(b"x", 0),
+            Err(ValueError::UnknownEncoding(0))
         );
     }
 

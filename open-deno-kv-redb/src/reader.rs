@@ -160,9 +160,8 @@ fn read_range(
     let rows = table
         .range::<&[u8]>(range.start.as_slice()..range.end.as_slice())
         .map_err(storage)?;
-    // The page's small entries share one buffer (see `PageBuilder`); room for a typical page of
-    // a list (Deno's default batch is 100) without regrowing, a larger limit grows as found.
-    let mut page = PageBuilder::with_capacity(limit.min(256));
+    // The page's small entries share one buffer (see `PageBuilder`).
+    let mut page = PageBuilder::for_limit(limit);
     let mut take = |row: Result<_, redb::StorageError>| -> Result<bool, KvError> {
         let (key, value): (redb::AccessGuard<&[u8]>, redb::AccessGuard<&[u8]>) =
             row.map_err(storage)?;

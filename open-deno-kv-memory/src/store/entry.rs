@@ -1,15 +1,16 @@
 //! How the store keeps an entry: compact, its value's bytes an allocation of its own.
 //!
 //! A read value is a [`Bytes`] (40 bytes with its variant, a [`StoredEntry`] 64), made to share
-//! one buffer among a page of entries that an engine reads from storage. Kept in the map as
-//! they are, they made its nodes an eighth larger and W3's random point gets 10–15% slower
-//! (BENCHMARKS.md, "W4"), and a read sharing a stored value would count a reference on it: a
-//! write to a cold cache line, and on a hot key a line every reading core takes in turn. So the
-//! map holds a [`MemEntry`] (48 bytes) and each read copies its value out, as it always did.
+//! one buffer among a page of entries that an engine reads from storage. With `StoredEntry`s in
+//! the map (its nodes an eighth larger), W3's random point gets ran 10–15% slower than with the
+//! old 56-byte entries, and a read sharing a stored value counts a reference on it: a write to a
+//! cold cache line, and on a hot key a line every reading core takes in turn. So the map holds a
+//! [`MemEntry`] (48 bytes) and each read copies its value out, as it always did; W3 then ran
+//! 5–12% slower than before, a gap not placed (BENCHMARKS.md, "W4 with pages from one buffer").
 
 use chrono::{DateTime, Utc};
 use open_deno_kv_engine_kit::{
-    Bytes, KvEntry, KvValue, PageBuilder, PageValue, StoredEntry, Versionstamp, is_expired,
+    Bytes, KvEntry, KvValue, KvValueRef, PageBuilder, StoredEntry, Versionstamp, is_expired,
 };
 
 /// A value as the store keeps it.
@@ -34,27 +35,24 @@ impl MemEntry {
         is_expired(self.expires_at, now)
     }
 
-    /// The number of bytes the value counts for (a u64 is 8), as [`KvValue::encoded_len`].
-    pub(crate) fn value_len(&self) -> usize {
+    /// The value, borrowed.
+    fn value_ref(&self) -> KvValueRef<'_> {
         match &self.value {
-            MemValue::V8(b) | MemValue::Bytes(b) => b.len(),
-            MemValue::U64(_) => 8,
+            MemValue::V8(b) => KvValueRef::V8(b),
+            MemValue::Bytes(b) => KvValueRef::Bytes(b),
+            MemValue::U64(n) => KvValueRef::U64(*n),
         }
     }
 
-    /// The value, its bytes copied out.
-    fn value(&self) -> KvValue {
-        match &self.value {
-            MemValue::V8(b) => KvValue::V8(Bytes::copy_from_slice(b)),
-            MemValue::Bytes(b) => KvValue::Bytes(Bytes::copy_from_slice(b)),
-            MemValue::U64(n) => KvValue::U64(*n),
-        }
+    /// The number of bytes the value counts for, as [`KvValue::encoded_len`].
+    pub(crate) fn value_len(&self) -> usize {
+        self.value_ref().encoded_len()
     }
 
     /// The entry as the write path and a backup see it, its value copied out.
     pub(crate) fn to_stored(&self) -> StoredEntry {
         StoredEntry {
-            value: self.value(),
+            value: self.value_ref().to_value(),
             versionstamp: self.versionstamp,
             expires_at: self.expires_at,
         }
@@ -62,19 +60,14 @@ impl MemEntry {
 
     /// Adds the entry, under `key`, to a read's page (its bytes copied into the page's buffer).
     pub(crate) fn push_onto(&self, page: &mut PageBuilder, key: &[u8]) {
-        let value = match &self.value {
-            MemValue::V8(b) => PageValue::V8(b),
-            MemValue::Bytes(b) => PageValue::Bytes(b),
-            MemValue::U64(n) => PageValue::U64(*n),
-        };
-        page.push_value(key, value, self.versionstamp, self.expires_at);
+        page.push_value(key, self.value_ref(), self.versionstamp, self.expires_at);
     }
 
     /// The entry a read returns for it under `key`, its key and value copied out.
     pub(crate) fn to_entry(&self, key: &[u8]) -> KvEntry {
         KvEntry {
             key: Bytes::copy_from_slice(key),
-            value: self.value(),
+            value: self.value_ref().to_value(),
             versionstamp: self.versionstamp,
             expires_at: self.expires_at,
         }
