@@ -9,6 +9,11 @@
 //!   (at most [`CHANNEL_ITEMS`] wait in between, so memory stays bounded). When the consumer drops
 //!   the stream, the next send fails with [`KvError::Closed`], the thread returns and its read
 //!   transaction ends.
+//! - [`Exports`]: the same, for an engine whose close must end its exports first (a file that
+//!   can be opened by one handle at a time, which a running export would keep open): closing
+//!   ends every export at its next send, even one waiting for a consumer that is not reading,
+//!   and waits until its work has let go of the storage. The consumer then reads
+//!   [`KvError::Closed`] after the items already sent, never a stream that looks complete.
 //! - [`blocking_import`]: the async side pumps the snapshot's stream into the channel, and the
 //!   thread writes what it receives ([`ImportFeed`]) inside one write transaction. Only after the
 //!   whole stream was passed does the feed report its end; if the async side is dropped before
@@ -20,8 +25,10 @@
 //! `open_deno_kv_model::backup`; it is named here too, so an engine finds every backup item under
 //! one path.
 
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+
 use futures::StreamExt;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 mod import;
 
@@ -40,6 +47,8 @@ type Header = (Option<DatabaseId>, Versionstamp);
 pub struct ExportSink {
     versionstamp: Option<oneshot::Sender<Result<Header, KvError>>>,
     items: mpsc::Sender<Result<SnapshotItem, KvError>>,
+    /// Turns true when the [`Exports`] this export runs under close.
+    stop: Option<watch::Receiver<bool>>,
 }
 
 impl ExportSink {
@@ -60,16 +69,44 @@ impl ExportSink {
     }
 
     /// Sends one item, waiting while the consumer is [`CHANNEL_ITEMS`] behind.
-    /// [`KvError::Closed`] when the consumer dropped the stream: stop and return.
+    /// [`KvError::Closed`] when the consumer dropped the stream, or when the [`Exports`] this
+    /// export runs under close (even while waiting): stop and return.
     pub fn send(&mut self, item: SnapshotItem) -> Result<(), KvError> {
         if self.versionstamp.is_some() {
             return Err(KvError::invalid_argument(
                 "an export sent an item before its versionstamp",
             ));
         }
-        self.items
-            .blocking_send(Ok(item))
-            .map_err(|_| KvError::Closed)
+        let Some(stop) = self.stop.as_mut() else {
+            return self
+                .items
+                .blocking_send(Ok(item))
+                .map_err(|_| KvError::Closed);
+        };
+        if *stop.borrow() {
+            return Err(KvError::Closed);
+        }
+        let item = match self.items.try_send(Ok(item)) {
+            Ok(()) => return Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(KvError::Closed),
+            Err(mpsc::error::TrySendError::Full(item)) => item,
+        };
+        // Wait for room, or for the close, whichever comes first. This thread is the export's
+        // own, never a runtime's, so it may block on the wait.
+        let items = &self.items;
+        futures::executor::block_on(async move {
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|stopped| *stopped) => Err(KvError::Closed),
+                permit = items.reserve() => match permit {
+                    Ok(permit) => {
+                        permit.send(item);
+                        Ok(())
+                    }
+                    Err(_) => Err(KvError::Closed),
+                },
+            }
+        })
     }
 
     /// Hands the work's failure to whoever waits: the export's future if it has not resolved
@@ -96,11 +133,132 @@ pub async fn blocking_export<F>(work: F) -> Result<Snapshot, KvError>
 where
     F: FnOnce(&mut ExportSink) -> Result<(), KvError> + Send + 'static,
 {
+    export_on_thread(work, None).await
+}
+
+/// The exports of one open store, which its close ends (see the module documentation): an
+/// engine runs each export through [`Exports::export`] and calls [`Exports::close`] before it
+/// closes its storage. Clones share the same exports.
+#[derive(Clone)]
+pub struct Exports {
+    inner: Arc<ExportsInner>,
+}
+
+struct ExportsInner {
+    /// Exports whose work still runs (holds the storage), and whether the store closed.
+    state: Mutex<ExportsState>,
+    /// Signalled when the last running export's work returns.
+    idle: Condvar,
+    /// Set to true by the close: every export's next send fails.
+    stop: watch::Sender<bool>,
+}
+
+#[derive(Default)]
+struct ExportsState {
+    running: usize,
+    closed: bool,
+}
+
+impl Default for Exports {
+    fn default() -> Self {
+        Exports {
+            inner: Arc::new(ExportsInner {
+                state: Mutex::new(ExportsState::default()),
+                idle: Condvar::new(),
+                stop: watch::Sender::new(false),
+            }),
+        }
+    }
+}
+
+impl Exports {
+    /// [`blocking_export`] that [`Exports::close`] ends; [`KvError::Closed`] once it was called.
+    pub async fn export<F>(&self, work: F) -> Result<Snapshot, KvError>
+    where
+        F: FnOnce(&mut ExportSink) -> Result<(), KvError> + Send + 'static,
+    {
+        let running = {
+            let mut state = self.state();
+            if state.closed {
+                return Err(KvError::Closed);
+            }
+            state.running += 1;
+            RunningExport {
+                inner: self.inner.clone(),
+            }
+        };
+        let stop = self.inner.stop.subscribe();
+        export_on_thread(
+            move |sink| {
+                let result = work(sink);
+                // The work has let go of the storage; what is left is handing its end to the
+                // consumer, which the close need not wait for.
+                drop(running);
+                result
+            },
+            Some(stop),
+        )
+        .await
+    }
+
+    /// Ends every running export at its next send (one waiting for its consumer stops waiting)
+    /// and blocks until each one's work has returned; later exports are refused. Closing again
+    /// is harmless.
+    pub fn close(&self) {
+        let mut state = self.state();
+        state.closed = true;
+        self.inner.stop.send_replace(true);
+        while state.running > 0 {
+            state = self
+                .inner
+                .idle
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, ExportsState> {
+        // Two counters changed together under the lock: a panic cannot leave them half-set.
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One export counted as running by its [`Exports`] until dropped (also if its work panics).
+struct RunningExport {
+    inner: Arc<ExportsInner>,
+}
+
+impl Drop for RunningExport {
+    fn drop(&mut self) {
+        let mut state = self
+            .inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        state.running -= 1;
+        if state.running == 0 {
+            self.inner.idle.notify_all();
+        }
+    }
+}
+
+/// [`blocking_export`], ended early once `stop` turns true.
+async fn export_on_thread<F>(
+    work: F,
+    stop: Option<watch::Receiver<bool>>,
+) -> Result<Snapshot, KvError>
+where
+    F: FnOnce(&mut ExportSink) -> Result<(), KvError> + Send + 'static,
+{
     let (versionstamp_tx, versionstamp_rx) = oneshot::channel();
     let (items_tx, items_rx) = mpsc::channel(CHANNEL_ITEMS);
     let mut sink = ExportSink {
         versionstamp: Some(versionstamp_tx),
         items: items_tx,
+        stop,
     };
     std::thread::Builder::new()
         .name("kv-export".into())

@@ -1,5 +1,6 @@
 //! Snapshot export and import (see `open_deno_kv_engine_kit::backup`), each on a thread of its own
-//! ([`blocking_export`], [`blocking_import`]).
+//! ([`Exports::export`](open_deno_kv_engine_kit::backup::Exports::export), which the file's close
+//! ends, and [`blocking_import`]).
 //!
 //! **Which commit a read transaction holds.** The writer keeps the last version in memory and
 //! records only a ceiling in the file (see the `group` module), so a read transaction alone does
@@ -28,7 +29,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use open_deno_kv_engine_kit::backup::{
-    ExportSink, ImportFeed, ImportRow, blocking_export, blocking_import, import_each,
+    ExportSink, ImportFeed, ImportRow, blocking_import, import_each,
 };
 use open_deno_kv_engine_kit::change_log::version_after_import;
 use open_deno_kv_engine_kit::{
@@ -45,25 +46,29 @@ use crate::store::Shared;
 use crate::txn::{Fatal, Tables};
 
 /// Streams the file of `shared` from one read transaction (see the module documentation).
+/// Closing the file ends the export: its consumer reads [`KvError::Closed`] after the items
+/// already sent.
 pub(crate) async fn export(shared: Arc<Shared>, now: DateTime<Utc>) -> Result<Snapshot, KvError> {
-    blocking_export(move |sink| {
-        shared.with_export_db(|db| {
-            let (txn, version) = if shared.is_read_only() {
-                let txn = db.begin_read().map_err(storage)?;
-                let ceiling = read_ceiling(&txn)?;
-                (txn, ceiling)
-            } else {
-                shared.commit_clock().begin_read(db)?
-            };
-            let identity = {
-                let meta = txn.open_table(META).map_err(storage)?;
-                crate::schema::identity(&meta).map_err(storage)?
-            };
-            sink.begin(identity, Versionstamp::from_version(version, 0))?;
-            export_from(&txn, now, sink)
+    let exports = shared.exports.clone();
+    exports
+        .export(move |sink| {
+            shared.with_export_db(|db| {
+                let (txn, version) = if shared.is_read_only() {
+                    let txn = db.begin_read().map_err(storage)?;
+                    let ceiling = read_ceiling(&txn)?;
+                    (txn, ceiling)
+                } else {
+                    shared.commit_clock().begin_read(db)?
+                };
+                let identity = {
+                    let meta = txn.open_table(META).map_err(storage)?;
+                    crate::schema::identity(&meta).map_err(storage)?
+                };
+                sink.begin(identity, Versionstamp::from_version(version, 0))?;
+                export_from(&txn, now, sink)
+            })
         })
-    })
-    .await
+        .await
 }
 
 fn read_ceiling(txn: &ReadTransaction) -> Result<u64, KvError> {

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use futures::StreamExt;
+
 use open_deno_kv_engine_kit::{
     AtomicWrite, Backend, KvError, KvValue, ManualClock, Mutation, ReadRange, SnapshotRead,
     encode_key, key,
@@ -244,4 +246,73 @@ fn reads_work_on_a_current_thread_runtime_and_outside_tokio() {
     let value = futures::executor::block_on(get(&kv, "a"));
     assert_eq!(value, Some(KvValue::U64(7)));
     futures::executor::block_on(kv.close()).expect("close");
+}
+
+/// Writes `n` keys `k0`.. in one commit each batch of 100.
+async fn fill(kv: &dyn Backend, n: u64) {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
+        let write = AtomicWrite {
+            mutations: chunk
+                .iter()
+                .map(|i| {
+                    Mutation::set(
+                        encode_key(&key![format!("k{i}")]).expect("key"),
+                        KvValue::U64(*i),
+                    )
+                })
+                .collect(),
+            ..Default::default()
+        };
+        kv.atomic_write(write)
+            .await
+            .expect("write")
+            .expect("no checks");
+    }
+}
+
+/// An export runs on a thread of its own and holds the file. Closing the last handle ends it,
+/// whether its consumer dropped the stream a moment ago or still holds it without reading, and
+/// returns only once the file is free: redb itself can open it right away. The consumer that
+/// kept its stream reads what was sent and then an error, never an end that would pass for a
+/// whole snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_ends_running_exports_and_frees_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("kv.redb");
+    let kv = RedbBackend::open(&path).expect("open");
+    fill(&kv, 1_000).await;
+    for _ in 0..20 {
+        // Dropped at once: its thread may still be between two items when the close comes.
+        drop(kv.export_snapshot().await.expect("export"));
+    }
+    let kept = kv.export_snapshot().await.expect("export");
+    kv.close().await.expect("close");
+    drop(kv);
+    drop(Database::create(&path).expect("the file is free once close returns"));
+    let items: Vec<_> = kept.items.collect().await;
+    let (last, sent) = items.split_last().expect("items");
+    assert!(
+        sent.len() < 1_000,
+        "the export ended early: {} items",
+        sent.len()
+    );
+    assert!(sent.iter().all(Result::is_ok));
+    assert!(matches!(last, Err(KvError::Closed)), "{last:?}");
+
+    // Read-only, the export holds the open file for its whole run: before this, a close
+    // waited for it forever once its consumer stopped reading.
+    let options = RedbOptions {
+        read_only: true,
+        ..Default::default()
+    };
+    let reader = RedbBackend::open_with(&path, options).expect("read-only");
+    let kept = reader.export_snapshot().await.expect("export");
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(30), reader.close()).await;
+    closed
+        .expect("the close does not wait for a consumer that is not reading")
+        .expect("close");
+    drop(reader);
+    let items: Vec<_> = kept.items.collect().await;
+    assert!(matches!(items.last(), Some(Err(KvError::Closed))));
+    drop(Database::create(&path).expect("free after the read-only close"));
 }

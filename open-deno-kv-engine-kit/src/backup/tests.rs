@@ -1,8 +1,8 @@
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 
 use super::*;
 use crate::{KvEntry, KvValue, QueuedMessage};
@@ -56,6 +56,92 @@ async fn dropping_an_export_stream_stops_its_thread() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("the export thread still runs after its stream was dropped");
+}
+
+/// An export that sends until it is stopped, holding `storage` (a stand-in for the engine's
+/// open file) meanwhile and counting its sends in `sent`.
+async fn endless_export(
+    exports: &Exports,
+    storage: Arc<()>,
+    sent: Arc<AtomicUsize>,
+) -> Result<Snapshot, KvError> {
+    exports
+        .export(move |sink| {
+            let _held = storage;
+            sink.begin(None, Versionstamp::from_version(9, 0))?;
+            let mut key = 0u8;
+            loop {
+                key = key.wrapping_add(1);
+                sink.send(entry(key, 1))?;
+                sent.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .await
+}
+
+/// Closing ends an export whose consumer is not reading (its thread waits for room in the
+/// channel) and returns only once the work has let go of the storage. The consumer then reads
+/// what was sent and an error: never an end that would look like a whole snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_exports_ends_one_whose_consumer_is_not_reading() {
+    let exports = Exports::default();
+    let storage = Arc::new(());
+    let sent = Arc::new(AtomicUsize::new(0));
+    let snapshot = endless_export(&exports, storage.clone(), sent.clone())
+        .await
+        .unwrap();
+    // The channel fills; the next send waits for room.
+    while sent.load(Ordering::SeqCst) < CHANNEL_ITEMS {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let closing = exports.clone();
+    let closed = tokio::task::spawn_blocking(move || closing.close());
+    tokio::time::timeout(Duration::from_secs(10), closed)
+        .await
+        .expect("the close waits for a consumer that does not read")
+        .unwrap();
+    assert_eq!(
+        Arc::strong_count(&storage),
+        1,
+        "the work let go before close returned"
+    );
+    let items: Vec<_> = snapshot.items.collect().await;
+    let (last, sent) = items.split_last().expect("items");
+    assert_eq!(sent.len(), CHANNEL_ITEMS, "the channel was full");
+    assert!(sent.iter().all(Result::is_ok));
+    assert!(matches!(last, Err(KvError::Closed)), "{last:?}");
+}
+
+/// After the close, a new export is refused, and closing again returns at once.
+#[tokio::test]
+async fn an_export_after_the_close_is_refused() {
+    let exports = Exports::default();
+    exports.close();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let err = endless_export(&exports, Arc::new(()), sent.clone())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, KvError::Closed), "{err:?}");
+    assert_eq!(sent.load(Ordering::SeqCst), 0);
+    exports.close();
+}
+
+/// An export that ends on its own (its consumer dropped the stream) no longer counts: the close
+/// does not wait for anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_export_does_not_hold_the_close() {
+    let exports = Exports::default();
+    let storage = Arc::new(());
+    let sent = Arc::new(AtomicUsize::new(0));
+    let snapshot = endless_export(&exports, storage.clone(), sent)
+        .await
+        .unwrap();
+    drop(snapshot);
+    let closing = exports.clone();
+    tokio::task::spawn_blocking(move || closing.close())
+        .await
+        .unwrap();
+    assert_eq!(Arc::strong_count(&storage), 1);
 }
 
 #[tokio::test]
