@@ -177,17 +177,19 @@ impl Exports {
     where
         F: FnOnce(&mut ExportSink) -> Result<(), KvError> + Send + 'static,
     {
-        let running = {
+        // Counted and subscribed under the lock: a close either refuses this export or sees it
+        // running, and then its stop reaches it.
+        let (running, stop) = {
             let mut state = self.state();
             if state.closed {
                 return Err(KvError::Closed);
             }
             state.running += 1;
-            RunningExport {
+            let running = RunningExport {
                 inner: self.inner.clone(),
-            }
+            };
+            (running, self.inner.stop.subscribe())
         };
-        let stop = self.inner.stop.subscribe();
         export_on_thread(
             move |sink| {
                 let result = work(sink);

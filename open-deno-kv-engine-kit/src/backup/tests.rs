@@ -91,9 +91,14 @@ async fn closing_exports_ends_one_whose_consumer_is_not_reading() {
         .await
         .unwrap();
     // The channel fills; the next send waits for room.
-    while sent.load(Ordering::SeqCst) < CHANNEL_ITEMS {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    let filled = async {
+        while sent.load(Ordering::SeqCst) < CHANNEL_ITEMS {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), filled)
+        .await
+        .expect("the export fills the channel");
     let closing = exports.clone();
     let closed = tokio::task::spawn_blocking(move || closing.close());
     tokio::time::timeout(Duration::from_secs(10), closed)
