@@ -93,6 +93,11 @@ const DUE_MARGIN: Duration = Duration::from_secs(1);
 /// How long a dequeue may take for a message the listing said is due.
 const DUE_WAIT: Duration = Duration::from_secs(5);
 
+/// The longest a listed drain keeps at it. A message still held by a consumer (one a case
+/// dropped without closing, until its lease runs out) is listed as due but cannot be taken;
+/// after this the drain stops, and what is left reaches a later case as it would have before.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(15);
+
 /// Takes every message that is due out of the queue (a case's leftovers would otherwise reach
 /// the next case's consumer). Messages delayed past the run stay.
 ///
@@ -109,7 +114,8 @@ async fn drain_queue(kv: &dyn Backend) -> Result<(), KvError> {
     if !capabilities.queue_inspection {
         return drain_by_waiting(kv).await;
     }
-    loop {
+    let deadline = tokio::time::Instant::now() + DRAIN_DEADLINE;
+    while tokio::time::Instant::now() < deadline {
         let horizon = chrono::Utc::now() + DUE_MARGIN;
         let due = kv
             .queued_messages()
@@ -125,11 +131,12 @@ async fn drain_queue(kv: &dyn Backend) -> Result<(), KvError> {
                 Ok(Ok(Some(message))) => message.finish(true).await?,
                 Ok(Ok(None)) => return Ok(()),
                 Ok(Err(e)) => return Err(e),
-                // Taken by someone else meanwhile: list again.
+                // Listed as due but not handed out (still held by a consumer): list again.
                 Err(_) => break,
             }
         }
     }
+    Ok(())
 }
 
 /// [`drain_queue`] on a server that cannot list its queue: a dequeue that finds nothing within
