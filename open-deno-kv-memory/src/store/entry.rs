@@ -6,7 +6,7 @@
 //! old 56-byte entries, and a read sharing a stored value counts a reference on it: a write to a
 //! cold cache line, and on a hot key a line every reading core takes in turn. So the map holds a
 //! [`MemEntry`] (48 bytes) and each read copies its value out, as it always did; W3 then ran
-//! 5–12% slower than before, a gap not placed (BENCHMARKS.md, "W4 with pages from one buffer").
+//! 5–15% slower than before, a gap not placed (BENCHMARKS.md, "W4 with pages from one buffer").
 
 use chrono::{DateTime, Utc};
 use open_deno_kv_engine_kit::{
