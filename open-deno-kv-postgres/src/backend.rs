@@ -22,7 +22,7 @@ use crate::committer::Committer;
 use crate::connect::connect;
 use crate::events::Events;
 use crate::group::{WriteGroup, WriteRequest};
-use crate::in_flight::InFlight;
+use crate::in_flight::{InFlight, PointRead};
 use crate::outcome::MAX_OUTCOME_WAIT;
 use crate::queue::{Queue, QueueContext};
 use crate::sql::Sql;
@@ -284,7 +284,8 @@ impl Engine for PostgresBackend {
     /// turn; with [`PostgresOptions::read_your_writes`] only once it has replayed what this handle
     /// committed or already read (else, after [`PostgresOptions::replica_wait`], to the primary).
     /// A replica that fails sends the read to the primary too. A `get` of a key that this
-    /// handle's commit group is writing waits for the group (the `in_flight` module).
+    /// handle's commit group is writing waits for the group, and one of a key it just wrote may
+    /// wait for another read of that key and the write that follows it (the `in_flight` module).
     async fn snapshot_read(&self, read: ValidatedRead) -> Result<Vec<ReadRangeOutput>, KvError> {
         let invoked = Instant::now();
         let now = self.options.clock.now();
@@ -305,10 +306,15 @@ impl Engine for PostgresBackend {
                 return Ok(answer.outputs);
             }
         }
-        if let Some(answer) = self.in_flight.read(&read.ranges, invoked, now).await {
-            return Ok(answer);
+        let leading = match self.in_flight.read(&read.ranges, invoked, now).await {
+            PointRead::Answered(answer) => return Ok(answer),
+            PointRead::Server(leading) => leading,
+        };
+        let answer = reader::read_ranges(&self.pool, &self.sql, &read.ranges, now).await;
+        if let (Some(leading), Ok(outputs)) = (leading, &answer) {
+            leading.answered(&read.ranges, outputs);
         }
-        reader::read_ranges(&self.pool, &self.sql, &read.ranges, now).await
+        answer
     }
 
     /// Submits the write to this handle's committer, which commits it with the writes waiting

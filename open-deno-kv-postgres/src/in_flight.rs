@@ -8,10 +8,7 @@
 //! the next group, and the loop another read. So a `get` (every range of the read one key) of a
 //! key that a write mutates waits when that write is in the group being committed, or submitted
 //! to the committer and not yet taken (then for the committer's next attempt, normally the one
-//! that commits it). A `get` of a key that the committer's last commit wrote, with nothing of the
-//! kind running or queued, first lets the other tasks run once (a yield): the commit has just
-//! woken the reads that waited for it, and one of them may be about to submit the retry this read
-//! would race. Then:
+//! that commits it). Then:
 //!
 //! - the group committed, the read was invoked before its `COMMIT` was sent, and the group
 //!   decided every key read: the answer is what the group left ([`AfterCommit::read_points`]),
@@ -22,13 +19,33 @@
 //!   every key read) the read goes to the server, as every other read does: after the group, so
 //!   it sees that group's commit rather than the state just before it.
 //!
+//! **Reads of a key just written, with nothing running or queued for it.** When a group ends
+//! without a read waiting for it (every loop had a write in it), all the loops read at once, and
+//! nothing is in flight for them to wait for. Asked of the server, they would all get the same
+//! value and all write, one would win, and the loops would stay in that step: a group and a
+//! server read per increment, one after the other. So such a read first lets the other tasks run
+//! once (a yield: one of them may be about to submit the retry this read would race), then:
+//!
+//! - the first goes to the server and *leads* ([`Leading`]); a later read of the same keys waits
+//!   for it to be answered, lets its reader run once, and looks again. The leader's reader,
+//!   a check-and-set loop, has submitted its write by then: the later read waits for that write's
+//!   group as above and is answered by its commit. The loops then take turns: while one group
+//!   commits, the loops it does not hold read and are answered by it, and form the next.
+//! - when the leader's reader wrote none of the keys, a read that followed it and was invoked
+//!   before the leader's statement left takes the leader's answer (the server took that snapshot
+//!   inside the follower's call; entries expired at the follower's `now` are left out): a crowd of
+//!   readers woken by one commit costs one statement. A later one asks the server itself.
+//!
 //! **The price**: a read of a key this handle wrote last pays one yield; a read that waits takes
 //! up to two commits (the group in flight, then the one that
 //! takes the write it waits for; each two round trips and a WAL flush) instead of one round
-//! trip, and only when this handle is writing that very key at that moment. Reads of other keys,
-//! reads with a scan, eventual reads on replicas and other processes' reads never wait. A group
+//! trip, and only when this handle is writing that very key at that moment; a read behind a
+//! leader invoked after the leader's statement left takes two round trips (the leader's, then its
+//! own). Reads of other keys, reads with a scan, eventual reads on replicas and other processes'
+//! reads never wait. A group
 //! that fails releases its readers at once, to the server, which answers (or fails) as it would
-//! have; a committer that finds nothing more to run, or stops, releases them all.
+//! have; a committer that finds nothing more to run, or stops, releases them all; a leader that
+//! fails or is abandoned releases its followers.
 //!
 //! The keys are kept as hashes: a collision makes a read wait for a group that does not write
 //! its key, then read from the server, which is still a correct answer.
@@ -40,7 +57,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_engine_kit::{Mutation, MutationKind, ReadRange, ReadRangeOutput};
+use open_deno_kv_engine_kit::{Mutation, MutationKind, ReadRange, ReadRangeOutput, is_expired};
 use tokio::sync::watch;
 
 use crate::after_commit::AfterCommit;
@@ -98,6 +115,9 @@ struct Inner {
     next: Option<Waiters>,
     /// The last attempt that committed: the keys it wrote.
     recent: Option<Arc<Attempt>>,
+    /// Reads of keys the last commit wrote, on their way to the server: later reads of those
+    /// keys wait for them once ([`Leading`]).
+    leads: HashMap<u64, Arc<watch::Sender<LeadState>>>,
     /// The committer stopped: nothing waits any more.
     closed: bool,
 }
@@ -222,31 +242,35 @@ impl InFlight {
         }
     }
 
-    /// The answer to a read of `ranges` at `now`, invoked at `invoked`, when a group of this
-    /// handle gives it; `None` when the read must go to the server. Waits first for the group
-    /// that writes, or is about to write, a key the read gets (see the module documentation).
-    /// Cancel-safe: dropped, it only stops waiting.
+    /// How to answer a read of `ranges` at `now`, invoked at `invoked`: from what a group of
+    /// this handle left, from another read's answer, or by the server. Waits first for the group
+    /// that writes, or is about to write, a key the read gets, and behind another read of a key
+    /// just written (see the module documentation). Cancel-safe: dropped, it only stops waiting.
     pub(crate) async fn read(
-        &self,
+        self: &Arc<Self>,
         ranges: &[ReadRange],
         invoked: Instant,
         now: DateTime<Utc>,
-    ) -> Option<Vec<ReadRangeOutput>> {
+    ) -> PointRead {
         let mut yielded = false;
+        let mut followed: Option<LeadState> = None;
         let mut decision = loop {
-            {
+            let lead = {
                 let mut inner = self.lock();
                 if inner.closed
                     || (inner.current.is_none()
                         && inner.queued.is_empty()
                         && inner.recent.is_none())
                 {
-                    return None;
+                    return PointRead::Server(None);
                 }
-                let keys: Vec<u64> = ranges
+                let Some(keys) = ranges
                     .iter()
                     .map(|r| r.point_key().map(key_hash))
-                    .collect::<Option<_>>()?;
+                    .collect::<Option<Vec<u64>>>()
+                else {
+                    return PointRead::Server(None);
+                };
                 let writes =
                     |attempt: &&Arc<Attempt>| keys.iter().any(|k| attempt.keys.contains(k));
                 if let Some(current) = inner.current.as_ref().filter(writes) {
@@ -255,24 +279,172 @@ impl InFlight {
                 if keys.iter().any(|k| inner.queued.contains_key(k)) {
                     break inner.next.get_or_insert_with(waiters).subscribe();
                 }
-                if yielded || inner.recent.as_ref().filter(writes).is_none() {
-                    return None;
+                if let Some(state) = followed {
+                    // The read followed did not lead to a write of these keys.
+                    return state.share(ranges, invoked, now);
+                }
+                if inner.recent.as_ref().filter(writes).is_none() {
+                    return PointRead::Server(None);
+                }
+                if !yielded {
+                    None
+                } else if let Some(lead) = keys.iter().find_map(|k| inner.leads.get(k)) {
+                    Some(lead.subscribe())
+                } else {
+                    let lead = Arc::new(watch::channel(LeadState::Reading).0);
+                    for key in &keys {
+                        inner.leads.insert(*key, lead.clone());
+                    }
+                    return PointRead::Server(Some(Leading {
+                        in_flight: self.clone(),
+                        keys,
+                        lead,
+                        sent_after: Instant::now(),
+                    }));
+                }
+            };
+            match lead {
+                // A key the last commit wrote: a writer of it the commit just woke (a
+                // check-and-set about to retry) may be about to submit. Let it run once, then
+                // look again.
+                None => yielded = true,
+                // Another read of it is on its way to the server: its reader may write the key
+                // next. Wait for that read, let its reader run once, and look again.
+                Some(mut lead) => {
+                    let state = match lead
+                        .wait_for(|state| !matches!(state, LeadState::Reading))
+                        .await
+                    {
+                        Ok(state) => state.clone(),
+                        Err(_) => LeadState::Failed,
+                    };
+                    followed = Some(state);
                 }
             }
-            // A key the last commit wrote: a writer of it the commit just woke (a check-and-set
-            // about to retry) may be about to submit. Let it run once, then look again.
-            yielded = true;
             tokio::task::yield_now().await;
         };
         let decided = decision
             .wait_for(|d| !matches!(d, Decision::Pending))
             .await
-            .ok()?
-            .clone();
-        match decided {
-            Decision::Committed(after) => after.read_points(ranges, invoked, now),
-            Decision::Pending | Decision::Released => None,
+            .ok()
+            .map(|d| d.clone());
+        let answer = match decided {
+            Some(Decision::Committed(after)) => after.read_points(ranges, invoked, now),
+            Some(Decision::Pending | Decision::Released) | None => None,
+        };
+        match answer {
+            Some(answer) => PointRead::Answered(answer),
+            None => PointRead::Server(None),
         }
+    }
+}
+
+/// What the reads behind a [`Leading`] read learn when it is done.
+#[derive(Debug, Clone)]
+enum LeadState {
+    /// On its way to the server.
+    Reading,
+    /// Answered by the server, which took its snapshot after `sent_after`.
+    Answered {
+        ranges: Arc<[ReadRange]>,
+        outputs: Arc<[ReadRangeOutput]>,
+        sent_after: Instant,
+    },
+    /// Failed or abandoned.
+    Failed,
+}
+
+impl LeadState {
+    /// The answer for a read of `ranges` at `now`, invoked at `invoked`, that followed this one:
+    /// its answer when it read the same ranges and its statement left after `invoked` (the
+    /// server's snapshot is then an instant inside the follower's call), entries expired at
+    /// `now` left out; otherwise the server's.
+    fn share(self, ranges: &[ReadRange], invoked: Instant, now: DateTime<Utc>) -> PointRead {
+        match self {
+            LeadState::Answered {
+                ranges: read,
+                outputs,
+                sent_after,
+            } if invoked < sent_after && *read == *ranges => PointRead::Answered(
+                outputs
+                    .iter()
+                    .map(|output| ReadRangeOutput {
+                        entries: output
+                            .entries
+                            .iter()
+                            .filter(|entry| !is_expired(entry.expires_at, now))
+                            .cloned()
+                            .collect(),
+                    })
+                    .collect(),
+            ),
+            _ => PointRead::Server(None),
+        }
+    }
+}
+
+/// How a point read is answered ([`InFlight::read`]).
+#[derive(Debug)]
+pub(crate) enum PointRead {
+    /// By what a group of this handle left, committed during the read's call.
+    Answered(Vec<ReadRangeOutput>),
+    /// By the server. With [`Leading`], the first of several reads of keys the last commit
+    /// wrote: the others wait until it is dropped (hold it through the server's answer).
+    Server(Option<Leading>),
+}
+
+/// A read of keys the last commit wrote, on its way to the server, that other reads of those
+/// keys wait for (the module documentation). Hand it the server's answer
+/// ([`Leading::answered`]); dropped without it (the read failed or was abandoned), it lets them
+/// go on to the server.
+pub(crate) struct Leading {
+    in_flight: Arc<InFlight>,
+    keys: Vec<u64>,
+    lead: Arc<watch::Sender<LeadState>>,
+    /// Taken before the read's statement was sent.
+    sent_after: Instant,
+}
+
+impl std::fmt::Debug for Leading {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leading")
+            .field("keys", &self.keys.len())
+            .finish()
+    }
+}
+
+impl Leading {
+    /// The server answered the read of `ranges` with `outputs`: the reads that followed it may
+    /// share them.
+    pub(crate) fn answered(self, ranges: &[ReadRange], outputs: &[ReadRangeOutput]) {
+        self.lead.send_replace(LeadState::Answered {
+            ranges: ranges.into(),
+            outputs: outputs.into(),
+            sent_after: self.sent_after,
+        });
+    }
+}
+
+impl Drop for Leading {
+    fn drop(&mut self) {
+        let mut inner = self.in_flight.lock();
+        for key in &self.keys {
+            if inner
+                .leads
+                .get(key)
+                .is_some_and(|lead| Arc::ptr_eq(lead, &self.lead))
+            {
+                inner.leads.remove(key);
+            }
+        }
+        drop(inner);
+        self.lead.send_if_modified(|state| {
+            let reading = matches!(state, LeadState::Reading);
+            if reading {
+                *state = LeadState::Failed;
+            }
+            reading
+        });
     }
 }
 
@@ -331,6 +503,18 @@ mod tests {
         DateTime::from_timestamp(1_700_000_000, 0).expect("time")
     }
 
+    /// What [`InFlight::read`] answers without the server; `None` when it sends the read there.
+    async fn answer(
+        in_flight: &Arc<InFlight>,
+        ranges: &[ReadRange],
+        invoked: Instant,
+    ) -> Option<Vec<ReadRangeOutput>> {
+        match in_flight.read(ranges, invoked, now()).await {
+            PointRead::Answered(answer) => Some(answer),
+            PointRead::Server(_) => None,
+        }
+    }
+
     fn key(name: &str) -> Vec<u8> {
         open_deno_kv_engine_kit::encode_key(&open_deno_kv_engine_kit::key![name]).expect("key")
     }
@@ -376,7 +560,7 @@ mod tests {
         let attempt = in_flight.begin(&[setting("counter")]);
         let ranges = [get("counter")];
         let invoked = Instant::now();
-        let mut read = std::pin::pin!(in_flight.read(&ranges, invoked, now()));
+        let mut read = std::pin::pin!(answer(&in_flight, &ranges, invoked));
         assert!(
             futures::poll!(read.as_mut()).is_pending(),
             "it waits for the group"
@@ -396,11 +580,11 @@ mod tests {
     async fn reads_the_group_does_not_write_never_wait() {
         let in_flight = Arc::new(InFlight::default());
         let counter = [get("counter")];
-        let idle = in_flight.read(&counter, Instant::now(), now());
+        let idle = answer(&in_flight, &counter, Instant::now());
         assert_eq!(futures::poll!(std::pin::pin!(idle)), Poll::Ready(None));
         let _attempt = in_flight.begin(&[setting("counter")]);
         let other = [get("other")];
-        let other = in_flight.read(&other, Instant::now(), now());
+        let other = answer(&in_flight, &other, Instant::now());
         assert_eq!(futures::poll!(std::pin::pin!(other)), Poll::Ready(None));
         let scan = ReadRange {
             start: key("a"),
@@ -409,7 +593,7 @@ mod tests {
             reverse: false,
         };
         let ranges = [scan, get("counter")];
-        let scanning = in_flight.read(&ranges, Instant::now(), now());
+        let scanning = answer(&in_flight, &ranges, Instant::now());
         assert_eq!(
             futures::poll!(std::pin::pin!(scanning)),
             Poll::Ready(None),
@@ -425,15 +609,14 @@ mod tests {
         let ranges = [get("counter")];
 
         let attempt = in_flight.begin(&[setting("counter")]);
-        let mut read = std::pin::pin!(in_flight.read(&ranges, Instant::now(), now()));
+        let mut read = std::pin::pin!(answer(&in_flight, &ranges, Instant::now()));
         assert!(futures::poll!(read.as_mut()).is_pending());
         drop(attempt);
         assert_eq!(read.await, None, "released by the failure");
 
         let sent = Instant::now();
         let attempt = in_flight.begin(&[setting("counter")]);
-        let mut read =
-            std::pin::pin!(in_flight.read(&ranges, sent + Duration::from_millis(1), now()));
+        let mut read = std::pin::pin!(answer(&in_flight, &ranges, sent + Duration::from_millis(1)));
         assert!(futures::poll!(read.as_mut()).is_pending());
         attempt.committed(left("counter", sent));
         assert_eq!(read.await, None, "invoked after the COMMIT was sent");
@@ -448,7 +631,7 @@ mod tests {
         items[0].queued = Some(in_flight.queue(&items[0].write.mutations));
         let ranges = [get("counter")];
         let invoked = Instant::now();
-        let mut read = std::pin::pin!(in_flight.read(&ranges, invoked, now()));
+        let mut read = std::pin::pin!(answer(&in_flight, &ranges, invoked));
         assert!(futures::poll!(read.as_mut()).is_pending());
         in_flight.take(&mut items);
         assert!(items[0].queued.is_none(), "taken from the queue");
@@ -470,7 +653,7 @@ mod tests {
         // A run whose writes were all answered by the last commit, then nothing more to run.
         let mut items = vec![setting("counter")];
         items[0].queued = Some(in_flight.queue(&items[0].write.mutations));
-        let mut read = std::pin::pin!(in_flight.read(&ranges, Instant::now(), now()));
+        let mut read = std::pin::pin!(answer(&in_flight, &ranges, Instant::now()));
         assert!(futures::poll!(read.as_mut()).is_pending());
         in_flight.take(&mut items);
         assert!(
@@ -482,11 +665,11 @@ mod tests {
 
         // Abandoned: its keys are no longer queued; the read waits for the next run.
         let queued = in_flight.queue(&setting("counter").write.mutations);
-        let mut read = std::pin::pin!(in_flight.read(&ranges, Instant::now(), now()));
+        let mut read = std::pin::pin!(answer(&in_flight, &ranges, Instant::now()));
         assert!(futures::poll!(read.as_mut()).is_pending());
         drop(queued);
         assert!(in_flight.lock().queued.is_empty());
-        let idle = in_flight.read(&ranges, Instant::now(), now());
+        let idle = answer(&in_flight, &ranges, Instant::now());
         assert_eq!(
             futures::poll!(std::pin::pin!(idle)),
             Poll::Ready(None),
@@ -497,11 +680,11 @@ mod tests {
 
         // The committer stops.
         let _queued = in_flight.queue(&setting("counter").write.mutations);
-        let mut read = std::pin::pin!(in_flight.read(&ranges, Instant::now(), now()));
+        let mut read = std::pin::pin!(answer(&in_flight, &ranges, Instant::now()));
         assert!(futures::poll!(read.as_mut()).is_pending());
         in_flight.close();
         assert_eq!(read.await, None);
-        let after = in_flight.read(&ranges, Instant::now(), now());
+        let after = answer(&in_flight, &ranges, Instant::now());
         assert_eq!(
             futures::poll!(std::pin::pin!(after)),
             Poll::Ready(None),
@@ -520,12 +703,12 @@ mod tests {
             .committed(left("counter", sent));
         assert!(!woke, "nothing was waiting");
         let other = [get("other")];
-        let other = in_flight.read(&other, Instant::now(), now());
+        let other = answer(&in_flight, &other, Instant::now());
         assert_eq!(futures::poll!(std::pin::pin!(other)), Poll::Ready(None));
 
         let ranges = [get("counter")];
         let invoked = Instant::now();
-        let mut read = std::pin::pin!(in_flight.read(&ranges, invoked, now()));
+        let mut read = std::pin::pin!(answer(&in_flight, &ranges, invoked));
         assert!(futures::poll!(read.as_mut()).is_pending(), "it yields once");
         let mut items = vec![setting("counter")];
         items[0].queued = Some(in_flight.queue(&items[0].write.mutations));
@@ -540,8 +723,131 @@ mod tests {
         assert!(read.await.is_some(), "answered by the retry's commit");
 
         // Nothing submitted during the yield: the server answers.
-        let mut read = std::pin::pin!(in_flight.read(&ranges, Instant::now(), now()));
+        let mut read = std::pin::pin!(answer(&in_flight, &ranges, Instant::now()));
         assert!(futures::poll!(read.as_mut()).is_pending());
         assert_eq!(read.await, None);
+    }
+
+    /// The leading read's answer to a get of `name`: one entry holding 7, expiring at `expires`.
+    fn lead_answer(name: &str, expires: Option<DateTime<Utc>>) -> Vec<ReadRangeOutput> {
+        let entry = StoredEntry {
+            value: KvValue::U64(7),
+            versionstamp: Versionstamp::from_version(8, 0),
+            expires_at: expires,
+        };
+        vec![ReadRangeOutput {
+            entries: vec![open_deno_kv_engine_kit::KvEntry::from_stored(
+                key(name),
+                entry,
+            )],
+        }]
+    }
+
+    /// Leads: the read that [`InFlight::read`] sends to the server as the first of several.
+    async fn leading(read: impl std::future::Future<Output = PointRead>) -> Leading {
+        match read.await {
+            PointRead::Server(Some(leading)) => leading,
+            other => panic!("expected a leading read, got {other:?}"),
+        }
+    }
+
+    /// Two reads of a key just written, nothing running or queued for it: the first goes to the
+    /// server and leads; the second waits for it, then for the write its reader submits, and is
+    /// answered by that write's commit, not by the server.
+    #[tokio::test]
+    async fn a_read_behind_a_leading_read_waits_for_the_write_its_reader_submits() {
+        let in_flight = Arc::new(InFlight::default());
+        in_flight
+            .begin(&[setting("counter")])
+            .committed(left("counter", Instant::now()));
+        let ranges = [get("counter")];
+        let mut first = std::pin::pin!(in_flight.read(&ranges, Instant::now(), now()));
+        let invoked = Instant::now();
+        let mut second = std::pin::pin!(answer(&in_flight, &ranges, invoked));
+        assert!(
+            futures::poll!(first.as_mut()).is_pending(),
+            "it yields once"
+        );
+        assert!(
+            futures::poll!(second.as_mut()).is_pending(),
+            "it yields once"
+        );
+        let leading = leading(first).await;
+        assert!(
+            futures::poll!(second.as_mut()).is_pending(),
+            "it waits for the leading read"
+        );
+        // The leader's reader, a check-and-set, writes the key it read.
+        leading.answered(&ranges, &lead_answer("counter", None));
+        let mut items = vec![setting("counter")];
+        items[0].queued = Some(in_flight.queue(&items[0].write.mutations));
+        assert!(
+            futures::poll!(second.as_mut()).is_pending(),
+            "it lets the leader's reader run once"
+        );
+        assert!(
+            futures::poll!(second.as_mut()).is_pending(),
+            "then waits for the write"
+        );
+        in_flight.take(&mut items);
+        in_flight
+            .begin(&items)
+            .committed(left("counter", invoked + Duration::from_millis(1)));
+        let answer = second.await.expect("answered by the write's commit");
+        assert_eq!(answer[0].entries[0].value, KvValue::U64(1), "what it left");
+        assert!(in_flight.lock().leads.is_empty());
+    }
+
+    /// When the leader's reader writes none of its keys, a read that followed it and was invoked
+    /// before its statement left takes its answer, without the entries expired at its own `now`;
+    /// one invoked later asks the server.
+    #[tokio::test]
+    async fn a_read_behind_a_leader_that_writes_nothing_shares_its_answer() {
+        for (expires, shown) in [(None, 1), (Some(now()), 0)] {
+            let in_flight = Arc::new(InFlight::default());
+            in_flight
+                .begin(&[setting("counter")])
+                .committed(left("counter", Instant::now()));
+            let ranges = [get("counter")];
+            let mut first = std::pin::pin!(in_flight.read(&ranges, Instant::now(), now()));
+            let mut early = std::pin::pin!(answer(&in_flight, &ranges, Instant::now()));
+            assert!(futures::poll!(first.as_mut()).is_pending());
+            assert!(futures::poll!(early.as_mut()).is_pending());
+            let leading = leading(first).await;
+            let mut late = std::pin::pin!(answer(&in_flight, &ranges, Instant::now()));
+            assert!(futures::poll!(late.as_mut()).is_pending(), "it yields once");
+            assert!(futures::poll!(late.as_mut()).is_pending(), "it follows");
+            assert!(futures::poll!(early.as_mut()).is_pending(), "it follows");
+            leading.answered(&ranges, &lead_answer("counter", expires));
+            let shared = early.await.expect("the leader's answer");
+            assert_eq!(shared[0].entries.len(), shown);
+            if shown == 1 {
+                assert_eq!(shared[0].entries[0].value, KvValue::U64(7));
+            }
+            assert_eq!(
+                late.await,
+                None,
+                "invoked after the leader's statement left"
+            );
+        }
+    }
+
+    /// A leading read that fails or is abandoned sends the reads behind it to the server.
+    #[tokio::test]
+    async fn an_abandoned_leader_sends_its_followers_to_the_server() {
+        let in_flight = Arc::new(InFlight::default());
+        in_flight
+            .begin(&[setting("counter")])
+            .committed(left("counter", Instant::now()));
+        let ranges = [get("counter")];
+        let mut first = std::pin::pin!(in_flight.read(&ranges, Instant::now(), now()));
+        let mut second = std::pin::pin!(answer(&in_flight, &ranges, Instant::now()));
+        assert!(futures::poll!(first.as_mut()).is_pending());
+        assert!(futures::poll!(second.as_mut()).is_pending());
+        let leading = leading(first).await;
+        assert!(futures::poll!(second.as_mut()).is_pending(), "it follows");
+        drop(leading);
+        assert!(in_flight.lock().leads.is_empty(), "no longer leading");
+        assert_eq!(second.await, None);
     }
 }

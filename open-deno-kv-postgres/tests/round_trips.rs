@@ -133,13 +133,26 @@ async fn a_strong_read_is_one_round_trip_whatever_its_ranges() {
                 .unwrap(),
             0,
         );
-        let before = proxy.client_turns();
-        for i in 0..10 {
-            let outputs = kv.snapshot_read(read(i, ranges, Consistency::Strong)).await;
-            check(&outputs.unwrap(), i);
+        // A pool connection first used in a round prepares its statements there, an extra turn
+        // (seen on a loaded machine): such a round is run again. Every round counts more when
+        // a read takes more than one round trip.
+        let mut counted = Vec::new();
+        for _ in 0..5 {
+            let before = proxy.client_turns();
+            for i in 0..10 {
+                let outputs = kv.snapshot_read(read(i, ranges, Consistency::Strong)).await;
+                check(&outputs.unwrap(), i);
+            }
+            counted.push(added(&before, &proxy.client_turns()).iter().sum::<u64>());
+            if counted.last() == Some(&10) {
+                break;
+            }
         }
-        let turns: u64 = added(&before, &proxy.client_turns()).iter().sum();
-        assert_eq!(turns, 10, "10 strong reads of {ranges} range(s)");
+        assert_eq!(
+            counted.last(),
+            Some(&10),
+            "round trips for 10 strong reads of {ranges} range(s), per round: {counted:?}"
+        );
     }
 }
 
@@ -288,16 +301,17 @@ async fn a_check_the_commit_in_flight_fails_costs_no_round_trip() {
         };
         assert!(failed.unwrap().is_none(), "the second write's check fails");
         let busiest = added(&before, &proxy.client_turns()).into_iter().max();
-        if in_window {
-            assert_eq!(
-                busiest,
-                Some(2),
-                "the first group's two flights, and nothing for the second write (attempt {attempt})"
-            );
+        // The first group's two flights, and nothing for the second write. (A turn more: the
+        // handle's once-a-second sweep of expired keys may have taken one; try again. Were the
+        // second write given a round trip, every attempt would count three.)
+        if in_window && busiest == Some(2) {
             return;
         }
     }
-    panic!("50 attempts never asked for the second write between the first group's two flights");
+    panic!(
+        "50 attempts never asked for the second write between the first group's two flights \
+         without a round trip of its own"
+    );
 }
 
 /// A strong `get` of `["counter"]`.
@@ -410,4 +424,68 @@ async fn a_get_of_a_key_a_queued_write_sets_waits_for_its_group() {
         }
     }
     panic!("20 attempts never read a queued write's key without a round trip");
+}
+
+/// Eight check-and-set loops on one counter, on one handle, take turns: while one group
+/// commits, the loops it does not hold read the counter and are answered by its commit, and
+/// form the next group. An increment then costs about one group (two round trips) and almost
+/// never a read of its own. Were every read of the counter just written sent to the server, the
+/// loops would fall into step: all read at once, all get the same value, one wins, and every
+/// increment costs a group and up to eight server reads.
+#[tokio::test]
+async fn check_and_set_loops_on_one_counter_cost_about_one_group_per_increment() {
+    const LOOPS: u64 = 8;
+    const EACH: u64 = 25;
+    let Some(cluster) = cluster() else { return };
+    let (proxy, kv) = writer_through(&cluster).await;
+    let kv = std::sync::Arc::new(kv);
+    create_counter(&*kv).await;
+    // The pool's connections, opened and prepared outside the count: reads with scans never
+    // wait, so these go to the server together.
+    fill(&*kv).await;
+    let warm: Vec<_> = (0..LOOPS)
+        .map(|i| {
+            let kv = kv.clone();
+            tokio::spawn(async move {
+                let answer = kv.snapshot_read(read(i, 3, Consistency::Strong)).await;
+                check(&answer.expect("read"), i);
+            })
+        })
+        .collect();
+    for task in warm {
+        task.await.expect("a warm-up read");
+    }
+    let before = proxy.client_turns();
+    let loops: Vec<_> = (0..LOOPS)
+        .map(|_| {
+            let kv = kv.clone();
+            tokio::spawn(async move {
+                for _ in 0..EACH {
+                    loop {
+                        let answer = kv.snapshot_read(get_counter()).await.expect("read");
+                        let (n, stamp) = counter_in(&answer);
+                        let written = kv.atomic_write(write(n + 1, Some(stamp)));
+                        if written.await.expect("write").is_some() {
+                            break;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in loops {
+        task.await.expect("a loop");
+    }
+    let turns: u64 = added(&before, &proxy.client_turns()).iter().sum();
+    let increments = LOOPS * EACH;
+    let answer = kv.snapshot_read(get_counter()).await.expect("read");
+    assert_eq!(
+        counter_in(&answer).0,
+        increments,
+        "every increment counted once"
+    );
+    assert!(
+        turns <= 3 * increments,
+        "{turns} round trips for {increments} increments: more than a group and half a read each"
+    );
 }
