@@ -9,11 +9,13 @@
 //!   (at most [`CHANNEL_ITEMS`] wait in between, so memory stays bounded). When the consumer drops
 //!   the stream, the next send fails with [`KvError::Closed`], the thread returns and its read
 //!   transaction ends.
-//! - [`Exports`]: the same, for an engine whose close must end its exports first (a file that
-//!   can be opened by one handle at a time, which a running export would keep open): closing
-//!   ends every export at its next send, even one waiting for a consumer that is not reading,
-//!   and waits until its work has let go of the storage. The consumer then reads
-//!   [`KvError::Closed`] after the items already sent, never a stream that looks complete.
+//! - [`Transfers`]: exports and imports as above, for an engine whose close must end them first
+//!   (a file that can be opened by one handle at a time, which a running export or import would
+//!   keep open): closing ends every export at its next send, even one waiting for a consumer
+//!   that is not reading, and every import at its next item, even one waiting for the stream, and
+//!   waits until their work has let go of the storage. An export's consumer then reads
+//!   [`KvError::Closed`] after the items already sent, never a stream that looks complete; an
+//!   import whose end had not been passed fails with [`KvError::Closed`] and commits nothing.
 //! - [`blocking_import`]: the async side pumps the snapshot's stream into the channel, and the
 //!   thread writes what it receives ([`ImportFeed`]) inside one write transaction. Only after the
 //!   whole stream was passed does the feed report its end; if the async side is dropped before
@@ -47,7 +49,7 @@ type Header = (Option<DatabaseId>, Versionstamp);
 pub struct ExportSink {
     versionstamp: Option<oneshot::Sender<Result<Header, KvError>>>,
     items: mpsc::Sender<Result<SnapshotItem, KvError>>,
-    /// Turns true when the [`Exports`] this export runs under close.
+    /// Turns true when the [`Transfers`] this export runs under close.
     stop: Option<watch::Receiver<bool>>,
 }
 
@@ -69,7 +71,7 @@ impl ExportSink {
     }
 
     /// Sends one item, waiting while the consumer is [`CHANNEL_ITEMS`] behind.
-    /// [`KvError::Closed`] when the consumer dropped the stream, or when the [`Exports`] this
+    /// [`KvError::Closed`] when the consumer dropped the stream, or when the [`Transfers`] this
     /// export runs under close (even while waiting): stop and return.
     pub fn send(&mut self, item: SnapshotItem) -> Result<(), KvError> {
         if self.versionstamp.is_some() {
@@ -136,34 +138,44 @@ where
     export_on_thread(work, None).await
 }
 
-/// The exports of one open store, which its close ends (see the module documentation): an
-/// engine runs each export through [`Exports::export`] and calls [`Exports::close`] before it
-/// closes its storage. Clones share the same exports.
+/// The exports and imports of one open store, which its close ends (see the module
+/// documentation): an engine runs each through [`Transfers::export`] or [`Transfers::import`] and
+/// calls [`Transfers::close`] before it closes its storage. Clones share the same transfers.
 #[derive(Clone)]
-pub struct Exports {
-    inner: Arc<ExportsInner>,
+pub struct Transfers {
+    inner: Arc<TransfersInner>,
 }
 
-struct ExportsInner {
-    /// Exports whose work still runs (holds the storage), and whether the store closed.
-    state: Mutex<ExportsState>,
-    /// Signalled when the last running export's work returns.
+struct TransfersInner {
+    /// Transfers whose work still runs (holds the storage), and whether the store closed.
+    state: Mutex<TransfersState>,
+    /// Signalled when the last running transfer's work returns.
     idle: Condvar,
-    /// Set to true by the close: every export's next send fails.
+    /// Set to true by the close: every export's next send and every import's next item fail.
     stop: watch::Sender<bool>,
 }
 
 #[derive(Default)]
-struct ExportsState {
+struct TransfersState {
     running: usize,
     closed: bool,
 }
 
-impl Default for Exports {
+impl std::fmt::Debug for Transfers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.state();
+        f.debug_struct("Transfers")
+            .field("running", &state.running)
+            .field("closed", &state.closed)
+            .finish()
+    }
+}
+
+impl Default for Transfers {
     fn default() -> Self {
-        Exports {
-            inner: Arc::new(ExportsInner {
-                state: Mutex::new(ExportsState::default()),
+        Transfers {
+            inner: Arc::new(TransfersInner {
+                state: Mutex::new(TransfersState::default()),
                 idle: Condvar::new(),
                 stop: watch::Sender::new(false),
             }),
@@ -171,25 +183,13 @@ impl Default for Exports {
     }
 }
 
-impl Exports {
-    /// [`blocking_export`] that [`Exports::close`] ends; [`KvError::Closed`] once it was called.
+impl Transfers {
+    /// [`blocking_export`] that [`Transfers::close`] ends; [`KvError::Closed`] once it was called.
     pub async fn export<F>(&self, work: F) -> Result<Snapshot, KvError>
     where
         F: FnOnce(&mut ExportSink) -> Result<(), KvError> + Send + 'static,
     {
-        // Counted and subscribed under the lock: a close either refuses this export or sees it
-        // running, and then its stop reaches it.
-        let (running, stop) = {
-            let mut state = self.state();
-            if state.closed {
-                return Err(KvError::Closed);
-            }
-            state.running += 1;
-            let running = RunningExport {
-                inner: self.inner.clone(),
-            };
-            (running, self.inner.stop.subscribe())
-        };
+        let (running, stop) = self.begin()?;
         export_on_thread(
             move |sink| {
                 let result = work(sink);
@@ -203,9 +203,45 @@ impl Exports {
         .await
     }
 
+    /// [`blocking_import`] that [`Transfers::close`] ends: the feed then yields
+    /// [`KvError::Closed`] (unless its end was already passed), so `work` commits nothing, and the
+    /// close waits until `work` has returned. [`KvError::Closed`] once the close was called.
+    pub async fn import<T, F>(&self, snapshot: Snapshot, work: F) -> Result<T, KvError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Versionstamp, &mut ImportFeed) -> Result<T, KvError> + Send + 'static,
+    {
+        let (running, stop) = self.begin()?;
+        import_on_thread(
+            snapshot,
+            move |versionstamp, feed| {
+                let result = work(versionstamp, feed);
+                drop(running);
+                result
+            },
+            Some(stop),
+        )
+        .await
+    }
+
+    /// Counts a transfer as running and subscribes it to the close, both under the lock: a close
+    /// either refuses it or sees it running, and then its stop reaches it.
+    fn begin(&self) -> Result<(RunningTransfer, watch::Receiver<bool>), KvError> {
+        let mut state = self.state();
+        if state.closed {
+            return Err(KvError::Closed);
+        }
+        state.running += 1;
+        let running = RunningTransfer {
+            inner: self.inner.clone(),
+        };
+        Ok((running, self.inner.stop.subscribe()))
+    }
+
     /// Ends every running export at its next send (one waiting for its consumer stops waiting)
-    /// and blocks until each one's work has returned; later exports are refused. Closing again
-    /// is harmless.
+    /// and every running import at its next item (one waiting for its stream stops waiting), and
+    /// blocks until each one's work has returned; later transfers are refused. Closing again is
+    /// harmless.
     pub fn close(&self) {
         let mut state = self.state();
         state.closed = true;
@@ -219,7 +255,7 @@ impl Exports {
         }
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, ExportsState> {
+    fn state(&self) -> std::sync::MutexGuard<'_, TransfersState> {
         // Two counters changed together under the lock: a panic cannot leave them half-set.
         self.inner
             .state
@@ -228,12 +264,12 @@ impl Exports {
     }
 }
 
-/// One export counted as running by its [`Exports`] until dropped (also if its work panics).
-struct RunningExport {
-    inner: Arc<ExportsInner>,
+/// One transfer counted as running by its [`Transfers`] until dropped (also if its work panics).
+struct RunningTransfer {
+    inner: Arc<TransfersInner>,
 }
 
-impl Drop for RunningExport {
+impl Drop for RunningTransfer {
     fn drop(&mut self) {
         let mut state = self
             .inner
@@ -319,6 +355,30 @@ enum Feed {
 pub struct ImportFeed {
     items: mpsc::Receiver<Feed>,
     ended: bool,
+    /// Turns true when the [`Transfers`] this import runs under close.
+    stop: Option<watch::Receiver<bool>>,
+}
+
+impl ImportFeed {
+    /// The next message from the async side, or `Err(Closed)` once the [`Transfers`] this import
+    /// runs under closed (also while waiting).
+    fn receive(&mut self) -> Result<Option<Feed>, KvError> {
+        let Some(stop) = self.stop.as_mut() else {
+            return Ok(self.items.blocking_recv());
+        };
+        if *stop.borrow() {
+            return Err(KvError::Closed);
+        }
+        // This thread is the import's own, never a runtime's, so it may block on the wait.
+        let items = &mut self.items;
+        futures::executor::block_on(async move {
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|stopped| *stopped) => Err(KvError::Closed),
+                feed = items.recv() => Ok(feed),
+            }
+        })
+    }
 }
 
 impl Iterator for ImportFeed {
@@ -328,13 +388,17 @@ impl Iterator for ImportFeed {
         if self.ended {
             return None;
         }
-        match self.items.blocking_recv() {
-            Some(Feed::Item(item)) => Some(item),
-            Some(Feed::End) => {
+        match self.receive() {
+            Err(closed) => {
+                self.ended = true;
+                Some(Err(closed))
+            }
+            Ok(Some(Feed::Item(item))) => Some(item),
+            Ok(Some(Feed::End)) => {
                 self.ended = true;
                 None
             }
-            None => {
+            Ok(None) => {
                 self.ended = true;
                 Some(Err(KvError::invalid_argument(
                     "the import was abandoned before the end of its snapshot",
@@ -355,6 +419,19 @@ where
     T: Send + 'static,
     F: FnOnce(Versionstamp, &mut ImportFeed) -> Result<T, KvError> + Send + 'static,
 {
+    import_on_thread(snapshot, work, None).await
+}
+
+/// [`blocking_import`], whose feed fails once `stop` turns true.
+async fn import_on_thread<T, F>(
+    snapshot: Snapshot,
+    work: F,
+    stop: Option<watch::Receiver<bool>>,
+) -> Result<T, KvError>
+where
+    T: Send + 'static,
+    F: FnOnce(Versionstamp, &mut ImportFeed) -> Result<T, KvError> + Send + 'static,
+{
     let Snapshot {
         versionstamp,
         mut items,
@@ -365,6 +442,7 @@ where
     let mut feed = ImportFeed {
         items: feed_rx,
         ended: false,
+        stop,
     };
     std::thread::Builder::new()
         .name("kv-import".into())
@@ -372,8 +450,17 @@ where
             let _ = done_tx.send(work(versionstamp, &mut feed));
         })
         .map_err(KvError::storage)?;
+    let mut done_rx = done_rx;
     let mut passed_all = true;
-    while let Some(item) = items.next().await {
+    loop {
+        let item = tokio::select! {
+            biased;
+            // The work ended before the stream did (it failed, or the close stopped it): its
+            // answer, without waiting for a stream that may never yield again.
+            done = &mut done_rx => return done.map_err(|_| thread_gone("import"))?,
+            item = items.next() => item,
+        };
+        let Some(item) = item else { break };
         let failed = item.is_err();
         if feed_tx.send(Feed::Item(item)).await.is_err() || failed {
             // The thread stopped (its work failed), or the stream did and the thread is told.

@@ -17,6 +17,7 @@ use open_deno_kv_engine_kit::{
 use open_deno_kv_engine_kit::{run_blocking, run_read};
 
 use open_deno_kv_engine_kit::FileEngine;
+use open_deno_kv_engine_kit::backup::Transfers;
 
 use crate::file::{FileStorage, OpenStorage};
 use crate::options::RedbOptions;
@@ -37,6 +38,9 @@ pub struct RedbBackend {
     owner: u64,
     /// This handle's watchers and waiting dequeues; closed with the handle.
     signal: Arc<ChangeSignal>,
+    /// This handle's running exports and imports, which hold the file: closing the handle ends
+    /// them first.
+    transfers: Transfers,
 }
 
 impl FileEngine for RedbBackend {
@@ -76,6 +80,7 @@ impl RedbBackend {
             shared,
             owner,
             signal,
+            transfers: Transfers::default(),
         };
         Ok(Checked::new(engine, options.limits, options.clock))
     }
@@ -129,7 +134,8 @@ impl Engine for RedbBackend {
     /// fused: polled again after its end it ends again (open-deno-kv-model's `Replay::over`
     /// polls a backup's stream once more after its last entry when it holds no message).
     async fn export_snapshot(&self) -> Result<Snapshot, KvError> {
-        let snapshot = backup::export(self.shared.clone(), self.clock.now()).await?;
+        let snapshot =
+            backup::export(&self.transfers, self.shared.clone(), self.clock.now()).await?;
         Ok(Snapshot {
             items: snapshot.items.fuse().boxed(),
             ..snapshot
@@ -139,7 +145,7 @@ impl Engine for RedbBackend {
     /// One write transaction beside the writer, which continues numbering above the
     /// snapshot (see the `backup` module); then every watcher and consumer looks again.
     async fn import_snapshot(&self, snapshot: Snapshot) -> Result<ImportSummary, KvError> {
-        let summary = backup::import(self.shared.clone(), snapshot).await?;
+        let summary = backup::import(&self.transfers, self.shared.clone(), snapshot).await?;
         self.shared.notifier.notify_everything();
         Ok(summary)
     }
@@ -199,6 +205,13 @@ impl Engine for RedbBackend {
     /// retried). The last handle on a file also syncs everything and closes the file.
     async fn close(&self) -> Result<(), KvError> {
         self.signal.close();
+        // First: an import holds redb's one write transaction, which the release below waits for.
+        let transfers = self.transfers.clone();
+        run_blocking(move || {
+            transfers.close();
+            Ok(())
+        })
+        .await?;
         let released = match self.shared.writer() {
             Ok(writer) => match writer.release(self.owner, self.clock.now()).await {
                 Err(KvError::Closed) => Ok(()),
@@ -216,6 +229,7 @@ impl Engine for RedbBackend {
     /// reopen right after the drop finds it free).
     fn close_on_drop(&self) {
         self.signal.close();
+        self.transfers.close();
         if let Ok(writer) = self.shared.writer() {
             writer.release_in_background(self.owner, self.clock.now());
         }

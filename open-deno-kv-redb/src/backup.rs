@@ -1,6 +1,6 @@
 //! Snapshot export and import (see `open_deno_kv_engine_kit::backup`), each on a thread of its own
-//! ([`Exports::export`](open_deno_kv_engine_kit::backup::Exports::export), which the file's close
-//! ends, and [`blocking_import`]).
+//! ([`Transfers::export`] and [`Transfers::import`]: closing the handle that runs them ends
+//! them, so none holds the file after its close).
 //!
 //! **Which commit a read transaction holds.** The writer keeps the last version in memory and
 //! records only a ceiling in the file (see the `group` module), so a read transaction alone does
@@ -28,9 +28,7 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use open_deno_kv_engine_kit::backup::{
-    ExportSink, ImportFeed, ImportRow, blocking_import, import_each,
-};
+use open_deno_kv_engine_kit::backup::{ExportSink, ImportFeed, ImportRow, Transfers, import_each};
 use open_deno_kv_engine_kit::change_log::version_after_import;
 use open_deno_kv_engine_kit::{
     ImportSummary, KvEntry, KvError, QueuedMessage, Snapshot, SnapshotItem, Versionstamp,
@@ -45,12 +43,15 @@ use crate::schema::{self, ENTRIES, META, META_LAST_VERSION, QUEUE_READY, QUEUE_R
 use crate::store::Shared;
 use crate::txn::{Fatal, Tables};
 
-/// Streams the file of `shared` from one read transaction (see the module documentation).
-/// Closing the file ends the export: its consumer reads [`KvError::Closed`] after the items
-/// already sent.
-pub(crate) async fn export(shared: Arc<Shared>, now: DateTime<Utc>) -> Result<Snapshot, KvError> {
-    let exports = shared.exports.clone();
-    exports
+/// Streams the file of `shared` from one read transaction (see the module documentation), as
+/// one of `transfers`. Closing them (the handle's close) ends the export: its consumer reads
+/// [`KvError::Closed`] after the items already sent.
+pub(crate) async fn export(
+    transfers: &Transfers,
+    shared: Arc<Shared>,
+    now: DateTime<Utc>,
+) -> Result<Snapshot, KvError> {
+    transfers
         .export(move |sink| {
             shared.with_export_db(|db| {
                 let (txn, version) = if shared.is_read_only() {
@@ -131,24 +132,26 @@ fn export_from(
 /// Writes `snapshot` into the (empty) file of `shared` in one write transaction (see the module
 /// documentation).
 pub(crate) async fn import(
+    transfers: &Transfers,
     shared: Arc<Shared>,
     snapshot: Snapshot,
 ) -> Result<ImportSummary, KvError> {
-    blocking_import(snapshot, move |versionstamp, feed| {
-        let db = shared.writable_db()?;
-        let txn = db.begin_write().map_err(storage)?;
-        let (summary, version) = import_into(&txn, versionstamp, feed, shared.commit_clock())?;
-        let clock = shared.commit_clock();
-        // The file's writer waits for this transaction, so nothing else lands meanwhile.
-        let before = clock.last_landed();
-        clock.landing();
-        let committed = txn.commit().map_err(storage);
-        clock.landed(if committed.is_ok() { version } else { before });
-        committed?;
-        shared.invalidate_snapshot();
-        Ok(summary)
-    })
-    .await
+    transfers
+        .import(snapshot, move |versionstamp, feed| {
+            let db = shared.writable_db()?;
+            let txn = db.begin_write().map_err(storage)?;
+            let (summary, version) = import_into(&txn, versionstamp, feed, shared.commit_clock())?;
+            let clock = shared.commit_clock();
+            // The file's writer waits for this transaction, so nothing else lands meanwhile.
+            let before = clock.last_landed();
+            clock.landing();
+            let committed = txn.commit().map_err(storage);
+            clock.landed(if committed.is_ok() { version } else { before });
+            committed?;
+            shared.invalidate_snapshot();
+            Ok(summary)
+        })
+        .await
 }
 
 fn import_into(

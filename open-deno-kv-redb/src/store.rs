@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
-use open_deno_kv_engine_kit::backup::Exports;
 use open_deno_kv_engine_kit::{KvError, Notifier};
 use redb::ReadableDatabase;
 
@@ -42,8 +41,6 @@ pub(crate) struct Shared {
     snapshot: Arc<ReadSnapshot>,
     /// Which version the file holds, for exports (see [`crate::backup`]).
     commit_clock: Arc<CommitClock>,
-    /// The running exports, which the close ends before it closes the file.
-    pub(crate) exports: Exports,
     /// Numbers handles, so the writer knows whose messages are whose.
     next_owner: AtomicU64,
     /// Open handles; changed only under the registry lock.
@@ -78,10 +75,10 @@ impl Shared {
         self.with_db(|db| read(&*self.snapshot.entries(db)?))
     }
 
-    /// Runs `export` (the work of an export in [`Shared::exports`]) on the open database for as
-    /// long as it takes. A writable file is held by reference, so the writer's reopen after an
-    /// I/O error does not wait for the export; a read-only one is held open until the export
-    /// ends. Either way the close ends the export first (see [`Shared::shut_down`]).
+    /// Runs `export` (the work of an export) on the open database for as long as it takes. A
+    /// writable file is held by reference, so the writer's reopen after an I/O error does not
+    /// wait for the export; a read-only one is held open until the export ends. Either way the
+    /// close of the handle that runs it ends the export first (see [`Shared::shut_down`]).
     pub(crate) fn with_export_db<T>(
         &self,
         export: impl FnOnce(&dyn ReadableDatabase) -> Result<T, KvError>,
@@ -119,14 +116,12 @@ impl Shared {
         self.writer.is_none()
     }
 
-    /// Stops the writer (it settles and syncs everything), ends the running exports and closes
-    /// the file: when this returns, nothing of this process holds the file, so an open anywhere
-    /// finds it unlocked.
+    /// Stops the writer (it settles and syncs everything) and closes the file: when this
+    /// returns, nothing of this process holds the file, so an open anywhere finds it unlocked.
+    /// (Exports and imports hold it too; each handle's close has ended its own before the last
+    /// one gets here.)
     fn shut_down(&self) -> Result<(), KvError> {
         let stopped = self.writer.as_ref().map_or(Ok(()), |writer| writer.stop());
-        // An export holds the file (and a read transaction) until its work returns; its
-        // consumer reads `Closed` after what was already sent.
-        self.exports.close();
         // No read can start once the slot is closed, so none can cache a snapshot again. The
         // cached one is a read transaction: it must end before the file closes. The stopped
         // writer has let go of the database: closing here releases the file lock before the
@@ -222,7 +217,6 @@ fn open_shared(
         notifier,
         snapshot,
         commit_clock,
-        exports: Exports::default(),
         next_owner: AtomicU64::new(1),
         open_handles: AtomicU64::new(0),
     })

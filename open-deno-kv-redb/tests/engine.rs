@@ -316,3 +316,68 @@ async fn closing_ends_running_exports_and_frees_the_file() {
     assert!(matches!(items.last(), Some(Err(KvError::Closed))));
     drop(Database::create(&path).expect("free after the read-only close"));
 }
+
+/// A close while an import runs whose stream stalls (a slow download, a stuck producer): the
+/// import is ended before its end was passed, so it rolls back and its caller gets `Closed`; the
+/// close returns without waiting for the stream, and the file is free when it does. Reopened,
+/// the store holds nothing of the import.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_ends_a_running_import_and_frees_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let source = RedbBackend::open(dir.path().join("source.redb")).expect("open");
+    fill(&source, 100).await;
+    let exported = source.export_snapshot().await.expect("export");
+    let pulled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counting = pulled.clone();
+    let stalling = exported
+        .items
+        .take(10)
+        .inspect(move |_| {
+            counting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        })
+        .chain(futures::stream::pending())
+        .boxed();
+    let snapshot = open_deno_kv_engine_kit::backup::Snapshot {
+        database: exported.database,
+        versionstamp: exported.versionstamp,
+        items: stalling,
+    };
+    let path = dir.path().join("kv.redb");
+    let kv = Arc::new(RedbBackend::open(&path).expect("open"));
+    let import = tokio::spawn({
+        let kv = kv.clone();
+        async move { kv.import_snapshot(snapshot).await }
+    });
+    let pulling = async {
+        while pulled.load(std::sync::atomic::Ordering::SeqCst) < 10 {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), pulling)
+        .await
+        .expect("the import takes the stream's items");
+    // Most likely inside its write transaction by now; either way the close must end it.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(30), kv.close()).await;
+    closed
+        .expect("the close does not wait for a stream that stalls")
+        .expect("close");
+    drop(Database::create(&path).expect("the file is free once close returns"));
+    let outcome = tokio::time::timeout(std::time::Duration::from_secs(10), import)
+        .await
+        .expect("the import's caller is answered")
+        .expect("the import's task");
+    assert!(matches!(outcome, Err(KvError::Closed)), "{outcome:?}");
+    let reopened = RedbBackend::open(&path).expect("reopen");
+    let everything = SnapshotRead {
+        ranges: vec![ReadRange {
+            start: vec![],
+            end: vec![0xff],
+            limit: 1_000,
+            reverse: false,
+        }],
+        consistency: open_deno_kv_engine_kit::Consistency::Strong,
+    };
+    let read = reopened.snapshot_read(everything).await.expect("read");
+    assert!(read[0].entries.is_empty(), "nothing of the import was kept");
+}

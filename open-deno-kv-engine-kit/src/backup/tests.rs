@@ -61,11 +61,11 @@ async fn dropping_an_export_stream_stops_its_thread() {
 /// An export that sends until it is stopped, holding `storage` (a stand-in for the engine's
 /// open file) meanwhile and counting its sends in `sent`.
 async fn endless_export(
-    exports: &Exports,
+    transfers: &Transfers,
     storage: Arc<()>,
     sent: Arc<AtomicUsize>,
 ) -> Result<Snapshot, KvError> {
-    exports
+    transfers
         .export(move |sink| {
             let _held = storage;
             sink.begin(None, Versionstamp::from_version(9, 0))?;
@@ -83,11 +83,11 @@ async fn endless_export(
 /// channel) and returns only once the work has let go of the storage. The consumer then reads
 /// what was sent and an error: never an end that would look like a whole snapshot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn closing_exports_ends_one_whose_consumer_is_not_reading() {
-    let exports = Exports::default();
+async fn closing_ends_an_export_whose_consumer_is_not_reading() {
+    let transfers = Transfers::default();
     let storage = Arc::new(());
     let sent = Arc::new(AtomicUsize::new(0));
-    let snapshot = endless_export(&exports, storage.clone(), sent.clone())
+    let snapshot = endless_export(&transfers, storage.clone(), sent.clone())
         .await
         .unwrap();
     // The channel fills; the next send waits for room.
@@ -99,7 +99,7 @@ async fn closing_exports_ends_one_whose_consumer_is_not_reading() {
     tokio::time::timeout(Duration::from_secs(10), filled)
         .await
         .expect("the export fills the channel");
-    let closing = exports.clone();
+    let closing = transfers.clone();
     let closed = tokio::task::spawn_blocking(move || closing.close());
     tokio::time::timeout(Duration::from_secs(10), closed)
         .await
@@ -120,29 +120,29 @@ async fn closing_exports_ends_one_whose_consumer_is_not_reading() {
 /// After the close, a new export is refused, and closing again returns at once.
 #[tokio::test]
 async fn an_export_after_the_close_is_refused() {
-    let exports = Exports::default();
-    exports.close();
+    let transfers = Transfers::default();
+    transfers.close();
     let sent = Arc::new(AtomicUsize::new(0));
-    let err = endless_export(&exports, Arc::new(()), sent.clone())
+    let err = endless_export(&transfers, Arc::new(()), sent.clone())
         .await
         .unwrap_err();
     assert!(matches!(err, KvError::Closed), "{err:?}");
     assert_eq!(sent.load(Ordering::SeqCst), 0);
-    exports.close();
+    transfers.close();
 }
 
 /// An export that ends on its own (its consumer dropped the stream) no longer counts: the close
 /// does not wait for anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_export_does_not_hold_the_close() {
-    let exports = Exports::default();
+    let transfers = Transfers::default();
     let storage = Arc::new(());
     let sent = Arc::new(AtomicUsize::new(0));
-    let snapshot = endless_export(&exports, storage.clone(), sent)
+    let snapshot = endless_export(&transfers, storage.clone(), sent)
         .await
         .unwrap();
     drop(snapshot);
-    let closing = exports.clone();
+    let closing = transfers.clone();
     tokio::task::spawn_blocking(move || closing.close())
         .await
         .unwrap();
@@ -208,4 +208,86 @@ async fn an_abandoned_import_fails_its_work() {
             .await
             .unwrap();
     assert_eq!(failed, Ok(true), "the work saw an error, not an end");
+}
+
+/// A stream that yields `items` entries, then nothing ever again.
+fn stalling(items: u8) -> Snapshot {
+    let stream = futures::stream::unfold(0u8, move |key| async move {
+        if key == items {
+            futures::future::pending::<()>().await;
+        }
+        Some((Ok(entry(key, 1)), key + 1))
+    })
+    .boxed();
+    Snapshot {
+        database: None,
+        versionstamp: Versionstamp::from_version(3, 0),
+        items: stream,
+    }
+}
+
+/// Closing ends an import whose stream stalls (its thread waits for the next item): the work
+/// sees [`KvError::Closed`] instead of an end, so it commits nothing, and has let go of the
+/// storage when the close returns; the import's caller gets `Closed`; a later import is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_ends_an_import_waiting_for_its_stream() {
+    let transfers = Transfers::default();
+    let storage = Arc::new(());
+    let received = Arc::new(AtomicUsize::new(0));
+    let import = tokio::spawn({
+        let (transfers, storage, received) = (transfers.clone(), storage.clone(), received.clone());
+        async move {
+            transfers
+                .import(stalling(2), move |_, feed| {
+                    let _held = storage;
+                    let mut rows = Vec::new();
+                    for item in feed {
+                        rows.push(item?);
+                        received.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Ok(rows)
+                })
+                .await
+        }
+    });
+    let started = async {
+        while received.load(Ordering::SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), started)
+        .await
+        .expect("the import receives the stream's items");
+    let closing = transfers.clone();
+    let closed = tokio::task::spawn_blocking(move || closing.close());
+    tokio::time::timeout(Duration::from_secs(10), closed)
+        .await
+        .expect("the close does not wait for a stream that stalls")
+        .unwrap();
+    assert_eq!(
+        Arc::strong_count(&storage),
+        1,
+        "the work let go before close returned"
+    );
+    let outcome = tokio::time::timeout(Duration::from_secs(10), import)
+        .await
+        .expect("the import's caller is answered though its stream stalls")
+        .unwrap();
+    assert!(matches!(outcome, Err(KvError::Closed)), "{outcome:?}");
+    let refused = transfers.import(stalling(0), |_, _| Ok(())).await;
+    assert!(matches!(refused, Err(KvError::Closed)), "{refused:?}");
+}
+
+/// A work that fails before the stream ends answers its caller at once, though the stream stalls.
+#[tokio::test]
+async fn an_import_whose_work_fails_answers_without_waiting_for_the_stream() {
+    let import = blocking_import(stalling(1), |_, feed| {
+        let first = feed.next();
+        assert!(matches!(first, Some(Ok(_))), "{first:?}");
+        Err::<(), _>(KvError::invalid_argument("refused"))
+    });
+    let outcome = tokio::time::timeout(Duration::from_secs(10), import)
+        .await
+        .expect("answered though the stream stalls");
+    assert!(outcome.unwrap_err().to_string().contains("refused"));
 }
