@@ -743,10 +743,38 @@ mod tests {
         }]
     }
 
-    /// Leads: the read that [`InFlight::read`] sends to the server as the first of several.
-    async fn leading(read: impl std::future::Future<Output = PointRead>) -> Leading {
-        match read.await {
-            PointRead::Server(Some(leading)) => leading,
+    /// A handle whose last commit wrote `counter`, with nothing running or queued for it.
+    fn just_wrote_counter() -> Arc<InFlight> {
+        let in_flight = Arc::new(InFlight::default());
+        in_flight
+            .begin(&[setting("counter")])
+            .committed(left("counter", Instant::now()));
+        in_flight
+    }
+
+    /// The future of a read that follows a leading one ([`lead_and_follow`]).
+    type Follower<'a> = std::pin::Pin<Box<dyn Future<Output = Option<Vec<ReadRangeOutput>>> + 'a>>;
+
+    /// Two reads of `ranges` on `in_flight`, both invoked now and each polled once (both yield):
+    /// the first, polled again, goes to the server and leads; the second, invoked at `invoked`,
+    /// is handed back to follow it.
+    async fn lead_and_follow<'a>(
+        in_flight: &'a Arc<InFlight>,
+        ranges: &'a [ReadRange],
+        invoked: Instant,
+    ) -> (Leading, Follower<'a>) {
+        let mut first = Box::pin(in_flight.read(ranges, Instant::now(), now()));
+        let mut second: Follower<'a> = Box::pin(answer(in_flight, ranges, invoked));
+        assert!(
+            futures::poll!(first.as_mut()).is_pending(),
+            "it yields once"
+        );
+        assert!(
+            futures::poll!(second.as_mut()).is_pending(),
+            "it yields once"
+        );
+        match first.await {
+            PointRead::Server(Some(leading)) => (leading, second),
             other => panic!("expected a leading read, got {other:?}"),
         }
     }
@@ -756,23 +784,10 @@ mod tests {
     /// answered by that write's commit, not by the server.
     #[tokio::test]
     async fn a_read_behind_a_leading_read_waits_for_the_write_its_reader_submits() {
-        let in_flight = Arc::new(InFlight::default());
-        in_flight
-            .begin(&[setting("counter")])
-            .committed(left("counter", Instant::now()));
+        let in_flight = just_wrote_counter();
         let ranges = [get("counter")];
-        let mut first = std::pin::pin!(in_flight.read(&ranges, Instant::now(), now()));
         let invoked = Instant::now();
-        let mut second = std::pin::pin!(answer(&in_flight, &ranges, invoked));
-        assert!(
-            futures::poll!(first.as_mut()).is_pending(),
-            "it yields once"
-        );
-        assert!(
-            futures::poll!(second.as_mut()).is_pending(),
-            "it yields once"
-        );
-        let leading = leading(first).await;
+        let (leading, mut second) = lead_and_follow(&in_flight, &ranges, invoked).await;
         assert!(
             futures::poll!(second.as_mut()).is_pending(),
             "it waits for the leading read"
@@ -804,16 +819,9 @@ mod tests {
     #[tokio::test]
     async fn a_read_behind_a_leader_that_writes_nothing_shares_its_answer() {
         for (expires, shown) in [(None, 1), (Some(now()), 0)] {
-            let in_flight = Arc::new(InFlight::default());
-            in_flight
-                .begin(&[setting("counter")])
-                .committed(left("counter", Instant::now()));
+            let in_flight = just_wrote_counter();
             let ranges = [get("counter")];
-            let mut first = std::pin::pin!(in_flight.read(&ranges, Instant::now(), now()));
-            let mut early = std::pin::pin!(answer(&in_flight, &ranges, Instant::now()));
-            assert!(futures::poll!(first.as_mut()).is_pending());
-            assert!(futures::poll!(early.as_mut()).is_pending());
-            let leading = leading(first).await;
+            let (leading, mut early) = lead_and_follow(&in_flight, &ranges, Instant::now()).await;
             let mut late = std::pin::pin!(answer(&in_flight, &ranges, Instant::now()));
             assert!(futures::poll!(late.as_mut()).is_pending(), "it yields once");
             assert!(futures::poll!(late.as_mut()).is_pending(), "it follows");
@@ -835,16 +843,9 @@ mod tests {
     /// A leading read that fails or is abandoned sends the reads behind it to the server.
     #[tokio::test]
     async fn an_abandoned_leader_sends_its_followers_to_the_server() {
-        let in_flight = Arc::new(InFlight::default());
-        in_flight
-            .begin(&[setting("counter")])
-            .committed(left("counter", Instant::now()));
+        let in_flight = just_wrote_counter();
         let ranges = [get("counter")];
-        let mut first = std::pin::pin!(in_flight.read(&ranges, Instant::now(), now()));
-        let mut second = std::pin::pin!(answer(&in_flight, &ranges, Instant::now()));
-        assert!(futures::poll!(first.as_mut()).is_pending());
-        assert!(futures::poll!(second.as_mut()).is_pending());
-        let leading = leading(first).await;
+        let (leading, mut second) = lead_and_follow(&in_flight, &ranges, Instant::now()).await;
         assert!(futures::poll!(second.as_mut()).is_pending(), "it follows");
         drop(leading);
         assert!(in_flight.lock().leads.is_empty(), "no longer leading");

@@ -79,6 +79,34 @@ async fn endless_export(
         .await
 }
 
+/// Waits (at most 10 s) until `count` reaches `at_least`.
+async fn wait_for_count(count: &AtomicUsize, at_least: usize, what: &str) {
+    let reached = async {
+        while count.load(Ordering::SeqCst) < at_least {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), reached)
+        .await
+        .unwrap_or_else(|_| panic!("{what}"));
+}
+
+/// Closes `transfers` off the runtime; it must return within 10 s (`what` says why it would
+/// not), with the work's hold on `storage` let go.
+async fn close_releasing(transfers: &Transfers, storage: &Arc<()>, what: &str) {
+    let closing = transfers.clone();
+    let closed = tokio::task::spawn_blocking(move || closing.close());
+    tokio::time::timeout(Duration::from_secs(10), closed)
+        .await
+        .unwrap_or_else(|_| panic!("{what}"))
+        .unwrap();
+    assert_eq!(
+        Arc::strong_count(storage),
+        1,
+        "the work let go before close returned"
+    );
+}
+
 /// Closing ends an export whose consumer is not reading (its thread waits for room in the
 /// channel) and returns only once the work has let go of the storage. The consumer then reads
 /// what was sent and an error: never an end that would look like a whole snapshot.
@@ -91,25 +119,9 @@ async fn closing_ends_an_export_whose_consumer_is_not_reading() {
         .await
         .unwrap();
     // The channel fills; the next send waits for room.
-    let filled = async {
-        while sent.load(Ordering::SeqCst) < CHANNEL_ITEMS {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), filled)
-        .await
-        .expect("the export fills the channel");
-    let closing = transfers.clone();
-    let closed = tokio::task::spawn_blocking(move || closing.close());
-    tokio::time::timeout(Duration::from_secs(10), closed)
-        .await
-        .expect("the close waits for a consumer that does not read")
-        .unwrap();
-    assert_eq!(
-        Arc::strong_count(&storage),
-        1,
-        "the work let go before close returned"
-    );
+    wait_for_count(&sent, CHANNEL_ITEMS, "the export fills the channel").await;
+    let waiting = "the close does not wait for a consumer that does not read";
+    close_releasing(&transfers, &storage, waiting).await;
     let items: Vec<_> = snapshot.items.collect().await;
     let (last, sent) = items.split_last().expect("items");
     assert_eq!(sent.len(), CHANNEL_ITEMS, "the channel was full");
@@ -250,25 +262,13 @@ async fn closing_ends_an_import_waiting_for_its_stream() {
                 .await
         }
     });
-    let started = async {
-        while received.load(Ordering::SeqCst) < 2 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), started)
-        .await
-        .expect("the import receives the stream's items");
-    let closing = transfers.clone();
-    let closed = tokio::task::spawn_blocking(move || closing.close());
-    tokio::time::timeout(Duration::from_secs(10), closed)
-        .await
-        .expect("the close does not wait for a stream that stalls")
-        .unwrap();
-    assert_eq!(
-        Arc::strong_count(&storage),
-        1,
-        "the work let go before close returned"
-    );
+    wait_for_count(&received, 2, "the import receives the stream's items").await;
+    close_releasing(
+        &transfers,
+        &storage,
+        "the close does not wait for a stream that stalls",
+    )
+    .await;
     let outcome = tokio::time::timeout(Duration::from_secs(10), import)
         .await
         .expect("the import's caller is answered though its stream stalls")
