@@ -240,8 +240,16 @@ impl Transfers {
 
     /// Ends every running export at its next send (one waiting for its consumer stops waiting)
     /// and every running import at its next item (one waiting for its stream stops waiting), and
-    /// blocks until each one's work has returned; later transfers are refused. Closing again is
-    /// harmless.
+    /// refuses later transfers, without waiting for their work to return (a `Drop` that must not
+    /// block). Their work returns soon after: an import rolls back.
+    pub fn stop(&self) {
+        let mut state = self.state();
+        state.closed = true;
+        self.inner.stop.send_replace(true);
+    }
+
+    /// [`Transfers::stop`], then blocks until each running transfer's work has returned. Closing
+    /// again is harmless.
     pub fn close(&self) {
         let mut state = self.state();
         state.closed = true;

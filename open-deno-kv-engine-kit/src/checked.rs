@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::StreamExt;
+use tokio::sync::watch;
 
 use crate::change_log::{ChangeLogStatus, ChangeRecord};
 use crate::optional::Optional;
@@ -59,6 +61,10 @@ pub struct Checked<E: Engine> {
     limits: Limits,
     clock: Arc<dyn Clock>,
     closed: AtomicBool,
+    /// Turns true at the close: the snapshot stream of every import still running through this
+    /// handle then fails with [`KvError::Closed`], so the import rolls back instead of waiting
+    /// for a stream that may never end.
+    closing: watch::Sender<bool>,
 }
 
 impl<E: Engine> Checked<E> {
@@ -69,6 +75,7 @@ impl<E: Engine> Checked<E> {
             limits,
             clock,
             closed: AtomicBool::new(false),
+            closing: watch::Sender::new(false),
         }
     }
 
@@ -216,6 +223,7 @@ impl<E: Engine> Backend for Checked<E> {
         self.ensure_offered(Optional::Import)?;
         crate::backup::check_version(snapshot.versionstamp)?;
         let snapshot = crate::backup::ordered_import(snapshot);
+        let snapshot = cut_at_close(snapshot, self.closing.subscribe());
         self.engine.import_snapshot(snapshot).await
     }
 
@@ -257,8 +265,29 @@ impl<E: Engine> Backend for Checked<E> {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        self.closing.send_replace(true);
         self.engine.close().await
     }
+}
+
+/// `snapshot` whose items end with [`KvError::Closed`] as soon as `closing` turns true (or its
+/// handle is gone), even while the stream itself waits: an import cut so fails like one whose
+/// stream failed, and commits nothing.
+fn cut_at_close(snapshot: Snapshot, closing: watch::Receiver<bool>) -> Snapshot {
+    let items = futures::stream::unfold(Some((snapshot.items, closing)), |state| async move {
+        let (mut items, mut closing) = state?;
+        let item = tokio::select! {
+            biased;
+            _ = closing.wait_for(|closed| *closed) => None,
+            item = items.next() => Some(item),
+        };
+        match item {
+            None => Some((Err(KvError::Closed), None)),
+            Some(item) => item.map(|item| (item, Some((items, closing)))),
+        }
+    })
+    .boxed();
+    Snapshot { items, ..snapshot }
 }
 
 #[cfg(test)]

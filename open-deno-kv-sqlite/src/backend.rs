@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use open_deno_kv_engine_kit::backup::Transfers;
 use open_deno_kv_engine_kit::change_log::{ChangeLogStatus, ChangeRecord};
 use open_deno_kv_engine_kit::committer::SettleAtNow;
 use open_deno_kv_engine_kit::{
@@ -34,6 +35,10 @@ pub struct SqliteBackend {
     /// Wakes this handle's watches and queue consumers after its writer's commits.
     notifier: Arc<Notifier>,
     signal: Arc<ChangeSignal>,
+    /// This handle's running imports, which hold the database's write lock: closing the handle
+    /// ends them first. (Its exports read on connections of their own, which hold no lock a
+    /// writer or a reopen waits for, and outlive the close.)
+    transfers: Transfers,
 }
 
 impl FileEngine for SqliteBackend {
@@ -69,6 +74,7 @@ impl FileEngine for SqliteBackend {
             writer,
             notifier,
             signal,
+            transfers: Transfers::default(),
         };
         Ok(Checked::new(engine, limits, clock))
     }
@@ -135,7 +141,7 @@ impl Engine for SqliteBackend {
     /// One write transaction on a connection of its own, then every watcher and consumer of
     /// this handle looks again (see the `backup` module).
     async fn import_snapshot(&self, snapshot: Snapshot) -> Result<ImportSummary, KvError> {
-        let summary = backup::import(self.path.clone(), snapshot).await?;
+        let summary = backup::import(&self.transfers, self.path.clone(), snapshot).await?;
         self.notifier.notify_everything();
         Ok(summary)
     }
@@ -181,19 +187,21 @@ impl Engine for SqliteBackend {
 
     async fn close(&self) -> Result<(), KvError> {
         self.signal.close();
-        match &self.writer {
-            Some(writer) => {
-                let writer = writer.clone();
-                run_blocking(move || writer.stop()).await
-            }
-            None => Ok(()),
-        }
+        let transfers = self.transfers.clone();
+        let writer = self.writer.clone();
+        run_blocking(move || {
+            // An import holds the write lock: ended first, it rolls back and lets go of it.
+            transfers.close();
+            writer.map_or(Ok(()), |writer| writer.stop())
+        })
+        .await
     }
 }
 
 impl Drop for SqliteBackend {
     fn drop(&mut self) {
         self.signal.close();
+        self.transfers.stop();
         if let Some(writer) = &self.writer {
             writer.stop_in_background();
         }

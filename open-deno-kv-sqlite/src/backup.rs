@@ -1,5 +1,6 @@
 //! Snapshot export and import (see `open_deno_kv_engine_kit::backup`), each on a connection of its
-//! own and a thread of its own ([`blocking_export`], [`blocking_import`]).
+//! own and a thread of its own ([`blocking_export`], and [`Transfers::import`], which the handle's
+//! close ends: an import holds the database's write lock).
 //!
 //! **Export**: one read transaction (in WAL mode a reader never blocks the writer, and the writer
 //! never blocks it): the database's identity and `data_version` (the last commit), then every visible `kv` row in key order,
@@ -17,7 +18,7 @@ use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
 use open_deno_kv_engine_kit::backup::{
-    ExportSink, ImportFeed, ImportRow, blocking_export, blocking_import, import_each,
+    ExportSink, ImportFeed, ImportRow, Transfers, blocking_export, import_each,
 };
 use open_deno_kv_engine_kit::change_log::version_after_import;
 use open_deno_kv_engine_kit::{
@@ -81,12 +82,17 @@ fn export_from(
 
 /// Writes `snapshot` into the (empty) database at `path` in one transaction (see the module
 /// documentation).
-pub(crate) async fn import(path: PathBuf, snapshot: Snapshot) -> Result<ImportSummary, KvError> {
-    blocking_import(snapshot, move |versionstamp, feed| {
-        let mut conn = open_connection(&path, false)?;
-        import_into(&mut conn, versionstamp, feed)
-    })
-    .await
+pub(crate) async fn import(
+    transfers: &Transfers,
+    path: PathBuf,
+    snapshot: Snapshot,
+) -> Result<ImportSummary, KvError> {
+    transfers
+        .import(snapshot, move |versionstamp, feed| {
+            let mut conn = open_connection(&path, false)?;
+            import_into(&mut conn, versionstamp, feed)
+        })
+        .await
 }
 
 fn import_into(
