@@ -53,6 +53,10 @@ pub(crate) fn cases() -> Vec<Case> {
             "an_import_refuses_a_versionstamp_its_entries_cannot_account_for",
             an_import_refuses_a_versionstamp_its_entries_cannot_account_for,
         ),
+        need::BACKUP.and(need::REOPEN).case(
+            "closing_a_handle_ends_its_running_import",
+            closing_a_handle_ends_its_running_import,
+        ),
     ]
 }
 
@@ -473,5 +477,43 @@ async fn an_import_refuses_a_versionstamp_its_entries_cannot_account_for(env: En
     assert!(
         first < Versionstamp::from_version(1_000, 0) && second > first,
         "numbering continues where it was: {first}, {second}"
+    );
+}
+
+/// A handle closed while its import runs, the import's stream stalled (a slow download, a stuck
+/// producer): the close ends the import instead of waiting for the stream, the import's caller
+/// gets an error, the data reopens (nothing of the closed handle holds it), and nothing of the
+/// import was kept.
+async fn closing_a_handle_ends_its_running_import(mut env: Env) {
+    let first = (0..5).map(|i| Ok(one_entry(&format!("k{i:03}"), 10)));
+    let stalling = Snapshot {
+        database: None,
+        versionstamp: Versionstamp::from_version(10, 0),
+        items: futures::stream::iter(first)
+            .chain(futures::stream::pending())
+            .boxed(),
+    };
+    let import = tokio::spawn({
+        let kv = env.kv.clone();
+        async move { kv.import_snapshot(stalling).await }
+    });
+    // Time for the import to begin and take the stream's first items.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let within = Duration::from_secs(5);
+    tokio::time::timeout(within, env.reopen())
+        .await
+        .expect("the close and the reopen do not wait for a stream that stalls")
+        .expect("reopen");
+    let outcome = tokio::time::timeout(within, import)
+        .await
+        .expect("the import's caller is answered though its stream stalls")
+        .expect("the import's task");
+    assert!(
+        outcome.is_err(),
+        "an import its handle's close cut short cannot have succeeded"
+    );
+    assert!(
+        all_entries(&*env.kv).await.is_empty(),
+        "nothing of the import was kept"
     );
 }

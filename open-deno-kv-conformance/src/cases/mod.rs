@@ -137,8 +137,6 @@ pub(crate) mod need {
     pub(crate) const EXPORT: Need = Need::of(NONE.with_export(true));
     /// Exporting and importing snapshots (a backup and its restore).
     pub(crate) const BACKUP: Need = Need::of(NONE.with_backup(true));
-    /// Imports and reopen.
-    pub(crate) const BACKUP_REOPEN: Need = BACKUP.and(REOPEN);
     /// A change log.
     pub(crate) const CHANGE_LOG: Need = Need::of(NONE.with_change_log(true));
 }
