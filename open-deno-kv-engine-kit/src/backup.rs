@@ -251,9 +251,8 @@ impl Transfers {
     /// [`Transfers::stop`], then blocks until each running transfer's work has returned. Closing
     /// again is harmless.
     pub fn close(&self) {
+        self.stop();
         let mut state = self.state();
-        state.closed = true;
-        self.inner.stop.send_replace(true);
         while state.running > 0 {
             state = self
                 .inner

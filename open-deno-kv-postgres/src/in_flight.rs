@@ -415,8 +415,12 @@ impl std::fmt::Debug for Leading {
 
 impl Leading {
     /// The server answered the read of `ranges` with `outputs`: the reads that followed it may
-    /// share them.
+    /// share them (copied only when one did; a read that follows later finds no lead and asks
+    /// the server).
     pub(crate) fn answered(self, ranges: &[ReadRange], outputs: &[ReadRangeOutput]) {
+        if self.lead.receiver_count() == 0 {
+            return;
+        }
         self.lead.send_replace(LeadState::Answered {
             ranges: ranges.into(),
             outputs: outputs.into(),
@@ -627,8 +631,7 @@ mod tests {
     #[tokio::test]
     async fn a_get_of_a_key_a_queued_write_sets_waits_for_the_run_that_takes_it() {
         let in_flight = Arc::new(InFlight::default());
-        let mut items = vec![setting("counter")];
-        items[0].queued = Some(in_flight.queue(&items[0].write.mutations));
+        let mut items = queued_setting(&in_flight, "counter");
         let ranges = [get("counter")];
         let invoked = Instant::now();
         let mut read = std::pin::pin!(answer(&in_flight, &ranges, invoked));
@@ -651,8 +654,7 @@ mod tests {
         let ranges = [get("counter")];
 
         // A run whose writes were all answered by the last commit, then nothing more to run.
-        let mut items = vec![setting("counter")];
-        items[0].queued = Some(in_flight.queue(&items[0].write.mutations));
+        let mut items = queued_setting(&in_flight, "counter");
         let mut read = std::pin::pin!(answer(&in_flight, &ranges, Instant::now()));
         assert!(futures::poll!(read.as_mut()).is_pending());
         in_flight.take(&mut items);
@@ -710,16 +712,12 @@ mod tests {
         let invoked = Instant::now();
         let mut read = std::pin::pin!(answer(&in_flight, &ranges, invoked));
         assert!(futures::poll!(read.as_mut()).is_pending(), "it yields once");
-        let mut items = vec![setting("counter")];
-        items[0].queued = Some(in_flight.queue(&items[0].write.mutations));
+        let mut items = queued_setting(&in_flight, "counter");
         assert!(
             futures::poll!(read.as_mut()).is_pending(),
             "it waits for the retry"
         );
-        in_flight.take(&mut items);
-        in_flight
-            .begin(&items)
-            .committed(left("counter", invoked + Duration::from_millis(1)));
+        take_and_commit(&in_flight, &mut items, invoked);
         assert!(read.await.is_some(), "answered by the retry's commit");
 
         // Nothing submitted during the yield: the server answers.
@@ -741,6 +739,21 @@ mod tests {
                 entry,
             )],
         }]
+    }
+
+    /// A write setting `name`, submitted to `in_flight` and not yet taken by the committer.
+    fn queued_setting(in_flight: &Arc<InFlight>, name: &str) -> Vec<WriteRequest> {
+        let mut items = vec![setting(name)];
+        items[0].queued = Some(in_flight.queue(&items[0].write.mutations));
+        items
+    }
+
+    /// The committer takes `items` and commits them, its `COMMIT` sent 1 ms after `invoked`.
+    fn take_and_commit(in_flight: &Arc<InFlight>, items: &mut [WriteRequest], invoked: Instant) {
+        in_flight.take(items);
+        in_flight
+            .begin(items)
+            .committed(left("counter", invoked + Duration::from_millis(1)));
     }
 
     /// A handle whose last commit wrote `counter`, with nothing running or queued for it.
@@ -794,8 +807,7 @@ mod tests {
         );
         // The leader's reader, a check-and-set, writes the key it read.
         leading.answered(&ranges, &lead_answer("counter", None));
-        let mut items = vec![setting("counter")];
-        items[0].queued = Some(in_flight.queue(&items[0].write.mutations));
+        let mut items = queued_setting(&in_flight, "counter");
         assert!(
             futures::poll!(second.as_mut()).is_pending(),
             "it lets the leader's reader run once"
@@ -804,10 +816,7 @@ mod tests {
             futures::poll!(second.as_mut()).is_pending(),
             "then waits for the write"
         );
-        in_flight.take(&mut items);
-        in_flight
-            .begin(&items)
-            .committed(left("counter", invoked + Duration::from_millis(1)));
+        take_and_commit(&in_flight, &mut items, invoked);
         let answer = second.await.expect("answered by the write's commit");
         assert_eq!(answer[0].entries[0].value, KvValue::U64(1), "what it left");
         assert!(in_flight.lock().leads.is_empty());
