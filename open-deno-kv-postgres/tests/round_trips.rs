@@ -133,9 +133,9 @@ async fn a_strong_read_is_one_round_trip_whatever_its_ranges() {
                 .unwrap(),
             0,
         );
-        // A pool connection first used in a round prepares its statements there, an extra turn
-        // (seen on a loaded machine): such a round is run again. Every round counts more when
-        // a read takes more than one round trip.
+        // A round with one stray turn (seen once, on a loaded machine; a pool connection first
+        // used in that round, which prepares its statements there, would give one) is run
+        // again. Every round counts more when a read takes more than one round trip.
         let mut counted = Vec::new();
         for _ in 0..5 {
             let before = proxy.client_turns();
