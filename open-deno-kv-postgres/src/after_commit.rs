@@ -83,6 +83,16 @@ impl AfterCommit {
         }
     }
 
+    /// The entry the group left at `key`, if it wrote one there without expiry: such an entry
+    /// changes only by a later commit (expired entries are swept without one, and an import
+    /// needs an empty store), which moves the store's version on.
+    pub(crate) fn lasting(&self, key: &[u8]) -> Option<&StoredEntry> {
+        self.writes
+            .get(key)?
+            .as_ref()
+            .filter(|entry| entry.expires_at.is_none())
+    }
+
     /// The entry a read at `now` saw at `key` right after the commit, if the group decided it
     /// (see [`AfterCommit::decided`]): an expired entry is absent.
     fn entry_at(&self, key: &[u8], now: DateTime<Utc>) -> Option<Option<&StoredEntry>> {

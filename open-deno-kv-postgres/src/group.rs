@@ -26,6 +26,29 @@
 //! checks all fail costs one round trip and no flush. The first flight's read still comes after
 //! the lock, since the server runs a flight's statements one after another.
 //!
+//! **One flight.** What the first flight reads, the committer often knows already: the version
+//! its own last commit left, the retention it ran under, and the entries it wrote. When the
+//! next group reads only keys that commit left an entry without expiry at, and depends on no
+//! claim, it is staged against that ([`WriteGroup::foresee`]) and sent whole:
+//!
+//! ```text
+//! BEGIN
+//! UPDATE kv_meta SET data_version += n / (CASE WHEN data_version = foreseen
+//!        AND change_log_ms IS NOT DISTINCT FROM foreseen THEN 1 ELSE 0 END)   (and the record)
+//! the writes, the log, pg_notify, COMMIT       as in the second flight above
+//! ```
+//!
+//! One round trip and the WAL flush. The guess is sound because such an entry changes only by
+//! a commit, and every commit of every process moves `data_version` on under the row lock
+//! (expired entries are swept without one, and an import needs an empty store). When another
+//! writer has committed since, the bump divides by zero: the transaction aborts, its `COMMIT`
+//! rolls back, and the group runs again reading the store (a round trip lost). So that a store
+//! other writers are busy on does not lose one per group, the committer guesses only after a
+//! commit that found the store where its previous commit had left it (or after its first); and
+//! after any failure (the next connection may reach another server) only once a group has read
+//! the store again. A group the guess says would commit nothing is not sent as a guess: the
+//! store answers it, as above.
+//!
 //! Checks, sums and versionstamped keys are decided by open-deno-kv-model ([`stage_atomic_write`]), never
 //! in SQL. A write whose check fails, or whose mutation is refused, gets its own answer and
 //! leaves no trace; the others commit. Why the lock comes first: under READ COMMITTED each
@@ -70,6 +93,7 @@ use open_deno_kv_engine_kit::{
     ChangedKeys, CommitResult, DatabaseId, Effects, KeyRange, KvError, MutationKind, StoredEntry,
     ValidatedWrite, Versionstamp, stage_atomic_write,
 };
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row, Statement};
 use uuid::Uuid;
@@ -134,12 +158,27 @@ pub(crate) struct WriteGroup {
     attempt: Option<AttemptGuard>,
     /// Whether the last run's commit answered reads that waited for it.
     woke_readers: bool,
+    /// The version the store was left at by this committer's last commit, while no failure
+    /// since leaves it in doubt.
+    last_version: Option<i64>,
+    /// What the next group may be staged against without reading the store (see "One flight"
+    /// in the module documentation), when this committer is the store's only writer lately.
+    foreseen: Option<Foreseen>,
+}
+
+/// The store as this committer's last commit left it: its version and change log retention
+/// (the keys it wrote are in its [`AfterCommit`]).
+#[derive(Debug, Clone, Copy)]
+struct Foreseen {
+    version: i64,
+    retention_ms: Option<i64>,
 }
 
 /// The committer's connection with its statements prepared.
 struct Prepared {
     client: Client,
     bump_version: Statement,
+    bump_foreseen: Statement,
     set_version: Statement,
     log_insert: Statement,
     log_prune: Statement,
@@ -158,6 +197,12 @@ struct Sent {
     answers: Vec<WriteAnswer>,
     /// The version the store is left at.
     final_version: i64,
+    /// The version the store was at when the group began (its first write's is one more).
+    base: i64,
+    /// The change log's retention the group ran under.
+    retention_ms: Option<i64>,
+    /// Whether the group was staged against what the committer foresaw, in one flight.
+    foreseen: bool,
     /// What this handle's watches and consumers are told.
     effects: Effects,
     /// What the group leaves at the keys it wrote, once committed.
@@ -176,6 +221,9 @@ enum GroupFailure {
     },
     /// Stored data did not decode; nothing was committed.
     Corrupt(KvError),
+    /// The group was staged against what the committer foresaw, and the store had moved on:
+    /// its transaction rolled back, and it is run again after reading the store.
+    Mispredicted,
 }
 
 impl From<tokio_postgres::Error> for GroupFailure {
@@ -228,6 +276,8 @@ impl WriteGroup {
             in_flight,
             attempt: None,
             woke_readers: false,
+            last_version: None,
+            foreseen: None,
         }
     }
 
@@ -246,6 +296,7 @@ impl WriteGroup {
             // or a lost commit waits for them).
             let (
                 bump_version,
+                bump_foreseen,
                 set_version,
                 log_insert,
                 log_prune,
@@ -258,6 +309,7 @@ impl WriteGroup {
                 notify,
             ) = tokio::try_join!(
                 client.prepare(&sql.bump_version),
+                client.prepare(&sql.bump_foreseen),
                 client.prepare(&sql.set_version),
                 client.prepare(&sql.log_insert),
                 client.prepare(&sql.log_prune),
@@ -272,6 +324,7 @@ impl WriteGroup {
             let prepared = Prepared {
                 client,
                 bump_version,
+                bump_foreseen,
                 set_version,
                 log_insert,
                 log_prune,
@@ -300,101 +353,61 @@ impl WriteGroup {
         let origin = self.origin.clone();
         // Picked before the transaction: only this attempt's transaction can write it.
         let id = Uuid::new_v4();
+        let count = i64::try_from(items.len()).unwrap_or(i64::MAX);
+        // Staged against what the last commit left, when it may be: nothing is read, and the
+        // version bump, the writes and COMMIT leave in one flight.
+        let foreseen = self.foresee(items).and_then(|(foreseen, mut state)| {
+            let base = u64::try_from(foreseen.version).unwrap_or(0);
+            let logging = foreseen.retention_ms.map(|_| self.identity);
+            let mut outcome = Staged::new(base, logging);
+            let answers: Vec<WriteAnswer> = items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| outcome.stage(&mut state, item, base + i as u64 + 1))
+                .collect();
+            // A group that would commit nothing is not worth a guess: the store answers it.
+            let commits = !outcome.is_empty() || answers.iter().any(|a| matches!(a, Ok(Some(_))));
+            commits.then_some((foreseen, outcome, answers))
+        });
         let conn = Self::connection(&mut self.connection, &self.target, &self.sql).await?;
         let client = &conn.client;
-        let count = i64::try_from(items.len()).unwrap_or(i64::MAX);
-        let claims: Vec<(Uuid, Uuid)> = items.iter().filter_map(|i| i.claim).collect();
-        let (claim_ids, claim_leases): (Vec<Uuid>, Vec<Uuid>) = claims.iter().copied().unzip();
-        let wanted: Vec<&[u8]> = keys_read(items).into_iter().collect();
-
-        // The first flight: BEGIN, the version bump (the row lock), the claims and the rows the
-        // checks and sums read, in that order: the read runs after the lock is granted, so under
-        // READ COMMITTED its snapshot holds every earlier writer's commit.
-        let mut opening: Flight<'_, Vec<Row>> = Flight::new();
-        opening
-            .send(Box::pin(async move {
-                client.batch_execute("BEGIN").await.map(|()| Vec::new())
-            }))
-            .await?;
-        let (bump, id_ref) = (&conn.bump_version, &id);
-        opening
-            .send(Box::pin(async move {
-                client.query(bump, &[&count, id_ref]).await
-            }))
-            .await?;
-        if !claims.is_empty() {
-            let (claim, ids, leases) = (&conn.claim_leased, &claim_ids, &claim_leases);
-            opening
-                .send(Box::pin(async move {
-                    client.query(claim, &[ids, leases]).await
-                }))
-                .await?;
-        }
-        if !wanted.is_empty() {
-            let (read, keys) = (&conn.read_keys, &wanted);
-            opening
-                .send(Box::pin(async move { client.query(read, &[keys]).await }))
-                .await?;
-        }
-        let mut answers = opening.answers().await.into_iter();
-        let mut next = || answers.next().unwrap_or_else(|| Ok(Vec::new()));
-        next()?; // BEGIN
-        let bumped = next()?;
-        let bumped = bumped.first().ok_or_else(|| PostgresError::Internal {
-            message: "the version bump returned no row".to_owned(),
-        })?;
-        let last: i64 = bumped.try_get(0)?;
-        let retention_ms: Option<i64> = bumped.try_get(1)?;
-        // Versions are positive and only grow; the row holds the last one handed out.
-        let base = u64::try_from(last - count).unwrap_or(0);
-        let claimed: HashSet<Uuid> = if claims.is_empty() {
-            HashSet::new()
-        } else {
-            next()?
-                .iter()
-                .map(|row| row.try_get::<_, Uuid>(0))
-                .collect::<Result<_, _>>()?
-        };
-        let mut state: BTreeMap<Vec<u8>, Option<StoredEntry>> =
-            wanted.iter().map(|k| (k.to_vec(), None)).collect();
-        if !wanted.is_empty() {
-            for row in next()? {
-                let (key, entry) = codec::stored_entry(&row).map_err(GroupFailure::Corrupt)?;
-                state.insert(key, Some(entry));
-            }
-        }
-
-        let mut outcome = Staged::new(base, retention_ms.map(|_| self.identity));
-        let answers: Vec<WriteAnswer> = items
-            .iter()
-            .enumerate()
-            .map(|(i, item)| {
-                if item.claim.is_some_and(|(id, _)| !claimed.contains(&id)) {
-                    return Ok(None);
+        let (foreseen, base, last, retention_ms, mut outcome, answers) = match foreseen {
+            Some((foreseen, outcome, answers)) => (
+                true,
+                foreseen.version,
+                foreseen.version.saturating_add(count),
+                foreseen.retention_ms,
+                outcome,
+                answers,
+            ),
+            None => {
+                match read_and_stage(conn, items, count, &id, self.identity).await? {
+                    Read::Staged {
+                        base,
+                        last,
+                        retention_ms,
+                        outcome,
+                        answers,
+                    } => (false, base, last, retention_ms, *outcome, answers),
+                    Read::NothingCommitted {
+                        base,
+                        answers,
+                        rollback_sent,
+                    } => {
+                        if !rollback_sent {
+                            // The connection failed: the server rolls back, and the next group
+                            // connects anew.
+                            self.connection = None;
+                        }
+                        if self.last_version != Some(base) {
+                            // Another writer committed since this committer's last commit.
+                            self.foreseen = None;
+                        }
+                        return Ok(answers);
+                    }
                 }
-                outcome.stage(&mut state, item, base + i as u64 + 1)
-            })
-            .collect();
-
-        let committed_any = answers.iter().any(|answer| matches!(answer, Ok(Some(_))));
-        if outcome.is_empty() && claimed.is_empty() && !committed_any {
-            // Nothing committed (every write failed a check or was refused): give the version
-            // row back. A write that changes nothing (no mutations, or a range delete of an
-            // empty range) still commits: its versionstamp was handed out and the next commit
-            // must get a later one. The ROLLBACK is sent, not waited for: it is on its way
-            // before anything this connection sends next, and a connection that fails before
-            // the server reads it rolls the transaction back all the same.
-            let mut closing: Flight<'_, ()> = Flight::new();
-            let sent = closing
-                .send(Box::pin(client.batch_execute("ROLLBACK")))
-                .await;
-            drop(closing);
-            if sent.is_err() {
-                // The connection failed: the server rolls back, and the next group connects anew.
-                self.connection = None;
             }
-            return Ok(answers);
-        }
+        };
         // The change log: the records, the version of the last one if later writes failed, and
         // a pruning when one is due. Nothing at all while the log is off.
         let mut final_version = last;
@@ -438,6 +451,23 @@ impl WriteGroup {
         // The second flight: every write in order (the range deletes first: the writes kept in
         // `outcome.writes` are those made after them), the log, the notification and COMMIT.
         let mut closing: Flight<'_, u64> = Flight::new();
+        if foreseen {
+            // BEGIN and the bump open this flight: the bump fails, and the COMMIT below rolls
+            // back, unless the store is still at the version the group was staged from.
+            closing
+                .send(Box::pin(async move {
+                    client.batch_execute("BEGIN").await.map(|()| 0)
+                }))
+                .await?;
+            let (statement, count, id, base, retention) =
+                (&conn.bump_foreseen, &count, &id, &base, &retention_ms);
+            closing
+                .send(Box::pin(async move {
+                    let params: [&(dyn ToSql + Sync); 4] = [count, id, base, retention];
+                    client.execute(statement, &params).await
+                }))
+                .await?;
+        }
         for range in &outcome.deleted_ranges {
             let statement = &conn.delete_range;
             closing
@@ -530,6 +560,9 @@ impl WriteGroup {
         let sent = Sent {
             answers,
             final_version,
+            base,
+            retention_ms,
+            foreseen,
             effects: Effects {
                 queue: !outcome.enqueued.is_empty(),
                 changed: outcome.changed,
@@ -544,6 +577,12 @@ impl WriteGroup {
             Ok(flown) => flown,
             Err(source) => return Err(GroupFailure::Unknown { source, mark, sent }),
         };
+        // The foreseen bump refused: the store moved on since this committer's last commit.
+        let bump_refused = foreseen
+            && flown.get(1).is_some_and(|answer| {
+                answer.as_ref().err().and_then(|err| err.code())
+                    == Some(&SqlState::DIVISION_BY_ZERO)
+            });
         let mut refused = None;
         let mut lost = None;
         for answer in flown {
@@ -559,13 +598,33 @@ impl WriteGroup {
         }
         // A statement the server refused aborted the transaction: its COMMIT was answered as a
         // rollback. Otherwise an answer lost on the way leaves the outcome unknown.
-        if let Some(err) = refused {
-            return Err(err.into());
-        }
         if let Some(source) = lost {
             return Err(GroupFailure::Unknown { source, mark, sent });
         }
+        if bump_refused {
+            return Err(GroupFailure::Mispredicted);
+        }
+        if let Some(err) = refused {
+            return Err(err.into());
+        }
         Ok(self.committed(sent))
+    }
+
+    /// What the next group may be staged against without reading the store: what this
+    /// committer's last commit left, when it foresaw the store (see [`WriteGroup::committed`]),
+    /// no write of the group depends on a claim, and every key the group reads is one that
+    /// commit left an entry without expiry at. `None`: the group reads the store.
+    fn foresee(&self, items: &[WriteRequest]) -> Option<(Foreseen, KeyStates)> {
+        let foreseen = self.foreseen?;
+        let after = self.after_commit.as_ref()?;
+        if items.iter().any(|item| item.claim.is_some()) {
+            return None;
+        }
+        let state = keys_read(items)
+            .into_iter()
+            .map(|key| after.lasting(key).map(|e| (key.to_vec(), Some(e.clone()))))
+            .collect::<Option<KeyStates>>()?;
+        Some((foreseen, state))
     }
 
     /// A group known to have committed: the version it reached, this handle's wake-ups, what
@@ -580,6 +639,15 @@ impl WriteGroup {
             self.woke_readers = attempt.committed(sent.after.clone());
         }
         self.after_commit = Some(sent.after);
+        // The next group may be staged against this one's result when nothing else wrote
+        // between this committer's last two commits (or this is its first): a store another
+        // writer is busy on would refuse every guess, each a round trip lost.
+        let quiet = sent.foreseen || self.last_version.is_none_or(|last| last == sent.base);
+        self.last_version = Some(sent.final_version);
+        self.foreseen = quiet.then_some(Foreseen {
+            version: sent.final_version,
+            retention_ms: sent.retention_ms,
+        });
         sent.answers
     }
 
@@ -593,13 +661,23 @@ impl WriteGroup {
             let attempt = self.try_group(&items).await;
             // Committed, `committed` handed its readers what it left; else they ask the server.
             self.attempt = None;
+            if matches!(attempt, Err(GroupFailure::Mispredicted)) {
+                // Rolled back, the connection clean: run it again, reading the store.
+                self.foreseen = None;
+                continue;
+            }
             if attempt.is_err() {
                 // A failed attempt may have left a transaction open on the connection (its
                 // flights stop at the first failure): only a new connection is surely clean.
                 self.connection = None;
+                // And the next one may reach another server (a failover): nothing is foreseen
+                // until a group has read the store again.
+                self.foreseen = None;
+                self.last_version = None;
             }
             match attempt {
                 Ok(answers) => return answers,
+                Err(GroupFailure::Mispredicted) => {}
                 Err(GroupFailure::NotCommitted { retry: true, .. })
                     if started.elapsed() < RETRY_FOR =>
                 {
@@ -610,7 +688,12 @@ impl WriteGroup {
                 Err(GroupFailure::Unknown { source, mark, sent }) => {
                     let wait = self.outcome_wait;
                     match outcome::look_up(&self.target, &self.sql, mark, wait).await {
-                        Outcome::Committed => return self.committed(sent),
+                        Outcome::Committed => {
+                            let answers = self.committed(sent);
+                            self.foreseen = None;
+                            self.last_version = None;
+                            return answers;
+                        }
                         // Like any group that surely did not commit: run it again.
                         Outcome::NotCommitted => {}
                         Outcome::Unknown { last } => {
@@ -700,6 +783,140 @@ impl WriteGroup {
     }
 }
 
+/// The entries of the keys a group reads, as its writes are staged against them (`None`:
+/// absent), with the earlier writes' effects.
+type KeyStates = BTreeMap<Vec<u8>, Option<StoredEntry>>;
+
+/// What the first flight of a group that reads the store found, staged.
+enum Read {
+    /// Something commits: the version the store was at (`base`) and the last one the group
+    /// took, the change log's retention, what the group leaves, and each write's answer.
+    Staged {
+        base: i64,
+        last: i64,
+        retention_ms: Option<i64>,
+        outcome: Box<Staged>,
+        answers: Vec<WriteAnswer>,
+    },
+    /// Nothing commits (every write failed a check or was refused): the transaction is rolled
+    /// back; `rollback_sent` is false when the connection failed (the server rolls back then).
+    NothingCommitted {
+        base: i64,
+        answers: Vec<WriteAnswer>,
+        rollback_sent: bool,
+    },
+}
+
+/// The first flight of a group that reads the store, on `conn`: BEGIN, the version bump (the
+/// row lock), the claims and the rows the checks and sums read, in that order: the read runs
+/// after the lock is granted, so under READ COMMITTED its snapshot holds every earlier writer's
+/// commit. Then the writes staged against it.
+async fn read_and_stage(
+    conn: &Prepared,
+    items: &[WriteRequest],
+    count: i64,
+    id: &Uuid,
+    identity: DatabaseId,
+) -> Result<Read, GroupFailure> {
+    let client = &conn.client;
+    let claims: Vec<(Uuid, Uuid)> = items.iter().filter_map(|i| i.claim).collect();
+    let (claim_ids, claim_leases): (Vec<Uuid>, Vec<Uuid>) = claims.iter().copied().unzip();
+    let wanted: Vec<&[u8]> = keys_read(items).into_iter().collect();
+
+    let mut opening: Flight<'_, Vec<Row>> = Flight::new();
+    opening
+        .send(Box::pin(async move {
+            client.batch_execute("BEGIN").await.map(|()| Vec::new())
+        }))
+        .await?;
+    let bump = &conn.bump_version;
+    opening
+        .send(Box::pin(
+            async move { client.query(bump, &[&count, id]).await },
+        ))
+        .await?;
+    if !claims.is_empty() {
+        let (claim, ids, leases) = (&conn.claim_leased, &claim_ids, &claim_leases);
+        opening
+            .send(Box::pin(async move {
+                client.query(claim, &[ids, leases]).await
+            }))
+            .await?;
+    }
+    if !wanted.is_empty() {
+        let (read, keys) = (&conn.read_keys, &wanted);
+        opening
+            .send(Box::pin(async move { client.query(read, &[keys]).await }))
+            .await?;
+    }
+    let mut answers = opening.answers().await.into_iter();
+    let mut next = || answers.next().unwrap_or_else(|| Ok(Vec::new()));
+    next()?; // BEGIN
+    let bumped = next()?;
+    let bumped = bumped.first().ok_or_else(|| PostgresError::Internal {
+        message: "the version bump returned no row".to_owned(),
+    })?;
+    let last: i64 = bumped.try_get(0)?;
+    let retention_ms: Option<i64> = bumped.try_get(1)?;
+    // Versions are positive and only grow; the row holds the last one handed out.
+    let base = last - count;
+    let first = u64::try_from(base).unwrap_or(0);
+    let claimed: HashSet<Uuid> = if claims.is_empty() {
+        HashSet::new()
+    } else {
+        next()?
+            .iter()
+            .map(|row| row.try_get::<_, Uuid>(0))
+            .collect::<Result<_, _>>()?
+    };
+    let mut state: KeyStates = wanted.iter().map(|k| (k.to_vec(), None)).collect();
+    if !wanted.is_empty() {
+        for row in next()? {
+            let (key, entry) = codec::stored_entry(&row).map_err(GroupFailure::Corrupt)?;
+            state.insert(key, Some(entry));
+        }
+    }
+
+    let mut outcome = Staged::new(first, retention_ms.map(|_| identity));
+    let answers: Vec<WriteAnswer> = items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            if item.claim.is_some_and(|(id, _)| !claimed.contains(&id)) {
+                return Ok(None);
+            }
+            outcome.stage(&mut state, item, first + i as u64 + 1)
+        })
+        .collect();
+
+    let committed_any = answers.iter().any(|answer| matches!(answer, Ok(Some(_))));
+    if outcome.is_empty() && claimed.is_empty() && !committed_any {
+        // Nothing committed (every write failed a check or was refused): give the version
+        // row back. A write that changes nothing (no mutations, or a range delete of an
+        // empty range) still commits: its versionstamp was handed out and the next commit
+        // must get a later one. The ROLLBACK is sent, not waited for: it is on its way
+        // before anything this connection sends next, and a connection that fails before
+        // the server reads it rolls the transaction back all the same.
+        let mut closing: Flight<'_, ()> = Flight::new();
+        let sent = closing
+            .send(Box::pin(client.batch_execute("ROLLBACK")))
+            .await;
+        drop(closing);
+        return Ok(Read::NothingCommitted {
+            base,
+            answers,
+            rollback_sent: sent.is_ok(),
+        });
+    }
+    Ok(Read::Staged {
+        base,
+        last,
+        retention_ms,
+        outcome: Box::new(outcome),
+        answers,
+    })
+}
+
 /// Every key the group's writes read: the checked keys and those of sum, min and max.
 fn keys_read(items: &[WriteRequest]) -> BTreeSet<&[u8]> {
     let mut keys = BTreeSet::new();
@@ -768,12 +985,7 @@ impl Staged {
     /// Runs one write through open-deno-kv-model's path over `state` (the rows read under the lock, with
     /// the earlier survivors' effects) at `version`, and keeps its effects (and, while logging,
     /// its record) if it commits.
-    fn stage(
-        &mut self,
-        state: &mut BTreeMap<Vec<u8>, Option<StoredEntry>>,
-        item: &WriteRequest,
-        version: u64,
-    ) -> WriteAnswer {
+    fn stage(&mut self, state: &mut KeyStates, item: &WriteRequest, version: u64) -> WriteAnswer {
         let stamp = Versionstamp::from_version(version, 0);
         let read = |key: &[u8]| match state.get(key) {
             Some(entry) => Ok(entry.clone()),

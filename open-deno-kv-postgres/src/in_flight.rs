@@ -38,7 +38,7 @@
 //!
 //! **The price**: a read of a key this handle wrote last pays one yield; a read that waits takes
 //! up to two commits (the group in flight, then the one that
-//! takes the write it waits for; each two round trips and a WAL flush) instead of one round
+//! takes the write it waits for; each one or two round trips and a WAL flush) instead of one round
 //! trip, and only when this handle is writing that very key at that moment; a read behind a
 //! leader invoked after the leader's statement left takes two round trips (the leader's, then its
 //! own). Reads of other keys, reads with a scan, eventual reads on replicas and other processes'

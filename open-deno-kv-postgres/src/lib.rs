@@ -23,7 +23,9 @@
 //!   waiting for it in one transaction that locks the `kv_meta` row FIRST, reads what the checks
 //!   and sums need under that lock, runs each write through open-deno-kv-model's write path on an overlay
 //!   (a failed check fails only its own write), writes the survivors, notifies, and commits once,
-//!   in two round trips (`pipeline.rs`: statements sent together run in order).
+//!   in two round trips (`pipeline.rs`: statements sent together run in order), or in one when the
+//!   committer foresees what the group reads from its own last commit, a guess the version bump
+//!   guards (`group.rs`, "One flight").
 //!   The row lock queues writers from every process, so versionstamps follow commit order.
 //! - **Reads** (`reader.rs`): pooled connections, one round trip per read; several ranges come
 //!   from one `REPEATABLE READ READ ONLY` snapshot. Expired entries are filtered from the millisecond they expire.

@@ -21,6 +21,12 @@ pub(crate) struct Sql {
     /// group's commit record: the version it took, and the random id `$2` (see the `outcome`
     /// module), so the record costs no statement of its own.
     pub(crate) bump_version: String,
+    /// [`Sql::bump_version`] for a group staged against what this committer foresaw
+    /// (the `group` module, "One flight"): the same, and it fails with
+    /// `division_by_zero` (aborting the transaction, so its `COMMIT` rolls back) unless
+    /// `data_version` is `$3` and `change_log_ms` is `$4`. Nothing is returned: the caller
+    /// already knows both.
+    pub(crate) bump_foreseen: String,
     /// Sets the last commit version to `$1` (a logged group whose last writes failed gives their
     /// versions back, so the next commit follows the last one logged).
     pub(crate) set_version: String,
@@ -153,6 +159,12 @@ impl Sql {
                  RETURNING data_version, change_log_ms), \
                  recorded AS (INSERT INTO {ids} (version, id) SELECT data_version, $2::uuid FROM bumped) \
                  SELECT data_version, change_log_ms FROM bumped"
+            ),
+            bump_foreseen: format!(
+                "WITH bumped AS (UPDATE {meta} SET data_version = data_version + $1::int8 / \
+                 (CASE WHEN data_version = $3::int8 AND change_log_ms IS NOT DISTINCT FROM $4::int8 \
+                 THEN 1 ELSE 0 END) RETURNING data_version) \
+                 INSERT INTO {ids} (version, id) SELECT data_version, $2::uuid FROM bumped"
             ),
             set_version: format!("UPDATE {meta} SET data_version = $1"),
             read_version: format!("SELECT data_version FROM {meta}"),
