@@ -11,9 +11,9 @@
 //! that committer's code.
 //!
 //! When a group woke other tasks than its writers (reads waiting for it), the task yields once
-//! before it answers the writers, so that those tasks run first; when nothing is
-//! waiting after a group, the engine hears that the committer is idle
-//! ([`GroupTransaction::idle`]).
+//! before it answers the writers, so that those tasks run first, and once after, so that the
+//! writers' tasks run before the next group is taken; when nothing is waiting after a group, the
+//! engine hears that the committer is idle ([`GroupTransaction::idle`]).
 //!
 //! **Cancel safety.** Once submitted, an item is run whether or not its caller still waits: a
 //! caller that drops its future loses only the answer, never half a write.
@@ -79,12 +79,20 @@ impl<G: GroupTransaction> Committer<G> {
                 // The reads the group woke (the `in_flight` module) run before the writers hear
                 // back: a check-and-set that read this commit submits its retry first, and the
                 // answered writers' own reads then wait for that group instead of racing it.
-                if engine.woke_others() {
+                let woke_others = engine.woke_others();
+                if woke_others {
                     tokio::task::yield_now().await;
                 }
                 for (reply, answer) in replies.into_iter().zip(answers) {
                     // A caller that stopped waiting only misses its answer.
                     let _ = reply.send(answer);
+                }
+                // And the writers' tasks run before the next group is taken: a check-and-set that
+                // just committed reads the key again at once, and that read, invoked before the
+                // next group's COMMIT leaves (at once, when the group is sent in one flight: the
+                // `group` module), waits for that group and is answered by its commit.
+                if woke_others {
+                    tokio::task::yield_now().await;
                 }
                 if receiver.is_empty() {
                     engine.idle();

@@ -556,8 +556,11 @@ async fn a_get_of_a_key_a_queued_write_sets_waits_for_its_group() {
 
 /// Eight check-and-set loops on one counter, on one handle, take turns: while one group
 /// commits, the loops it does not hold read the counter and are answered by its commit, and
-/// form the next group. An increment then costs about one group and almost never a read of its
-/// own. Were every read of the counter just written sent to the server, the
+/// form the next group. An increment then costs about one group (one round trip: the committer
+/// foresees the counter it wrote last) and almost never a read of its own: 1.1 round trips per
+/// increment measured, 2.1 when the committer took the next group before the loop that just
+/// committed had read again (its read then followed the group to the server), and 2.1 with
+/// two flights per group. Were every read of the counter just written sent to the server, the
 /// loops would fall into step: all read at once, all get the same value, one wins, and every
 /// increment costs a group and up to eight server reads.
 #[tokio::test]
@@ -613,7 +616,7 @@ async fn check_and_set_loops_on_one_counter_cost_about_one_group_per_increment()
         "every increment counted once"
     );
     assert!(
-        turns <= 3 * increments,
+        2 * turns <= 3 * increments,
         "{turns} round trips for {increments} increments: more than a group and half a read each"
     );
 }
