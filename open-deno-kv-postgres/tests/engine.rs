@@ -175,6 +175,92 @@ async fn two_handles_share_one_store_its_order_its_watches_and_its_queue() {
     stored.await.expect("B's success reached the store");
 }
 
+/// Check-and-set loops on one counter through two handles (as two processes would) count every
+/// increment once. Each handle's committer stages a group against what its own last commit
+/// left when it may (one flight, guarded by the version); here the other handle commits between
+/// most of its groups, so its guesses are refused and run again reading the store. A guess
+/// taken for the truth would let a stale check pass and lose an increment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_and_set_loops_on_two_handles_count_every_increment_once() {
+    const LOOPS: u64 = 4;
+    const EACH: u64 = 40;
+    let Some(cluster) = cluster() else { return };
+    let a = Arc::new(open(&cluster, "counted").await.unwrap());
+    let b = Arc::new(open(&cluster, "counted").await.unwrap());
+    set(&*a, "counter", 0).await;
+    let loops: Vec<_> = [a.clone(), b.clone()]
+        .into_iter()
+        .flat_map(|kv| (0..LOOPS).map(move |_| kv.clone()))
+        .map(|kv| {
+            tokio::spawn(async move {
+                let mut stamps = Vec::new();
+                for _ in 0..EACH {
+                    loop {
+                        let entry = get_entry(&*kv, "counter").await;
+                        let KvValue::U64(n) = entry.value else {
+                            panic!("the counter holds {:?}", entry.value);
+                        };
+                        let write = AtomicWrite {
+                            checks: vec![Check {
+                                key: k("counter"),
+                                versionstamp: Some(entry.versionstamp),
+                            }],
+                            mutations: vec![Mutation::set(k("counter"), KvValue::U64(n + 1))],
+                            ..AtomicWrite::default()
+                        };
+                        if let Some(done) = kv.atomic_write(write).await.unwrap() {
+                            stamps.push(done.versionstamp);
+                            break;
+                        }
+                    }
+                }
+                stamps
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for one in loops {
+        let stamps = one.await.unwrap();
+        assert!(stamps.windows(2).all(|w| w[0] < w[1]));
+        all.extend(stamps);
+    }
+    all.sort();
+    all.dedup();
+    assert_eq!(
+        all.len() as u64,
+        2 * LOOPS * EACH,
+        "every commit its own versionstamp"
+    );
+    for kv in [&a, &b] {
+        let entry = get_entry(&**kv, "counter").await;
+        assert_eq!(
+            entry.value,
+            KvValue::U64(2 * LOOPS * EACH),
+            "every increment once"
+        );
+        assert_eq!(
+            Some(&entry.versionstamp),
+            all.last(),
+            "the last commit's value"
+        );
+    }
+}
+
+/// The entry at `[name]`, which must exist (a strong read).
+async fn get_entry(kv: &dyn Backend, name: &str) -> open_deno_kv_engine_kit::KvEntry {
+    let read = open_deno_kv_engine_kit::SnapshotRead {
+        ranges: vec![open_deno_kv_engine_kit::ReadRange::single_encoded_key(k(
+            name,
+        ))],
+        consistency: open_deno_kv_engine_kit::Consistency::Strong,
+    };
+    let mut outputs = kv.snapshot_read(read).await.expect("a strong read");
+    outputs
+        .pop()
+        .and_then(|mut output| output.entries.pop())
+        .unwrap_or_else(|| panic!("[{name}] is absent"))
+}
+
 /// A handle listens for other processes' commits only while it has a watch or a waiting dequeue
 /// (and briefly after). Each time it starts listening again it wakes every waiter once, so a
 /// watch or a dequeue that begins on a handle that has stopped listening misses nothing: here
