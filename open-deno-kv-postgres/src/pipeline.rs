@@ -11,7 +11,11 @@
 //! `COMMIT`, which would commit the transaction without it. [`Flight::send`] reports such a
 //! failure, and its caller sends nothing more on that connection and drops it (the server rolls
 //! back an open transaction when its connection ends). A statement refused by the server aborts
-//! its transaction: a `COMMIT` sent after it is answered as a rollback.
+//! its transaction: a `COMMIT` sent after it is answered as a rollback. So a refusal is an
+//! answer like any other, even when it is already there as the statement is sent: on a
+//! multi-thread runtime the sending thread can be descheduled between handing the request to
+//! the connection's task and looking for its answer, long enough for the server to refuse it
+//! (a statement after a refused one is refused at once: "current transaction is aborted").
 
 use std::future::Future;
 use std::pin::Pin;
@@ -37,16 +41,17 @@ impl<'a, T> Flight<'a, T> {
     }
 
     /// Sends `statement` after the ones already sent, without waiting for its answer. An error
-    /// means it failed at once — most likely before its request left — and nothing more may be
-    /// sent on the connection (see the [module docs](self)).
+    /// means it failed before a server answered it — most likely before its request left — and
+    /// nothing more may be sent on the connection (see the [module docs](self)); the server's
+    /// refusal, even one that came back at once, is kept as the statement's answer.
     pub(crate) async fn send(
         &mut self,
         mut statement: Statement<'a, T>,
     ) -> Result<(), tokio_postgres::Error> {
         // Polled once: that sends the request (an answer cannot normally be there yet).
         let answer = match futures::poll!(&mut statement) {
-            Poll::Ready(Err(err)) => return Err(err),
-            Poll::Ready(Ok(answer)) => Some(Ok(answer)),
+            Poll::Ready(Err(err)) if err.as_db_error().is_none() => return Err(err),
+            Poll::Ready(answer) => Some(answer),
             Poll::Pending => None,
         };
         self.sent.push((statement, answer));
