@@ -120,6 +120,24 @@ fn write(n: u64, versionstamp: Option<open_deno_kv_engine_kit::Versionstamp>) ->
     }
 }
 
+/// Sets the counter to each of `values` in turn, each write checking the versionstamp the one
+/// before it left (the first, `stamp`); returns the last versionstamp.
+async fn count_up(
+    kv: &dyn Backend,
+    mut stamp: Versionstamp,
+    values: std::ops::RangeInclusive<u64>,
+) -> Versionstamp {
+    for n in values {
+        stamp = kv
+            .atomic_write(write(n, Some(stamp)))
+            .await
+            .expect("the write")
+            .expect("the check holds")
+            .versionstamp;
+    }
+    stamp
+}
+
 /// [`write`], also checking that `["untouched"]`, which no write sets, is absent: the committer
 /// cannot foresee a key its last commit did not write, so the group reads the store in a first
 /// flight of its own, and the tests below find a window between its two flights.
@@ -229,16 +247,9 @@ async fn an_eventual_read_on_a_replica_is_one_round_trip_with_its_version() {
 async fn a_lone_write_is_one_round_trip_and_a_failed_check_one_and_a_rollback() {
     let Some(cluster) = cluster() else { return };
     let (proxy, kv) = writer_through(&cluster).await;
-    let mut stamp = create_counter(&kv).await;
+    let stamp = create_counter(&kv).await;
     let before = proxy.client_turns();
-    for n in 1..=10 {
-        stamp = kv
-            .atomic_write(write(n, Some(stamp)))
-            .await
-            .unwrap()
-            .expect("the check holds")
-            .versionstamp;
-    }
+    count_up(&kv, stamp, 1..=10).await;
     // The committer's connection carries the writes; the pool's carry at most a sweep or two.
     let busiest = added(&before, &proxy.client_turns()).into_iter().max();
     assert_eq!(busiest, Some(10), "10 lone writes");
@@ -267,15 +278,8 @@ async fn a_guess_the_store_refuses_is_run_again_reading_the_store() {
     let Some(cluster) = cluster() else { return };
     let (proxy, kv) = writer_through(&cluster).await;
     let other = open(&cluster, "trips").await.expect("a second handle");
-    let mut stamp = create_counter(&kv).await;
-    for n in 1..=3 {
-        stamp = kv
-            .atomic_write(write(n, Some(stamp)))
-            .await
-            .unwrap()
-            .expect("the check holds")
-            .versionstamp;
-    }
+    let stamp = create_counter(&kv).await;
+    let stamp = count_up(&kv, stamp, 1..=3).await;
     // Another handle, another committer, moves the counter on.
     let theirs = other
         .atomic_write(write(50, Some(stamp)))
@@ -302,18 +306,7 @@ async fn a_guess_the_store_refuses_is_run_again_reading_the_store() {
 
     // A blind set after another writer's commit: refused as a guess, run again, committed after
     // theirs.
-    let mut stamp = kv
-        .atomic_write(write(51, Some(theirs)))
-        .await
-        .unwrap()
-        .expect("the check holds")
-        .versionstamp;
-    stamp = kv
-        .atomic_write(write(52, Some(stamp)))
-        .await
-        .unwrap()
-        .expect("the check holds")
-        .versionstamp;
+    let stamp = count_up(&kv, theirs, 51..=52).await;
     let theirs = support::set(&other, &key!["other"], KvValue::U64(1)).await;
     assert!(theirs > stamp);
     let blind = AtomicWrite {
@@ -338,15 +331,7 @@ async fn a_guess_the_store_refuses_is_run_again_reading_the_store() {
 
     // Quiet again: after one group that read the store, this committer guesses again.
     let before = proxy.client_turns();
-    let mut stamp = mine;
-    for n in 61..=65 {
-        stamp = kv
-            .atomic_write(write(n, Some(stamp)))
-            .await
-            .unwrap()
-            .expect("the check holds")
-            .versionstamp;
-    }
+    count_up(&kv, mine, 61..=65).await;
     let turns: u64 = added(&before, &proxy.client_turns()).iter().sum();
     assert!(
         (5..=7).contains(&turns),
