@@ -354,6 +354,16 @@ impl WriteGroup {
         // Picked before the transaction: only this attempt's transaction can write it.
         let id = Uuid::new_v4();
         let count = i64::try_from(items.len()).unwrap_or(i64::MAX);
+        if self
+            .connection
+            .as_ref()
+            .is_none_or(|conn| conn.client.is_closed())
+        {
+            // A new connection may reach another server (a failover): nothing is foreseen until
+            // a group has read the store through it.
+            self.foreseen = None;
+            self.last_version = None;
+        }
         // Staged against what the last commit left, when it may be: nothing is read, and the
         // version bump, the writes and COMMIT leave in one flight.
         let foreseen = self.foresee(items).and_then(|(foreseen, mut state)| {
