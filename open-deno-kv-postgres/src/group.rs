@@ -45,8 +45,8 @@
 //! rolls back, and the group runs again reading the store (a round trip lost). So that a store
 //! other writers are busy on does not lose one per group, the committer guesses only after a
 //! commit that found the store where its previous commit had left it (or after its first); and
-//! after any failure (the next connection may reach another server) only once a group has read
-//! the store again. A group the guess says would commit nothing is not sent as a guess: the
+//! after any failure, or through a connection it has just made (it may reach another server
+//! after a failover), only once a group has read the store again. A group the guess says would commit nothing is not sent as a guess: the
 //! store answers it, as above.
 //!
 //! Checks, sums and versionstamped keys are decided by open-deno-kv-model ([`stage_atomic_write`]), never
