@@ -15,7 +15,8 @@
 //! answer like any other, even when it is already there as the statement is sent: on a
 //! multi-thread runtime the sending thread can be descheduled between handing the request to
 //! the connection's task and looking for its answer, long enough for the server to refuse it
-//! (a statement after a refused one is refused at once: "current transaction is aborted").
+//! (a statement after a refused one is refused as soon as it arrives: "current transaction is
+//! aborted").
 
 use std::future::Future;
 use std::pin::Pin;
