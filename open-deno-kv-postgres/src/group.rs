@@ -46,8 +46,8 @@
 //! other writers are busy on does not lose one per group, the committer guesses only after a
 //! commit that found the store where its previous commit had left it (or after its first); and
 //! after any failure, or through a connection it has just made (it may reach another server
-//! after a failover), only once a group has read the store again. A group the guess says would commit nothing is not sent as a guess: the
-//! store answers it, as above.
+//! after a failover), only once a group has read the store again. A group the guess says would
+//! commit nothing is not sent as a guess: the store answers it, as above.
 //!
 //! Checks, sums and versionstamped keys are decided by open-deno-kv-model ([`stage_atomic_write`]), never
 //! in SQL. A write whose check fails, or whose mutation is refused, gets its own answer and
@@ -369,14 +369,10 @@ impl WriteGroup {
         let foreseen = self.foresee(items).and_then(|(foreseen, mut state)| {
             let base = u64::try_from(foreseen.version).unwrap_or(0);
             let logging = foreseen.retention_ms.map(|_| self.identity);
-            let mut outcome = Staged::new(base, logging);
-            let answers: Vec<WriteAnswer> = items
-                .iter()
-                .enumerate()
-                .map(|(i, item)| outcome.stage(&mut state, item, base + i as u64 + 1))
-                .collect();
+            // No claims here (`foresee`): every write is staged.
+            let (outcome, answers, commits) =
+                stage_group(items, &mut state, base, logging, &HashSet::new());
             // A group that would commit nothing is not worth a guess: the store answers it.
-            let commits = !outcome.is_empty() || answers.iter().any(|a| matches!(a, Ok(Some(_))));
             commits.then_some((foreseen, outcome, answers))
         });
         let conn = Self::connection(&mut self.connection, &self.target, &self.sql).await?;
@@ -671,23 +667,16 @@ impl WriteGroup {
             let attempt = self.try_group(&items).await;
             // Committed, `committed` handed its readers what it left; else they ask the server.
             self.attempt = None;
-            if matches!(attempt, Err(GroupFailure::Mispredicted)) {
-                // Rolled back, the connection clean: run it again, reading the store.
-                self.foreseen = None;
-                continue;
-            }
-            if attempt.is_err() {
+            if matches!(&attempt, Err(failure) if !matches!(failure, GroupFailure::Mispredicted)) {
                 // A failed attempt may have left a transaction open on the connection (its
-                // flights stop at the first failure): only a new connection is surely clean.
+                // flights stop at the first failure): only a new connection is surely clean (and
+                // nothing is foreseen through it until a group has read the store: `try_group`).
                 self.connection = None;
-                // And the next one may reach another server (a failover): nothing is foreseen
-                // until a group has read the store again.
-                self.foreseen = None;
-                self.last_version = None;
             }
             match attempt {
                 Ok(answers) => return answers,
-                Err(GroupFailure::Mispredicted) => {}
+                // Rolled back, the connection clean: run it again, reading the store.
+                Err(GroupFailure::Mispredicted) => self.foreseen = None,
                 Err(GroupFailure::NotCommitted { retry: true, .. })
                     if started.elapsed() < RETRY_FOR =>
                 {
@@ -698,12 +687,7 @@ impl WriteGroup {
                 Err(GroupFailure::Unknown { source, mark, sent }) => {
                     let wait = self.outcome_wait;
                     match outcome::look_up(&self.target, &self.sql, mark, wait).await {
-                        Outcome::Committed => {
-                            let answers = self.committed(sent);
-                            self.foreseen = None;
-                            self.last_version = None;
-                            return answers;
-                        }
+                        Outcome::Committed => return self.committed(sent),
                         // Like any group that surely did not commit: run it again.
                         Outcome::NotCommitted => {}
                         Outcome::Unknown { last } => {
@@ -887,26 +871,13 @@ async fn read_and_stage(
         }
     }
 
-    let mut outcome = Staged::new(first, retention_ms.map(|_| identity));
-    let answers: Vec<WriteAnswer> = items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| {
-            if item.claim.is_some_and(|(id, _)| !claimed.contains(&id)) {
-                return Ok(None);
-            }
-            outcome.stage(&mut state, item, first + i as u64 + 1)
-        })
-        .collect();
-
-    let committed_any = answers.iter().any(|answer| matches!(answer, Ok(Some(_))));
-    if outcome.is_empty() && claimed.is_empty() && !committed_any {
+    let logging = retention_ms.map(|_| identity);
+    let (outcome, answers, commits) = stage_group(items, &mut state, first, logging, &claimed);
+    if !commits {
         // Nothing committed (every write failed a check or was refused): give the version
-        // row back. A write that changes nothing (no mutations, or a range delete of an
-        // empty range) still commits: its versionstamp was handed out and the next commit
-        // must get a later one. The ROLLBACK is sent, not waited for: it is on its way
-        // before anything this connection sends next, and a connection that fails before
-        // the server reads it rolls the transaction back all the same.
+        // row back. The ROLLBACK is sent, not waited for: it is on its way before anything
+        // this connection sends next, and a connection that fails before the server reads it
+        // rolls the transaction back all the same.
         let mut closing: Flight<'_, ()> = Flight::new();
         let sent = closing
             .send(Box::pin(client.batch_execute("ROLLBACK")))
@@ -925,6 +896,36 @@ async fn read_and_stage(
         outcome: Box::new(outcome),
         answers,
     })
+}
+
+/// Runs the group's writes through open-deno-kv-model's write path over `state` (the rows they
+/// read), write *i* at version `base + i + 1`; a dead letter whose claim is not in `claimed` is
+/// answered "not committed" and staged not at all. Also says whether the group commits
+/// anything: a surviving write, or a claimed message to delete. A write that changes nothing (no
+/// mutations, or a range delete of an empty range) still commits: its versionstamp was handed
+/// out and the next commit must get a later one.
+fn stage_group(
+    items: &[WriteRequest],
+    state: &mut KeyStates,
+    base: u64,
+    logging: Option<DatabaseId>,
+    claimed: &HashSet<Uuid>,
+) -> (Staged, Vec<WriteAnswer>, bool) {
+    let mut outcome = Staged::new(base, logging);
+    let answers: Vec<WriteAnswer> = items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            if item.claim.is_some_and(|(id, _)| !claimed.contains(&id)) {
+                return Ok(None);
+            }
+            outcome.stage(state, item, base + i as u64 + 1)
+        })
+        .collect();
+    let commits = !outcome.is_empty()
+        || !claimed.is_empty()
+        || answers.iter().any(|answer| matches!(answer, Ok(Some(_))));
+    (outcome, answers, commits)
 }
 
 /// Every key the group's writes read: the checked keys and those of sum, min and max.
